@@ -1,0 +1,23 @@
+"""The invite a pool's orchestrator POSTs to a worker's API (signed request by the manager key)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from intellect.wire.base import WireModel
+
+
+class InviteRequest(WireModel):
+    domain_id: int = Field(ge=0)
+    pool_id: int = Field(ge=0)
+    node_address: str
+    nonce: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$", description="32 random bytes, single use on chain")
+    expiration: int = Field(description="unix seconds after which the contract refuses the invite")
+    signature: str = Field(pattern=r"^0x[0-9a-fA-F]{130}$", description="manager key's EIP-191 signature")
+    orchestrator_url: str = Field(description="where the node sends heartbeats and upload requests")
+
+
+class InviteResponse(WireModel):
+    accepted: bool
+    detail: str | None = None
+    tx_hash: str | None = None
