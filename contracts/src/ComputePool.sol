@@ -1,0 +1,500 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/MessageHashUtils.sol";
+import {EnumerableSet} from "@openzeppelin/contracts/utils/structs/EnumerableSet.sol";
+import {IntellectToken} from "./IntellectToken.sol";
+import {ComputeRegistry} from "./ComputeRegistry.sol";
+import {DomainRegistry} from "./DomainRegistry.sol";
+
+/// @title ComputePool
+/// @notice Pools of compute nodes inside a domain: membership by the manager's signed invite,
+/// work submissions, invalidation (slash + eject) by validators, and time-locked rewards.
+/// Work is kept in an append-only array per pool; invalidation flips a status, never moves an
+/// entry, so reading "work since t" with an index cursor is stable (no swap-and-pop).
+contract ComputePool is AccessControl {
+    using EnumerableSet for EnumerableSet.AddressSet;
+
+    bytes32 public constant VALIDATOR_ROLE = keccak256("VALIDATOR_ROLE");
+
+    enum PoolStatus {
+        PENDING,
+        ACTIVE,
+        COMPLETED
+    }
+
+    enum WorkStatus {
+        NONE,
+        SUBMITTED,
+        INVALIDATED,
+        SOFT_INVALIDATED
+    }
+
+    struct Pool {
+        uint256 id;
+        uint256 domainId;
+        address creator;
+        address manager;
+        string name;
+        string dataURI;
+        uint256 computeLimit; // 0 = unlimited
+        uint256 totalComputeUnits;
+        PoolStatus status;
+        uint64 createdAt;
+        uint64 startedAt;
+        uint64 endedAt;
+    }
+
+    struct Work {
+        bytes32 workKey;
+        address provider;
+        address node;
+        uint256 units;
+        uint256 reward;
+        uint64 timestamp;
+        WorkStatus status;
+    }
+
+    struct Lock {
+        uint256 amount;
+        uint64 unlockAt;
+    }
+
+    IntellectToken public immutable token;
+    ComputeRegistry public immutable registry;
+    DomainRegistry public immutable domains;
+
+    uint256 public rewardPerUnit;
+    uint256 public rewardLockPeriod = 24 hours;
+    uint256 public invalidationWindow = 1 days;
+    uint256 public slashPenalty = 200 ether;
+    bool public whitelistRequired;
+
+    uint256 public poolCount;
+    mapping(uint256 => Pool) private _pools;
+    mapping(uint256 => EnumerableSet.AddressSet) private _poolNodes;
+    mapping(uint256 => mapping(address => bool)) public nodeBlacklisted;
+    mapping(uint256 => mapping(address => bool)) public providerBlacklisted;
+    mapping(bytes32 => bool) public inviteUsed;
+
+    mapping(uint256 => Work[]) private _work;
+    mapping(uint256 => mapping(bytes32 => uint256)) private _workIndex; // index + 1
+    mapping(uint256 => mapping(bytes32 => uint256)) private _workLock; // lock index per work
+
+    mapping(address => Lock[]) private _locks;
+    mapping(address => uint256) private _lockHead; // locks before this index have matured
+    mapping(address => uint256) private _matured;
+    mapping(address => address) public rewardRecipient; // node => provider at submission
+
+    event PoolCreated(uint256 indexed poolId, uint256 indexed domainId, address indexed creator, address manager, string name);
+    event PoolStarted(uint256 indexed poolId, uint256 timestamp);
+    event PoolEnded(uint256 indexed poolId, uint256 timestamp);
+    event NodeJoined(uint256 indexed poolId, address indexed provider, address indexed node, uint256 nonce);
+    event NodeLeft(uint256 indexed poolId, address indexed provider, address indexed node);
+    event NodeEjected(uint256 indexed poolId, address indexed provider, address indexed node, address by);
+    event NodeBlacklisted(uint256 indexed poolId, address indexed node);
+    event PoolProviderBlacklisted(uint256 indexed poolId, address indexed provider);
+    event WorkSubmitted(
+        uint256 indexed poolId, address indexed provider, address indexed node, bytes32 workKey, uint256 units, uint256 timestamp
+    );
+    event WorkInvalidated(
+        uint256 indexed poolId,
+        address indexed provider,
+        address indexed node,
+        bytes32 workKey,
+        uint256 slashed,
+        uint256 rewardsDropped
+    );
+    event WorkSoftInvalidated(
+        uint256 indexed poolId, address indexed provider, address indexed node, bytes32 workKey, uint256 rewardDropped
+    );
+    event RewardsClaimed(address indexed node, address indexed provider, uint256 amount);
+    event ParametersUpdated(uint256 rewardPerUnit, uint256 rewardLockPeriod, uint256 invalidationWindow, uint256 slashPenalty);
+    event WhitelistRequiredUpdated(bool required);
+
+    error ZeroAddress();
+    error EmptyPoolName();
+    error DomainNotFound(uint256 domainId);
+    error PoolNotFound(uint256 poolId);
+    error NotPoolCreator(uint256 poolId, address caller);
+    error NotPoolManager(uint256 poolId, address caller);
+    error PoolNotPending(uint256 poolId);
+    error PoolNotActive(uint256 poolId);
+    error PoolAlreadyEnded(uint256 poolId);
+    error NotNodeOperator(address node, address caller);
+    error ProviderIsBlacklisted(address provider);
+    error ProviderNotWhitelisted(address provider);
+    error ProviderBlacklistedInPool(uint256 poolId, address provider);
+    error NodeBlacklistedInPool(uint256 poolId, address node);
+    error NodeAlreadyInPool(address node, uint256 poolId);
+    error NodeNotInPool(uint256 poolId, address node);
+    error InviteExpired(uint256 expiration, uint256 nowTimestamp);
+    error InviteAlreadyUsed(bytes32 digest);
+    error InvalidInviteSignature(address signer, address manager);
+    error PoolComputeLimitExceeded(uint256 poolId, uint256 limit, uint256 requested);
+    error ZeroWorkUnits();
+    error WorkAlreadySubmitted(uint256 poolId, bytes32 workKey);
+    error WorkKeyInvalidated(uint256 poolId, bytes32 workKey);
+    error WorkNotFound(uint256 poolId, bytes32 workKey);
+    error WorkAlreadyInvalidated(uint256 poolId, bytes32 workKey);
+    error InvalidationWindowPassed(uint256 poolId, bytes32 workKey, uint256 deadline);
+    error NothingToClaim(address node);
+
+    constructor(address admin, IntellectToken token_, ComputeRegistry registry_, DomainRegistry domains_, uint256 rewardPerUnit_) {
+        if (admin == address(0) || address(token_) == address(0) || address(registry_) == address(0)) revert ZeroAddress();
+        if (address(domains_) == address(0)) revert ZeroAddress();
+        token = token_;
+        registry = registry_;
+        domains = domains_;
+        rewardPerUnit = rewardPerUnit_;
+        _grantRole(DEFAULT_ADMIN_ROLE, admin);
+    }
+
+    // ---- pool lifecycle (permissionless creation; the creator owns the pool) ----
+
+    function createPool(uint256 domainId, address manager, string calldata name, string calldata dataURI, uint256 computeLimit)
+        external
+        returns (uint256 poolId)
+    {
+        if (!domains.domainExists(domainId)) revert DomainNotFound(domainId);
+        if (manager == address(0)) revert ZeroAddress();
+        if (bytes(name).length == 0) revert EmptyPoolName();
+        poolId = ++poolCount;
+        Pool storage p = _pools[poolId];
+        p.id = poolId;
+        p.domainId = domainId;
+        p.creator = msg.sender;
+        p.manager = manager;
+        p.name = name;
+        p.dataURI = dataURI;
+        p.computeLimit = computeLimit;
+        p.createdAt = uint64(block.timestamp);
+        emit PoolCreated(poolId, domainId, msg.sender, manager, name);
+    }
+
+    function startPool(uint256 poolId) external {
+        Pool storage p = _creatorPool(poolId);
+        if (p.status != PoolStatus.PENDING) revert PoolNotPending(poolId);
+        p.status = PoolStatus.ACTIVE;
+        p.startedAt = uint64(block.timestamp);
+        emit PoolStarted(poolId, block.timestamp);
+    }
+
+    /// @notice End the pool: no joins or work after this; nodes are released.
+    function endPool(uint256 poolId) external {
+        Pool storage p = _creatorPool(poolId);
+        if (p.status == PoolStatus.COMPLETED) revert PoolAlreadyEnded(poolId);
+        p.status = PoolStatus.COMPLETED;
+        p.endedAt = uint64(block.timestamp);
+        EnumerableSet.AddressSet storage set = _poolNodes[poolId];
+        for (uint256 i = set.length(); i > 0; i--) {
+            address node = set.at(i - 1);
+            _removeFromPool(p, node);
+            emit NodeLeft(poolId, _providerOf(node), node);
+        }
+        emit PoolEnded(poolId, block.timestamp);
+    }
+
+    // ---- membership ----
+
+    /// @notice The digest a pool manager signs (EIP-191) to invite `node`.
+    function inviteDigest(uint256 domainId, uint256 poolId, address node, uint256 nonce, uint256 expiration)
+        public
+        pure
+        returns (bytes32)
+    {
+        return keccak256(abi.encodePacked(domainId, poolId, node, nonce, expiration));
+    }
+
+    function joinComputePool(uint256 poolId, address node, uint256 nonce, uint256 expiration, bytes calldata signature)
+        external
+    {
+        Pool storage p = _pool(poolId);
+        if (p.status != PoolStatus.ACTIVE) revert PoolNotActive(poolId);
+        ComputeRegistry.Node memory n = registry.getNode(node);
+        if (msg.sender != n.provider && msg.sender != node) revert NotNodeOperator(node, msg.sender);
+        ComputeRegistry.Provider memory prov = registry.getProvider(n.provider);
+        if (prov.blacklisted) revert ProviderIsBlacklisted(n.provider);
+        if (whitelistRequired && !prov.whitelisted) revert ProviderNotWhitelisted(n.provider);
+        if (providerBlacklisted[poolId][n.provider]) revert ProviderBlacklistedInPool(poolId, n.provider);
+        if (nodeBlacklisted[poolId][node]) revert NodeBlacklistedInPool(poolId, node);
+        if (n.activePool != 0) revert NodeAlreadyInPool(node, n.activePool);
+        if (expiration < block.timestamp) revert InviteExpired(expiration, block.timestamp);
+        bytes32 digest = inviteDigest(p.domainId, poolId, node, nonce, expiration);
+        if (inviteUsed[digest]) revert InviteAlreadyUsed(digest);
+        (address signer,,) = ECDSA.tryRecover(MessageHashUtils.toEthSignedMessageHash(digest), signature);
+        if (signer != p.manager) revert InvalidInviteSignature(signer, p.manager);
+        uint256 units = p.totalComputeUnits + n.computeUnits;
+        if (p.computeLimit != 0 && units > p.computeLimit) revert PoolComputeLimitExceeded(poolId, p.computeLimit, units);
+        inviteUsed[digest] = true;
+        p.totalComputeUnits = units;
+        _poolNodes[poolId].add(node);
+        registry.setNodePool(node, poolId);
+        emit NodeJoined(poolId, n.provider, node, nonce);
+    }
+
+    function leaveComputePool(uint256 poolId, address node) external {
+        Pool storage p = _pool(poolId);
+        address provider = _providerOf(node);
+        if (msg.sender != provider && msg.sender != node) revert NotNodeOperator(node, msg.sender);
+        if (!_poolNodes[poolId].contains(node)) revert NodeNotInPool(poolId, node);
+        _removeFromPool(p, node);
+        emit NodeLeft(poolId, provider, node);
+    }
+
+    function ejectNode(uint256 poolId, address node) external {
+        Pool storage p = _managerPool(poolId);
+        if (!_poolNodes[poolId].contains(node)) revert NodeNotInPool(poolId, node);
+        _eject(p, node);
+    }
+
+    /// @notice Ban a node from the pool (ejecting it if present); it can never rejoin this pool.
+    function blacklistNode(uint256 poolId, address node) external {
+        Pool storage p = _managerPool(poolId);
+        if (node == address(0)) revert ZeroAddress();
+        nodeBlacklisted[poolId][node] = true;
+        if (_poolNodes[poolId].contains(node)) _eject(p, node);
+        emit NodeBlacklisted(poolId, node);
+    }
+
+    /// @notice Ban a provider from the pool and eject all of its nodes in it.
+    function blacklistProvider(uint256 poolId, address provider) external {
+        Pool storage p = _managerPool(poolId);
+        if (provider == address(0)) revert ZeroAddress();
+        providerBlacklisted[poolId][provider] = true;
+        EnumerableSet.AddressSet storage set = _poolNodes[poolId];
+        for (uint256 i = set.length(); i > 0; i--) {
+            address node = set.at(i - 1);
+            if (_providerOf(node) == provider) _eject(p, node);
+        }
+        emit PoolProviderBlacklisted(poolId, provider);
+    }
+
+    // ---- work ----
+
+    function submitWork(uint256 poolId, address node, bytes32 workKey, uint256 units) external {
+        Pool storage p = _pool(poolId);
+        if (p.status != PoolStatus.ACTIVE) revert PoolNotActive(poolId);
+        address provider = _providerOf(node);
+        if (msg.sender != provider && msg.sender != node) revert NotNodeOperator(node, msg.sender);
+        if (!_poolNodes[poolId].contains(node)) revert NodeNotInPool(poolId, node);
+        if (units == 0) revert ZeroWorkUnits();
+        uint256 idx = _workIndex[poolId][workKey];
+        if (idx != 0) {
+            if (_work[poolId][idx - 1].status == WorkStatus.SUBMITTED) revert WorkAlreadySubmitted(poolId, workKey);
+            revert WorkKeyInvalidated(poolId, workKey);
+        }
+        uint256 reward = units * rewardPerUnit;
+        _work[poolId].push(Work(workKey, provider, node, units, reward, uint64(block.timestamp), WorkStatus.SUBMITTED));
+        _workIndex[poolId][workKey] = _work[poolId].length;
+        _workLock[poolId][workKey] = _locks[node].length;
+        _locks[node].push(Lock(reward, uint64(block.timestamp + rewardLockPeriod)));
+        rewardRecipient[node] = provider;
+        emit WorkSubmitted(poolId, provider, node, workKey, units, block.timestamp);
+    }
+
+    /// @notice Reject work: slash the provider by the penalty (capped at what it has), drop the
+    /// node's still-locked rewards, and eject the node from the pool.
+    function invalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
+        Pool storage p = _pool(poolId);
+        Work storage w = _submittedWork(poolId, workKey);
+        uint256 deadline = uint256(w.timestamp) + invalidationWindow;
+        if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
+        w.status = WorkStatus.INVALIDATED;
+        uint256 slashed = registry.slashableBalance(w.provider);
+        if (slashed > slashPenalty) slashed = slashPenalty;
+        if (slashed > 0) registry.slash(w.provider, slashed);
+        uint256 dropped = _dropLockedRewards(w.node);
+        if (_poolNodes[poolId].contains(w.node)) _eject(p, w.node);
+        emit WorkInvalidated(poolId, w.provider, w.node, workKey, slashed, dropped);
+    }
+
+    /// @notice Reject work without penalty: the entry is marked and its still-locked reward dropped.
+    function softInvalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
+        _pool(poolId);
+        Work storage w = _submittedWork(poolId, workKey);
+        uint256 deadline = uint256(w.timestamp) + invalidationWindow;
+        if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
+        w.status = WorkStatus.SOFT_INVALIDATED;
+        Lock storage l = _locks[w.node][_workLock[poolId][workKey]];
+        uint256 dropped;
+        if (l.unlockAt > block.timestamp) {
+            dropped = l.amount;
+            l.amount = 0;
+        }
+        emit WorkSoftInvalidated(poolId, w.provider, w.node, workKey, dropped);
+    }
+
+    // ---- rewards ----
+
+    /// @notice Pay the node's matured rewards to its provider; callable by the provider or the node.
+    function claimRewards(address node) external returns (uint256 amount) {
+        address provider = rewardRecipient[node];
+        if (msg.sender != provider && msg.sender != node) revert NotNodeOperator(node, msg.sender);
+        _mature(node);
+        amount = _matured[node];
+        if (amount == 0) revert NothingToClaim(node);
+        _matured[node] = 0;
+        token.mint(provider, amount);
+        emit RewardsClaimed(node, provider, amount);
+    }
+
+    function pendingRewards(address node) external view returns (uint256 total) {
+        Lock[] storage list = _locks[node];
+        for (uint256 i = _lockHead[node]; i < list.length; i++) {
+            if (list[i].unlockAt > block.timestamp) total += list[i].amount;
+        }
+    }
+
+    function claimableRewards(address node) external view returns (uint256 total) {
+        total = _matured[node];
+        Lock[] storage list = _locks[node];
+        for (uint256 i = _lockHead[node]; i < list.length && list[i].unlockAt <= block.timestamp; i++) {
+            total += list[i].amount;
+        }
+    }
+
+    // ---- admin ----
+
+    function setParameters(uint256 rewardPerUnit_, uint256 lockPeriod, uint256 window, uint256 penalty)
+        external
+        onlyRole(DEFAULT_ADMIN_ROLE)
+    {
+        rewardPerUnit = rewardPerUnit_;
+        rewardLockPeriod = lockPeriod;
+        invalidationWindow = window;
+        slashPenalty = penalty;
+        emit ParametersUpdated(rewardPerUnit_, lockPeriod, window, penalty);
+    }
+
+    function setWhitelistRequired(bool required) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        whitelistRequired = required;
+        emit WhitelistRequiredUpdated(required);
+    }
+
+    // ---- views ----
+
+    function getPool(uint256 poolId) external view returns (Pool memory) {
+        return _pool(poolId);
+    }
+
+    function getPoolNodes(uint256 poolId) external view returns (address[] memory) {
+        _pool(poolId);
+        return _poolNodes[poolId].values();
+    }
+
+    function isNodeInPool(uint256 poolId, address node) external view returns (bool) {
+        return _poolNodes[poolId].contains(node);
+    }
+
+    function getWork(uint256 poolId, bytes32 workKey) external view returns (Work memory) {
+        uint256 idx = _workIndex[poolId][workKey];
+        if (idx == 0) revert WorkNotFound(poolId, workKey);
+        return _work[poolId][idx - 1];
+    }
+
+    function workCount(uint256 poolId) external view returns (uint256) {
+        return _work[poolId].length;
+    }
+
+    /// @notice First index whose timestamp is >= `since` (timestamps are non-decreasing by index).
+    function workIndexSince(uint256 poolId, uint256 since) public view returns (uint256 lo) {
+        Work[] storage list = _work[poolId];
+        uint256 hi = list.length;
+        while (lo < hi) {
+            uint256 mid = (lo + hi) / 2;
+            if (list[mid].timestamp < since) lo = mid + 1;
+            else hi = mid;
+        }
+    }
+
+    /// @notice Page through work submitted at or after `since`, in submission order.
+    /// Scans at most `limit` entries from max(cursor, first index since); returns the entries
+    /// still SUBMITTED and the cursor to pass next (== workCount when done).
+    function getWorkSince(uint256 poolId, uint256 since, uint256 cursor, uint256 limit)
+        external
+        view
+        returns (Work[] memory items, uint256 next)
+    {
+        Work[] storage list = _work[poolId];
+        uint256 start = workIndexSince(poolId, since);
+        if (cursor > start) start = cursor;
+        uint256 end = start + limit;
+        if (end > list.length) end = list.length;
+        if (start > end) start = end;
+        uint256 count;
+        for (uint256 i = start; i < end; i++) {
+            if (list[i].status == WorkStatus.SUBMITTED) count++;
+        }
+        items = new Work[](count);
+        uint256 j;
+        for (uint256 i = start; i < end; i++) {
+            if (list[i].status == WorkStatus.SUBMITTED) items[j++] = list[i];
+        }
+        next = end;
+    }
+
+    // ---- internal ----
+
+    function _pool(uint256 poolId) private view returns (Pool storage p) {
+        p = _pools[poolId];
+        if (p.id == 0) revert PoolNotFound(poolId);
+    }
+
+    function _creatorPool(uint256 poolId) private view returns (Pool storage p) {
+        p = _pool(poolId);
+        if (msg.sender != p.creator) revert NotPoolCreator(poolId, msg.sender);
+    }
+
+    function _managerPool(uint256 poolId) private view returns (Pool storage p) {
+        p = _pool(poolId);
+        if (msg.sender != p.manager && msg.sender != p.creator) revert NotPoolManager(poolId, msg.sender);
+    }
+
+    function _submittedWork(uint256 poolId, bytes32 workKey) private view returns (Work storage w) {
+        uint256 idx = _workIndex[poolId][workKey];
+        if (idx == 0) revert WorkNotFound(poolId, workKey);
+        w = _work[poolId][idx - 1];
+        if (w.status != WorkStatus.SUBMITTED) revert WorkAlreadyInvalidated(poolId, workKey);
+    }
+
+    function _providerOf(address node) private view returns (address) {
+        return registry.getNode(node).provider;
+    }
+
+    function _removeFromPool(Pool storage p, address node) private {
+        _poolNodes[p.id].remove(node);
+        p.totalComputeUnits -= registry.getNode(node).computeUnits;
+        registry.setNodePool(node, 0);
+    }
+
+    function _eject(Pool storage p, address node) private {
+        address provider = _providerOf(node);
+        _removeFromPool(p, node);
+        emit NodeEjected(p.id, provider, node, msg.sender);
+    }
+
+    /// @dev Move locks whose time has come into the claimable balance.
+    function _mature(address node) private {
+        Lock[] storage list = _locks[node];
+        uint256 i = _lockHead[node];
+        uint256 sum;
+        while (i < list.length && list[i].unlockAt <= block.timestamp) {
+            sum += list[i].amount;
+            i++;
+        }
+        _lockHead[node] = i;
+        _matured[node] += sum;
+    }
+
+    function _dropLockedRewards(address node) private returns (uint256 dropped) {
+        _mature(node);
+        Lock[] storage list = _locks[node];
+        for (uint256 i = _lockHead[node]; i < list.length; i++) {
+            dropped += list[i].amount;
+            list[i].amount = 0;
+        }
+    }
+}

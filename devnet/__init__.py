@@ -1,0 +1,1 @@
+"""`intellect devnet`: the whole network on one machine, on embedded defaults."""

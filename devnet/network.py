@@ -1,0 +1,134 @@
+"""Bring the local network up and down: anvil, contracts, demo accounts, a domain and a started pool.
+
+Later stages (discovery, orchestrator, workers, validator, trainer) are appended to `SERVICES`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from devnet.state import DevAccount, DevnetState, ManagedProcess
+from intellect.identity import Wallet
+from ledger.anvil import Anvil
+from ledger.client import LedgerClient
+from ledger.deploy import DeployParams, deploy_all
+from ledger.models import ONE_TOKEN
+
+# Roles of anvil's funded dev accounts, in mnemonic order.
+ROLES = ("deployer", "pool-manager", "validator", "trainer", "provider-1", "provider-2", "provider-3")
+DEMO_TOKENS = 100_000
+DEMO_POOL_REQUIREMENTS = {"gpu_count_min": 0, "ram_mb_min": 1024, "disk_free_mb_min": 1024}
+
+Progress = Callable[[str], None]
+
+
+class DevnetError(Exception):
+    pass
+
+
+def _record(name: str, pid: int, cmd: list[str], log: Path | None, url: str | None) -> ManagedProcess:
+    return ManagedProcess(
+        name=name, pid=pid, create_time=psutil.Process(pid).create_time(), cmd=cmd,
+        log=str(log) if log else None, url=url,
+    )
+
+
+def up(directory: Path, port: int | None = None, progress: Progress = print) -> DevnetState:
+    """Start (or resume) the devnet in `directory`; idempotent while it is running."""
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    state = DevnetState.load(directory)
+    if state is not None:
+        chain = state.process("anvil")
+        if chain and chain.alive():
+            progress("devnet already running")
+            return state
+        return _resume(directory, state, progress)
+
+    progress("starting anvil")
+    chain = Anvil.start(port, state_path=directory / "anvil-state.json", log_path=directory / "anvil.log")
+    try:
+        keys = chain.dev_keys
+        wallets = {role: Wallet.from_key(keys[i]) for i, role in enumerate(ROLES)}
+        progress("deploying contracts")
+        deployment = deploy_all(
+            chain.rpc_url, wallets["deployer"], DeployParams(validators=[wallets["validator"].address])
+        )
+        deployment_path = deployment.save(directory / "deployment.json")
+        admin = LedgerClient(chain.rpc_url, deployment, wallets["deployer"])
+        progress("funding demo accounts")
+        for role in ROLES[1:]:
+            admin.mint(wallets[role].address, DEMO_TOKENS * ONE_TOKEN)
+        progress("creating the demo domain and pool")
+        domain_id = admin.create_domain("demo-rl", "data:application/json,{\"task\":\"synthetic\"}")
+        manager = admin.with_wallet(wallets["pool-manager"])
+        pool_id = manager.create_pool(
+            domain_id, wallets["pool-manager"].address, "demo-pool",
+            "data:application/json," + json.dumps(DEMO_POOL_REQUIREMENTS, separators=(",", ":")),
+            compute_limit=0,
+        )
+        manager.start_pool(pool_id)
+    except Exception:
+        chain.stop()
+        raise
+    state = DevnetState(
+        directory=str(directory),
+        rpc_url=chain.rpc_url,
+        chain_id=deployment.chain_id,
+        deployment_path=str(deployment_path),
+        domain_id=domain_id,
+        pool_id=pool_id,
+        accounts=[
+            DevAccount(role=role, address=w.address, private_key=w.private_key_hex())
+            for role, w in wallets.items()
+        ],
+        processes=[_record("anvil", chain.pid, [str(a) for a in chain.process.args],
+                           directory / "anvil.log", chain.rpc_url)],
+    )
+    state.save()
+    return state
+
+
+def _resume(directory: Path, state: DevnetState, progress: Progress) -> DevnetState:
+    """Restart anvil from its dumped state (same port), keeping every on-chain record."""
+    port = int(state.rpc_url.rsplit(":", 1)[1])
+    progress("resuming anvil from its saved chain state")
+    chain = Anvil.start(port, state_path=directory / "anvil-state.json", log_path=directory / "anvil.log")
+    client = LedgerClient(chain.rpc_url, Path(state.deployment_path), check=False)
+    try:
+        client.check()
+    except Exception as exc:
+        chain.stop()
+        raise DevnetError(
+            f"the saved chain in {directory} no longer holds the deployment ({exc}); "
+            f"run `intellect devnet down --purge` and start again"
+        ) from None
+    state.processes = [p for p in state.processes if p.name != "anvil"]
+    state.processes.insert(0, _record("anvil", chain.pid, [str(a) for a in chain.process.args],
+                                      directory / "anvil.log", chain.rpc_url))
+    state.save()
+    return state
+
+
+def down(directory: Path, purge: bool = False, progress: Progress = print) -> list[str]:
+    """Stop every recorded process (newest first) by pid; `purge` also deletes the chain state."""
+    import shutil
+
+    directory = directory.resolve()
+    state = DevnetState.load(directory)
+    stopped: list[str] = []
+    if state is not None:
+        for proc in reversed(state.processes):
+            if proc.stop():
+                progress(f"stopped {proc.name} (pid {proc.pid})")
+                stopped.append(proc.name)
+        state.processes = []
+        state.save()
+    if purge and directory.exists():
+        shutil.rmtree(directory)
+        progress(f"removed {directory}")
+    return stopped

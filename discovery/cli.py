@@ -1,0 +1,82 @@
+"""`intellect-discovery`: run the discovery service, print its admin token."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from discovery.settings import DiscoverySettings
+
+app = typer.Typer(help="Intellect discovery service: signed node metadata, checked on chain.",
+                  no_args_is_help=True)
+console = Console()
+
+
+def _settings(**overrides: object) -> DiscoverySettings:
+    try:
+        return DiscoverySettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValueError as exc:
+        console.print(f"[red]invalid setting:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def serve(
+    host: str = typer.Option(None, help="bind address (INTELLECT_DISCOVERY_HOST)"),
+    port: int = typer.Option(None, help="port (INTELLECT_DISCOVERY_PORT, default 8089)"),
+    redis_url: str = typer.Option(None, help="Redis URL; default: start the embedded redis-server"),
+    rpc_url: str = typer.Option(None, help="EVM JSON-RPC URL"),
+    deployment: Path = typer.Option(None, help="deployment JSON written by `intellect-pool deploy`"),
+    state_dir: Path = typer.Option(None, help="where the admin token and embedded Redis data live"),
+    pool_id: int = typer.Option(None, help="check uploads against this pool's hardware requirements"),
+    max_nodes_per_ip: int = typer.Option(None, help="nodes allowed behind one IP"),
+    require_whitelisted_provider: bool = typer.Option(None, "--require-whitelist/--no-require-whitelist",
+                                                      help="refuse nodes of non-whitelisted providers"),
+    sync_interval: float = typer.Option(None, help="seconds between on-chain refreshes"),
+    log_level: str = typer.Option("info", help="debug, info, warning"),
+) -> None:
+    """Serve the discovery API (PUT /nodes, GET /pools/{id}/nodes, GET /nodes, GET /nodes/{address})."""
+    import uvicorn
+
+    from discovery.app import create_app
+
+    settings = _settings(host=host, port=port, redis_url=redis_url, rpc_url=rpc_url, deployment=deployment,
+                         state_dir=state_dir, pool_id=pool_id, max_nodes_per_ip=max_nodes_per_ip,
+                         require_whitelisted_provider=require_whitelisted_provider,
+                         sync_interval_seconds=sync_interval)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    console.print(f"discovery on http://{settings.host}:{settings.port} "
+                  f"(admin token in {settings.admin_token_file})")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+
+
+@app.command("admin-token")
+def admin_token(
+    state_dir: Path = typer.Option(None, help="the service's state directory"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Print the admin bearer token (created on first start if missing)."""
+    from intellect.auth import load_or_create_admin_token
+
+    settings = _settings(state_dir=state_dir)
+    token = load_or_create_admin_token(settings.admin_token_file)
+    typer.echo(json.dumps({"token": token, "file": str(settings.admin_token_file)}) if as_json else token)
+
+
+@app.command("show-config")
+def show_config(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """The effective settings (flags > INTELLECT_DISCOVERY_* env > .env > defaults)."""
+    from rich.table import Table
+
+    data = _settings().model_dump(mode="json")
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    table = Table("setting", "value")
+    for key, value in data.items():
+        table.add_row(key, str(value))
+    console.print(table)

@@ -1,0 +1,44 @@
+"""Orchestrator admin API replies (node listing, logs, restart, ban): what operators' tools read."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from intellect.wire.base import WireModel
+from intellect.wire.heartbeat import TaskStatus
+from intellect.wire.nodes import NodeState
+
+
+class NodeRecord(WireModel):
+    address: str
+    state: NodeState
+    provider: str | None = None
+    worker_url: str | None = None
+    in_pool: bool = False
+    misses: int = 0
+    invite_attempts: int = 0
+    reason: str | None = Field(default=None, description="why the node is in its state, e.g. an invite error")
+    last_heartbeat_at: datetime | None = None
+    state_changed_at: datetime | None = None
+    task: TaskStatus | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    worker_version: str | None = None
+
+
+class NodeList(WireModel):
+    counts: dict[str, int]
+    nodes: list[NodeRecord]
+
+
+class NodeLogs(WireModel):
+    node_address: str
+    lines: list[str]
+
+
+class NodeActionResult(WireModel):
+    node_address: str
+    ok: bool
+    detail: str | None = None
+    tx_hash: str | None = None

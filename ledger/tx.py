@@ -1,0 +1,159 @@
+"""Sending transactions: per-sender nonces safe across threads, receipt wait with timeout, retries
+with a fee bump on underpriced / nonce races, and reverts decoded to the named custom error."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from web3 import Web3
+from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+
+from intellect.identity import Wallet
+from ledger.artifacts import decode_error
+from ledger.errors import ContractRevert, LedgerError, LedgerTimeout
+
+T = TypeVar("T")
+
+# Messages of RPC errors worth retrying with a fresh nonce and higher fees (geth, anvil, reth, erigon).
+_RETRYABLE = (
+    "nonce too low",
+    "underpriced",
+    "already known",
+    "replacement",
+    "less than block base fee",
+    "nonce has already been used",
+)
+BUMP = 1.25  # fee multiplier per retry (>= 10 % is what nodes require to replace a pending tx)
+
+
+class _Retry(Exception):
+    pass
+
+
+class NonceManager:
+    """One lock per (chain, sender) for the whole process.
+
+    The nonce is read as the sender's *pending* count while the lock is held, and the lock is only
+    released once the node accepted the transaction, so concurrent threads never reuse a nonce and a
+    chain reset (anvil snapshot revert) never leaves a gap.
+    """
+
+    _guard = threading.Lock()
+    _locks: dict[tuple[str, str], threading.Lock] = {}
+
+    @classmethod
+    def lock_for(cls, chain_key: str, address: str) -> threading.Lock:
+        key = (chain_key, address.lower())
+        with cls._guard:
+            return cls._locks.setdefault(key, threading.Lock())
+
+
+def revert_from(exc: ContractLogicError) -> ContractRevert:
+    decoded = decode_error(exc.data if isinstance(exc.data, str | bytes) else None)
+    if decoded is not None:
+        return ContractRevert(decoded[0], decoded[1], raw=str(exc.data))
+    message = str(exc.message or exc) if hasattr(exc, "message") else str(exc)
+    return ContractRevert("Unknown", {"message": message}, raw=str(exc.data))
+
+
+def call_view(fn: Callable[[], T]) -> T:
+    """Run an eth_call, turning a revert into ContractRevert."""
+    try:
+        return fn()
+    except ContractLogicError as exc:
+        raise revert_from(exc) from None
+
+
+class TxSender:
+    def __init__(self, w3: Web3, wallet: Wallet, chain_key: str, timeout: float = 60.0, attempts: int = 6):
+        self.w3 = w3
+        self.wallet = wallet
+        self.timeout = timeout
+        self.attempts = attempts
+        self._lock = NonceManager.lock_for(chain_key, wallet.address)
+
+    def _fees(self, attempt: int) -> dict[str, int]:
+        base = self.w3.eth.get_block("latest").get("baseFeePerGas") or 0
+        try:
+            tip = int(self.w3.eth.max_priority_fee)
+        except Exception:
+            tip = 10**9
+        tip = max(tip, 1)
+        factor = BUMP**attempt
+        return {"maxPriorityFeePerGas": int(tip * factor), "maxFeePerGas": int((2 * base + tip) * factor)}
+
+    def estimate(self, to: str, data: str, value: int = 0) -> int:
+        tx = {"from": self.wallet.address, "to": to, "data": data, "value": value}
+        try:
+            return int(self.w3.eth.estimate_gas(tx))
+        except ContractLogicError as exc:
+            raise revert_from(exc) from None
+
+    def send(self, to: str | None, data: str, value: int = 0, gas: int | None = None) -> dict[str, Any]:
+        """Send and wait for the receipt; raises ContractRevert if it reverts (before or after mining)."""
+        if gas is None:
+            if to is None:
+                gas = int(
+                    self.w3.eth.estimate_gas({"from": self.wallet.address, "data": data, "value": value})
+                )
+            else:
+                gas = self.estimate(to, data, value)
+            gas = int(gas * 1.2) + 10_000
+        state = {"attempt": 0}
+
+        def once() -> bytes:
+            tx: dict[str, Any] = {
+                "from": self.wallet.address,
+                "data": data,
+                "value": value,
+                "gas": gas,
+                "chainId": self.w3.eth.chain_id,
+                "type": 2,
+                **self._fees(state["attempt"]),
+            }
+            if to is not None:
+                tx["to"] = to
+            state["attempt"] += 1
+            with self._lock:
+                tx["nonce"] = self.w3.eth.get_transaction_count(self.wallet.address, "pending")
+                signed = self.wallet.account.sign_transaction(tx)
+                try:
+                    return bytes(self.w3.eth.send_raw_transaction(signed.raw_transaction))
+                except Web3RPCError as exc:
+                    if any(s in str(exc).lower() for s in _RETRYABLE):
+                        raise _Retry(str(exc)) from exc
+                    raise LedgerError(f"transaction rejected: {exc}") from None
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_Retry),
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=0.05, max=2),
+            reraise=True,
+        )
+        try:
+            tx_hash = retrying(once)
+        except _Retry as exc:
+            raise LedgerError(f"transaction not accepted after {self.attempts} attempts: {exc}") from None
+        try:
+            receipt = self.w3.eth.wait_for_transaction_receipt(
+                tx_hash, timeout=self.timeout, poll_latency=0.05
+            )
+        except TimeExhausted:
+            raise LedgerTimeout(f"no receipt for 0x{tx_hash.hex()} within {self.timeout:.0f}s") from None
+        if receipt["status"] != 1:
+            raise self._explain_failure(to, data, value, receipt)
+        return dict(receipt)
+
+    def _explain_failure(self, to: str | None, data: str, value: int, receipt: Any) -> ContractRevert:
+        """Replay a mined-but-reverted transaction as a call to recover its custom error."""
+        tx = {"from": self.wallet.address, "to": to, "data": data, "value": value}
+        try:
+            self.w3.eth.call(tx, block_identifier=max(receipt["blockNumber"] - 1, 0))
+        except ContractLogicError as exc:
+            return revert_from(exc)
+        except Exception:
+            pass
+        return ContractRevert("Unknown", {"tx_hash": "0x" + bytes(receipt["transactionHash"]).hex()})

@@ -1,0 +1,1 @@
+"""Orchestrator: node lifecycle (invites, heartbeats, liveness), task API and scheduling."""

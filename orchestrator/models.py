@@ -1,0 +1,80 @@
+"""SQL tables: what must survive a restart (nodes, tasks, assignments, audit log)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    """Naive UTC (SQLite keeps no time zone; every timestamp in these tables is UTC)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    provider: Mapped[str | None] = mapped_column(String(42))
+    ip_address: Mapped[str | None] = mapped_column(String(255))
+    port: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    misses: Mapped[int] = mapped_column(Integer, default=0)
+    in_pool: Mapped[bool] = mapped_column(Boolean, default=False)
+    invite_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    invited_at: Mapped[datetime | None] = mapped_column(DateTime)
+    next_invite_at: Mapped[datetime | None] = mapped_column(DateTime)
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+    state_changed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    discovery_updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+    reason: Mapped[str | None] = mapped_column(Text)
+    node_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    @property
+    def worker_url(self) -> str | None:
+        return f"http://{self.ip_address}:{self.port}" if self.ip_address and self.port else None
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class AssignmentRow(Base):
+    """A node's reported progress on a task; written when the reported state changes, not per heartbeat."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (UniqueConstraint("task_id", "node_address"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    node_address: Mapped[str] = mapped_column(String(42), index=True)
+    state: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)
+    assigned_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class AuditRow(Base):
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str | None] = mapped_column(String(128))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -1,0 +1,164 @@
+"""The worker API on a real chain: only the pool's manager invites, validators read logs, no replays."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from worker_devnet import Devnet
+
+from intellect.identity import Wallet
+from intellect.signing import SignedAuth, sign_request
+from intellect.wire.invites import InviteRequest
+from ledger.invites import sign_invite
+from worker.api import ApiContext, create_app
+from worker.chain import ChainAuthorizer, WorkerChain
+from worker.daemon import WorkerDaemon
+from worker.hardware import detect
+from worker.keys import WorkerKeys
+from worker.runtime_stub import RecordingRuntime
+from worker.settings import WorkerSettings
+from worker.state import StateStore
+
+
+@pytest.fixture
+def worker(devnet: Devnet, tmp_path: Path, server_thread):
+    keys = WorkerKeys(provider=devnet.fresh_provider(), node=Wallet.create())
+    settings = WorkerSettings(
+        rpc_url=devnet.rpc_url, deployment=devnet.deployment_path, pool_id=devnet.pool_id, state_dir=tmp_path
+    )
+    chain = WorkerChain(settings.rpc_url, settings.resolved_deployment(), keys)
+    chain.ensure_registered(1, None, lambda plan: True)
+    runtime = RecordingRuntime()
+    daemon = WorkerDaemon(
+        settings,
+        keys,
+        chain,
+        runtime,
+        detect(tmp_path / "data"),
+        StateStore(settings.state_file),
+        ChainAuthorizer(chain, devnet.pool_id),
+    )
+    ctx = ApiContext(
+        node_address=keys.node.address,
+        pool_id=devnet.pool_id,
+        authorizer=daemon.authorizer,
+        runtime=runtime,
+        on_invite=daemon.handle_invite,
+        health=daemon.health,
+    )
+    with server_thread(create_app(ctx)) as server:
+        yield server, daemon, keys, chain
+
+
+def invite_body(devnet: Devnet, node: str, signer: Wallet | None = None, **over: object) -> bytes:
+    nonce = secrets.randbits(256)
+    expiration = int(time.time()) + 600
+    invite = sign_invite(signer or devnet.manager, devnet.domain_id, devnet.pool_id, node, nonce, expiration)
+    req = InviteRequest(
+        domain_id=devnet.domain_id,
+        pool_id=devnet.pool_id,
+        node_address=node,
+        nonce=f"0x{nonce:064x}",
+        expiration=expiration,
+        signature=invite.signature,
+        orchestrator_url="http://127.0.0.1:9/",
+    )
+    return req.model_copy(update=over).model_dump_json().encode()
+
+
+def post_invite(url: str, body: bytes, wallet: Wallet | None) -> httpx.Response:
+    auth = SignedAuth(wallet) if wallet else None
+    return httpx.post(
+        f"{url}/invite", content=body, auth=auth, timeout=30, headers={"Content-Type": "application/json"}
+    )
+
+
+def test_health_is_public(worker) -> None:
+    server, _, keys, _ = worker
+    body = httpx.get(f"{server.url}/health").json()
+    assert body["node_address"] == keys.node.address and body["pool_joined"] is False
+
+
+def test_unsigned_and_stranger_invites_are_refused(worker, devnet: Devnet) -> None:
+    server, _, keys, chain = worker
+    body = invite_body(devnet, keys.node.address)
+    assert post_invite(server.url, body, None).status_code == 401
+    stranger = Wallet.create()
+    refused = post_invite(server.url, invite_body(devnet, keys.node.address, signer=stranger), stranger)
+    assert refused.status_code == 403 and "neither" in refused.json()["detail"]
+    by_validator = post_invite(server.url, body, devnet.validator)
+    assert by_validator.status_code == 403 and "only pool" in by_validator.json()["detail"]
+    assert not chain.in_pool(devnet.pool_id)
+
+
+def test_invite_for_another_node_or_pool_or_expired(worker, devnet: Devnet) -> None:
+    server, _, keys, _ = worker
+    other = Wallet.create().address
+    r = post_invite(server.url, invite_body(devnet, other), devnet.manager)
+    assert r.status_code == 400 and "this node is" in r.json()["detail"]
+    r = post_invite(
+        server.url, invite_body(devnet, keys.node.address, pool_id=devnet.pool_id + 5), devnet.manager
+    )
+    assert r.status_code == 400 and "serves pool" in r.json()["detail"]
+    r = post_invite(
+        server.url, invite_body(devnet, keys.node.address, expiration=int(time.time()) - 1), devnet.manager
+    )
+    assert r.status_code == 400 and "expired" in r.json()["detail"]
+
+
+def test_invite_with_a_forged_signature_reverts_on_chain(worker, devnet: Devnet) -> None:
+    server, _, keys, chain = worker
+    forged = invite_body(devnet, keys.node.address, signer=Wallet.create())
+    r = post_invite(server.url, forged, devnet.manager)
+    assert r.status_code == 409 and "InvalidInviteSignature" in r.json()["detail"]
+    assert not chain.in_pool(devnet.pool_id)
+
+
+def test_manager_invite_joins_the_pool_and_is_persisted(worker, devnet: Devnet) -> None:
+    server, daemon, keys, chain = worker
+    r = post_invite(server.url, invite_body(devnet, keys.node.address), devnet.manager)
+    assert r.status_code == 200, r.text
+    assert r.json()["accepted"] and r.json()["tx_hash"].startswith("0x")
+    assert chain.in_pool(devnet.pool_id)
+    state = daemon.store.load()
+    assert state.pool_joined and state.orchestrator_url == "http://127.0.0.1:9/" and state.join_tx
+    # A second invite (e.g. from a restarted orchestrator) re-attaches without a transaction.
+    again = post_invite(
+        server.url, invite_body(devnet, keys.node.address, orchestrator_url="http://o2"), devnet.manager
+    )
+    assert again.status_code == 200 and again.json()["tx_hash"] is None
+    assert daemon.store.load().orchestrator_url == "http://o2"
+    assert httpx.get(f"{server.url}/health").json()["pool_joined"] is True
+
+
+def test_logs_and_restart_for_validator_and_manager_only(worker, devnet: Devnet) -> None:
+    server, daemon, _, _ = worker
+    runtime: RecordingRuntime = daemon.runtime  # type: ignore[assignment]
+    runtime.restart()
+    r = httpx.get(f"{server.url}/logs?tail=5", auth=SignedAuth(devnet.validator))
+    assert r.status_code == 200 and any("restart" in line for line in r.json()["lines"])
+    assert httpx.post(f"{server.url}/restart", auth=SignedAuth(devnet.manager)).json() == {
+        "restarted": True,
+        "detail": None,
+    }
+    assert runtime.restarts == 2
+    assert httpx.get(f"{server.url}/logs", auth=SignedAuth(Wallet.create())).status_code == 403
+    assert httpx.get(f"{server.url}/logs?tail=-1", auth=SignedAuth(devnet.manager)).status_code == 422
+
+
+def test_replayed_request_is_refused(worker, devnet: Devnet) -> None:
+    server, _, _, _ = worker
+    headers = sign_request(devnet.validator, "GET", "/logs?tail=3")
+    assert httpx.get(f"{server.url}/logs?tail=3", headers=headers).status_code == 200
+    replay = httpx.get(f"{server.url}/logs?tail=3", headers=headers)
+    assert replay.status_code == 401 and "replayed" in replay.json()["detail"]
+    # The signature covers the query: the same headers on another query are refused too.
+    other = sign_request(devnet.validator, "GET", "/logs?tail=3")
+    assert httpx.get(f"{server.url}/logs?tail=4", headers=other).status_code == 401
+    stale = sign_request(devnet.validator, "GET", "/logs", timestamp=int(time.time()) - 3600)
+    skewed = httpx.get(f"{server.url}/logs", headers=stale)
+    assert skewed.status_code == 401 and "clock" in skewed.json()["detail"]

@@ -1,0 +1,115 @@
+"""The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `GET /health`.
+
+Every route but `/health` takes only requests signed (intellect.signing) by the pool's manager key
+or, for logs and restart, by an address with the validator role; both read on chain. Invites must
+come from the manager: the contract would refuse anything else anyway, and refusing early keeps
+strangers from making the worker spend gas.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from eth_utils import to_checksum_address
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from intellect.auth import MemoryNonceStore, RequestVerifier
+from intellect.wire.invites import InviteRequest, InviteResponse
+from worker import __version__
+
+Role = Literal["manager", "validator"]
+
+
+class Authorizer(Protocol):
+    def role_of(self, address: str) -> Role | None:
+        """The caller's role for this worker's pool, or None for a stranger."""
+
+
+class InviteRejected(Exception):
+    def __init__(self, reason: str, status: int = 409) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class LogsResponse(BaseModel):
+    node_address: str
+    lines: list[str]
+
+
+class RestartResponse(BaseModel):
+    restarted: bool
+    detail: str | None = None
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+    node_address: str
+    pool_id: int
+    pool_joined: bool
+    heartbeating: bool
+    version: str = __version__
+
+
+@dataclass
+class ApiContext:
+    node_address: str
+    pool_id: int
+    authorizer: Authorizer
+    runtime: object  # anything with logs(tail) -> list[str] and restart()
+    on_invite: Callable[[InviteRequest], InviteResponse]
+    health: Callable[[], tuple[bool, bool]]  # (pool_joined, heartbeating)
+    max_skew_seconds: int = 60
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    verifier = RequestVerifier(MemoryNonceStore(), max_skew_seconds=ctx.max_skew_seconds)
+    app = FastAPI(title="Intellect worker", version=__version__)
+
+    async def caller_role(caller: str = Depends(verifier.dependency)) -> tuple[str, Role]:
+        role = await run_in_threadpool(ctx.authorizer.role_of, caller)
+        if role is None:
+            raise HTTPException(403, f"{caller} is neither pool {ctx.pool_id}'s manager nor a validator")
+        return caller, role
+
+    @app.get("/health", response_model=HealthResponse)
+    def health() -> HealthResponse:
+        joined, beating = ctx.health()
+        return HealthResponse(node_address=ctx.node_address, pool_id=ctx.pool_id,
+                              pool_joined=joined, heartbeating=beating)
+
+    @app.post("/invite", response_model=InviteResponse)
+    async def invite(body: InviteRequest, who: tuple[str, Role] = Depends(caller_role)) -> InviteResponse:
+        caller, role = who
+        if role != "manager":
+            raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is a {role}")
+        if body.pool_id != ctx.pool_id:
+            raise HTTPException(400, f"invite is for pool {body.pool_id}; this worker serves pool "
+                                     f"{ctx.pool_id}")
+        if to_checksum_address(body.node_address) != ctx.node_address:
+            raise HTTPException(400, f"invite is for node {body.node_address}; this node is "
+                                     f"{ctx.node_address}")
+        if body.expiration <= int(time.time()):
+            raise HTTPException(400, "invite already expired")
+        try:
+            return await run_in_threadpool(ctx.on_invite, body)
+        except InviteRejected as exc:
+            raise HTTPException(exc.status, exc.reason) from None
+
+    @app.get("/logs", response_model=LogsResponse)
+    async def logs(tail: int = Query(100, ge=0, le=10_000), _: tuple[str, Role] = Depends(caller_role)
+                   ) -> LogsResponse:
+        lines = await run_in_threadpool(ctx.runtime.logs, tail)  # type: ignore[attr-defined]
+        return LogsResponse(node_address=ctx.node_address, lines=list(lines))
+
+    @app.post("/restart", response_model=RestartResponse)
+    async def restart(_: tuple[str, Role] = Depends(caller_role)) -> RestartResponse:
+        await run_in_threadpool(ctx.runtime.restart)  # type: ignore[attr-defined]
+        return RestartResponse(restarted=True)
+
+    return app

@@ -1,0 +1,353 @@
+"""The task bridge: a unix socket through which a running task talks to its worker.
+
+One socket per worker (file mode 0600 in a 0700 directory that holds nothing else; that directory
+is mounted into containers at /run/intellect). Newline-delimited JSON, validated with
+`intellect.wire.bridge`; every line gets one `BridgeReply` line back:
+- `metrics`: latest value per label per task, read by the worker for its next heartbeat;
+- `file_ready`: a finished file in the task's data dir, checked (inside the dir, exists, sha256
+  matches) and queued durably in SQLite in the worker's state dir, so a worker restart never loses
+  an announced file. The uploader takes them from `pending_files()` and calls `mark_uploaded`.
+A malformed or refused message gets `{"ok": false, "error": ...}` and a log line; it never
+stops the server. The server runs an asyncio loop in a background thread (`start()` / `stop()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ValidationError
+
+from intellect.wire.bridge import BridgeReply, FileReadyMessage, MetricsMessage, bridge_message
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 64 * 1024
+MAX_LABELS_PER_TASK = 256
+MAX_LABEL_LENGTH = 128
+# AF_UNIX paths are limited to 108 bytes (including the terminating NUL) on Linux.
+MAX_SOCKET_PATH = 107
+
+
+class BridgeRejected(ValueError):
+    """A message the worker refuses; the text goes back to the task."""
+
+
+class PendingFile(BaseModel):
+    """A file a task announced, as queued for the uploader."""
+
+    id: int
+    task_id: str
+    path: Path
+    relative_path: str
+    sha256: str
+    work_units: int
+    size_bytes: int
+    announced_at: datetime
+    uploaded_at: datetime | None = None
+    upload_ref: str | None = None
+    submitted_at: datetime | None = None
+    tx_hash: str | None = None
+
+
+class FileQueue:
+    """Durable queue of announced files (SQLite, one connection per call: safe across threads)."""
+
+    COLUMNS = ("id, task_id, path, relative_path, sha256, work_units, size_bytes, announced_at, "
+               "uploaded_at, upload_ref, submitted_at, tx_hash")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS files ("
+                " id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, path TEXT NOT NULL,"
+                " relative_path TEXT NOT NULL,"
+                # One work key per file on chain: the same content announced twice is one entry.
+                " sha256 TEXT NOT NULL UNIQUE, work_units INTEGER NOT NULL, size_bytes INTEGER NOT NULL,"
+                " announced_at TEXT NOT NULL, uploaded_at TEXT, upload_ref TEXT, submitted_at TEXT,"
+                " tx_hash TEXT)"
+            )
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30)
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def _rows(self, where: str, *args: object) -> list[PendingFile]:
+        with self._connect() as db:
+            rows = db.execute(f"SELECT {self.COLUMNS} FROM files WHERE {where} ORDER BY id", args).fetchall()
+        names = [c.strip() for c in self.COLUMNS.split(",")]
+        return [PendingFile.model_validate(dict(zip(names, row, strict=True))) for row in rows]
+
+    def add(self, task_id: str, path: Path, relative_path: str, sha256: str, work_units: int,
+            size_bytes: int) -> tuple[PendingFile, bool]:
+        """Queue a file; (entry, False) when the same content was already announced."""
+        now = datetime.now(UTC).isoformat()
+        with self._connect() as db:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO files (task_id, path, relative_path, sha256, work_units, size_bytes,"
+                " announced_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (task_id, str(path), relative_path, sha256, work_units, size_bytes, now))
+            created = cursor.rowcount == 1
+        return self._rows("sha256 = ?", sha256)[0], created
+
+    def get(self, file_id: int) -> PendingFile:
+        rows = self._rows("id = ?", file_id)
+        if not rows:
+            raise KeyError(f"no queued file with id {file_id}")
+        return rows[0]
+
+    def all(self) -> list[PendingFile]:
+        return self._rows("1 = 1")
+
+    def pending_upload(self) -> list[PendingFile]:
+        return self._rows("uploaded_at IS NULL")
+
+    def pending_submission(self) -> list[PendingFile]:
+        return self._rows("uploaded_at IS NOT NULL AND submitted_at IS NULL")
+
+    def mark_uploaded(self, file_id: int, upload_ref: str | None = None) -> PendingFile:
+        with self._connect() as db:
+            db.execute("UPDATE files SET uploaded_at = COALESCE(uploaded_at, ?), upload_ref = ? WHERE id = ?",
+                       (datetime.now(UTC).isoformat(), upload_ref, file_id))
+        return self.get(file_id)
+
+    def mark_submitted(self, file_id: int, tx_hash: str) -> PendingFile:
+        with self._connect() as db:
+            db.execute("UPDATE files SET submitted_at = COALESCE(submitted_at, ?), tx_hash = ? WHERE id = ?",
+                       (datetime.now(UTC).isoformat(), tx_hash, file_id))
+        return self.get(file_id)
+
+
+@dataclass
+class TaskEntry:
+    data_dir: Path
+    container_data_dir: str | None
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(p) for p in item["loc"]) or "message"
+        parts.append(f"{where}: {item['msg']}")
+    return "invalid message: " + "; ".join(parts)
+
+
+class TaskBridge:
+    def __init__(self, socket_path: Path, state_dir: Path) -> None:
+        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
+            raise ValueError(f"bridge socket path {socket_path} is longer than {MAX_SOCKET_PATH} bytes "
+                             "(a unix socket limit): choose a shorter worker state directory")
+        self.socket_path = socket_path
+        self.queue = FileQueue(state_dir / "files.sqlite")
+        self._tasks: dict[str, TaskEntry] = {}
+        self._metrics: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+
+    # ---- what the worker uses --------------------------------------------------------------
+    def allow_task(self, task_id: str, data_dir: Path, container_data_dir: str | None = None) -> None:
+        """Accept messages for `task_id`; its files must live in `data_dir` (seen by the task as
+        `container_data_dir` when it runs in a container)."""
+        with self._lock:
+            self._tasks[task_id] = TaskEntry(data_dir, container_data_dir)
+
+    def forget_task(self, task_id: str) -> None:
+        with self._lock:
+            self._tasks.pop(task_id, None)
+            self._metrics.pop(task_id, None)
+
+    def metrics(self, task_id: str) -> dict[str, float]:
+        """Latest value per label (gauges: a lost heartbeat loses nothing, the next one has them)."""
+        with self._lock:
+            return dict(self._metrics.get(task_id, {}))
+
+    def pending_files(self) -> list[PendingFile]:
+        return self.queue.pending_upload()
+
+    def mark_uploaded(self, file_id: int, upload_ref: str | None = None) -> PendingFile:
+        return self.queue.mark_uploaded(file_id, upload_ref)
+
+    # ---- message handling ------------------------------------------------------------------
+    async def handle_line(self, line: bytes) -> BridgeReply:
+        try:
+            message = bridge_message.validate_json(line)
+        except ValidationError as exc:
+            return self._refuse(describe(exc), line)
+        try:
+            if isinstance(message, MetricsMessage):
+                self._record_metrics(message)
+            else:
+                await self._file_ready(message)
+        except BridgeRejected as exc:
+            return self._refuse(str(exc), line)
+        return BridgeReply(ok=True)
+
+    def _refuse(self, reason: str, line: bytes) -> BridgeReply:
+        log.warning("bridge: refused %r: %s", line[:200], reason)
+        return BridgeReply(ok=False, error=reason)
+
+    def _entry(self, task_id: str) -> TaskEntry:
+        with self._lock:
+            entry = self._tasks.get(task_id)
+        if entry is None:
+            raise BridgeRejected(f"unknown task {task_id!r}: this worker is not running it")
+        return entry
+
+    def _record_metrics(self, message: MetricsMessage) -> None:
+        self._entry(message.task_id)
+        for label, value in message.metrics.items():
+            if not label or len(label) > MAX_LABEL_LENGTH:
+                raise BridgeRejected(f"metric label must be 1..{MAX_LABEL_LENGTH} characters")
+            if not math.isfinite(value):
+                raise BridgeRejected(f"metric {label!r} is not a finite number")
+        with self._lock:
+            current = self._metrics.setdefault(message.task_id, {})
+            if len(set(current) | set(message.metrics)) > MAX_LABELS_PER_TASK:
+                raise BridgeRejected(f"more than {MAX_LABELS_PER_TASK} metric labels for one task")
+            current.update(message.metrics)
+
+    def resolve(self, entry: TaskEntry, announced: str) -> tuple[Path, str]:
+        """The host path of an announced file, which must be a regular file inside the data dir."""
+        path = PurePosixPath(announced)
+        root = entry.data_dir.resolve()
+        outside = BridgeRejected(f"path {announced!r} is outside the task's data directory "
+                                 f"({entry.container_data_dir or entry.data_dir})")
+        if path.is_absolute():
+            container = PurePosixPath(entry.container_data_dir) if entry.container_data_dir else None
+            if container is not None and (path == container or container in path.parents):
+                path = path.relative_to(container)
+            else:
+                try:
+                    path = PurePosixPath(Path(path).resolve().relative_to(root))
+                except ValueError:
+                    raise outside from None
+        host = (root / path).resolve()
+        if root not in host.parents:
+            raise outside
+        try:
+            mode = host.stat().st_mode
+        except OSError:
+            raise BridgeRejected(f"no such file: {announced!r}") from None
+        if not stat.S_ISREG(mode):
+            raise BridgeRejected(f"not a regular file: {announced!r}")
+        return host, str(host.relative_to(root))
+
+    async def _file_ready(self, message: FileReadyMessage) -> None:
+        entry = self._entry(message.task_id)
+        host, relative = self.resolve(entry, message.path)
+        # Hash off the event loop: files can be large and other tasks' messages must not wait.
+        actual = await asyncio.to_thread(sha256_file, host)
+        if actual != message.sha256:
+            raise BridgeRejected(f"sha256 mismatch for {relative}: announced {message.sha256}, file has {actual}")
+        queued, created = self.queue.add(message.task_id, host, relative, actual, message.work_units,
+                                         host.stat().st_size)
+        log.info("bridge: %s %s (%s, %d work units) from task %s", "queued" if created else "already queued",
+                 relative, actual[:12], queued.work_units, message.task_id)
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    line = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError as exc:
+                    line = exc.partial  # a last message without a newline still counts
+                    if not line.strip():
+                        return
+                except asyncio.LimitOverrunError:
+                    reply = self._refuse(f"message longer than {MAX_LINE} bytes", b"")
+                    writer.write(reply.model_dump_json().encode() + b"\n")
+                    await writer.drain()
+                    return
+                if line.strip():
+                    try:
+                        reply = await self.handle_line(line)
+                    except Exception as exc:  # never let one message take the server down
+                        log.exception("bridge: error handling a message")
+                        reply = BridgeReply(ok=False, error=f"internal error: {type(exc).__name__}")
+                    writer.write(reply.model_dump_json().encode() + b"\n")
+                    await writer.drain()
+                if reader.at_eof():
+                    return
+        except (ConnectionError, OSError):
+            return
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def _prepare_socket_dir(self) -> None:
+        directory = self.socket_path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+        if self.socket_path.exists() or self.socket_path.is_symlink():
+            if not stat.S_ISSOCK(self.socket_path.lstat().st_mode):
+                raise FileExistsError(f"{self.socket_path} exists and is not a socket; refusing to replace it")
+            self.socket_path.unlink()  # left by a worker that did not shut down cleanly
+
+    async def _start_server(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve_client, path=str(self.socket_path),
+                                                       limit=MAX_LINE)
+        os.chmod(self.socket_path, 0o600)
+
+    def start(self) -> TaskBridge:
+        self._prepare_socket_dir()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="task-bridge", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start_server(), self._loop).result(timeout=10)
+        log.info("bridge: listening on %s", self.socket_path)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+                await self._server.wait_closed()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._loop.close()
+        self._loop = self._thread = self._server = None
+        self.socket_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> TaskBridge:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

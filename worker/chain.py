@@ -1,0 +1,194 @@
+"""Everything the worker does on chain, through the ledger client: register, add node, join, leave.
+
+The provider key sends the transactions (it holds the stake and the gas); the node key only signs
+(its ownership proof for `addNode`). Registration steps are idempotent: each first reads the chain,
+so a worker that crashed halfway resumes without paying twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from eth_utils import to_checksum_address
+
+from intellect.wire.invites import InviteRequest
+from intellect.wire.requirements import PoolRequirements, parse_pool_requirements
+from ledger.client import LedgerClient
+from ledger.deploy import Deployment
+from ledger.errors import ContractRevert, LedgerError
+from ledger.invites import Invite
+from ledger.models import ONE_TOKEN, Node, Pool, Provider
+from worker.keys import WorkerKeys
+
+__all__ = ["ChainAuthorizer", "ContractRevert", "LedgerError", "RegistrationDeclined", "WorkerChain"]
+
+
+class RegistrationDeclined(Exception):
+    """The user said no to spending stake, or the provider cannot afford it (message says what to do)."""
+
+
+def tokens(amount: int) -> str:
+    return f"{amount / ONE_TOKEN:,.4f}".rstrip("0").rstrip(".")
+
+
+@dataclass(frozen=True)
+class RegistrationPlan:
+    """What `ensure_registered` is about to spend, for the confirmation prompt."""
+
+    register_stake: int  # 0 = already registered
+    extra_stake: int  # top-up needed to cover the new node's compute units
+    add_node: bool
+
+    @property
+    def spend(self) -> int:
+        return self.register_stake + self.extra_stake
+
+
+class WorkerChain:
+    def __init__(self, rpc_url: str, deployment_path: Path, keys: WorkerKeys) -> None:
+        deployment = Deployment.load(deployment_path)
+        self.keys = keys
+        self.provider_client = LedgerClient(rpc_url, deployment, keys.provider)
+
+    @property
+    def provider(self) -> str:
+        return self.keys.provider.address
+
+    @property
+    def node(self) -> str:
+        return self.keys.node.address
+
+    # ---- reads ----
+
+    def get_pool(self, pool_id: int) -> Pool:
+        return self.provider_client.get_pool(pool_id)
+
+    def requirements(self, pool_id: int) -> PoolRequirements:
+        return parse_pool_requirements(self.get_pool(pool_id).data_uri)
+
+    def get_provider(self) -> Provider:
+        return self.provider_client.get_provider(self.provider)
+
+    def get_node(self) -> Node | None:
+        return self.provider_client.get_node(self.node)
+
+    def in_pool(self, pool_id: int) -> bool:
+        return self.provider_client.is_node_in_pool(pool_id, self.node)
+
+    def balances(self) -> dict[str, dict[str, int]]:
+        c = self.provider_client
+        out = {}
+        for label, address in (("provider", self.provider), ("node", self.node)):
+            out[label] = {"eth_wei": c.eth_balance(address), "tokens": c.balance_of(address)}
+        return out
+
+    # ---- registration ----
+
+    def plan(self, compute_units: int, stake: int | None) -> RegistrationPlan:
+        provider = self.get_provider()
+        node = self.get_node()
+        if node is not None:
+            if to_checksum_address(node.provider) != self.provider:
+                raise LedgerError(f"node {self.node} is registered under another provider ({node.provider})")
+            return RegistrationPlan(0, 0, False)
+        # required = (provider's units + new units + 1) x stake minimum, as the registry computes it
+        needed = self.provider_client.required_stake(self.provider, compute_units)
+        if not provider.registered:
+            chosen = needed if stake is None else stake
+            if chosen < needed:
+                raise RegistrationDeclined(
+                    f"stake {tokens(chosen)} is below the {tokens(needed)} tokens required for "
+                    f"{compute_units} compute unit(s); raise --stake")
+            return RegistrationPlan(chosen, 0, True)
+        return RegistrationPlan(0, max(0, needed - provider.stake), True)
+
+    def ensure_registered(
+        self, compute_units: int, stake: int | None, confirm: Callable[[RegistrationPlan], bool]
+    ) -> list[str]:
+        """Register the provider and add the node as needed; returns the transaction hashes."""
+        plan = self.plan(compute_units, stake)
+        txs: list[str] = []
+        if plan.spend:
+            balance = self.provider_client.balance_of(self.provider)
+            if balance < plan.spend:
+                raise RegistrationDeclined(
+                    f"provider {self.provider} holds {tokens(balance)} tokens but needs {tokens(plan.spend)} "
+                    "to stake: fund it first (on a devnet: `intellect-pool mint`)")
+            if not confirm(plan):
+                raise RegistrationDeclined(
+                    "stake not approved: nothing was spent (pass --yes to skip the prompt)")
+            c = self.provider_client  # register/increase approve the registry themselves
+            if plan.register_stake:
+                txs.append(c.register_provider(plan.register_stake).tx_hash)
+            if plan.extra_stake:
+                txs.append(c.increase_stake(plan.extra_stake).tx_hash)
+        if plan.add_node:
+            txs.append(self.provider_client.add_node(self.keys.node, compute_units).tx_hash)
+        return txs
+
+    # ---- pool membership ----
+
+    def join(self, request: InviteRequest) -> str:
+        invite = Invite(domain_id=request.domain_id, pool_id=request.pool_id, node=request.node_address,
+                        nonce=int(request.nonce, 16), expiration=request.expiration,
+                        signature=request.signature)
+        return self.provider_client.join_pool(request.pool_id, self.node, invite).tx_hash
+
+    def leave(self, pool_id: int) -> str | None:
+        if not self.in_pool(pool_id):
+            return None
+        return self.provider_client.leave_pool(pool_id, self.node).tx_hash
+
+    def deregister(self, pool_id: int | None) -> list[str]:
+        """Leave the pool, remove the node, and start unbonding the whole stake if no node remains."""
+        txs = []
+        if pool_id is not None:
+            tx = self.leave(pool_id)
+            if tx:
+                txs.append(tx)
+        if self.get_node() is not None:
+            txs.append(self.provider_client.remove_node(self.node).tx_hash)
+        provider = self.get_provider()
+        if provider.registered and provider.node_count == 0:
+            txs.append(self.provider_client.deregister_provider().tx_hash)
+        return txs
+
+
+class ChainAuthorizer:
+    """Who may call the worker API: the pool's manager (read on chain) or a validator (role on chain).
+
+    Answers are cached briefly so a burst of requests costs one RPC call, while a manager key
+    rotation or a revoked role takes effect within `ttl` seconds.
+    """
+
+    def __init__(self, chain: WorkerChain, pool_id: int, ttl: float = 15.0) -> None:
+        self.chain = chain
+        self.pool_id = pool_id
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, object]] = {}
+        self._lock = threading.Lock()
+
+    def _cached(self, key: str, compute: Callable[[], object]) -> object:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit and hit[0] > now:
+                return hit[1]
+        value = compute()
+        with self._lock:
+            self._cache[key] = (now + self.ttl, value)
+        return value
+
+    def role_of(self, address: str):  # -> Role | None
+        address = to_checksum_address(address)
+        manager = self._cached(
+            "manager", lambda: to_checksum_address(self.chain.get_pool(self.pool_id).manager))
+        if address == manager:
+            return "manager"
+        if self._cached(f"validator:{address}", lambda: self.chain.provider_client.is_validator(address)):
+            return "validator"
+        return None

@@ -1,0 +1,430 @@
+"""`intellect-worker`: the contributor's command line (start, check, status, wallet, balance, deregister)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from intellect.identity import IdentityError, Wallet, resolve_passphrase
+from worker import __version__
+from worker.hardware import Check, blocking_failures, detect, run_checks
+from worker.keys import keystore_path, load_key, load_keys
+from worker.settings import WorkerSettings
+from worker.state import StateStore
+
+app = typer.Typer(help="Intellect worker: contribute compute to a pool.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+wallet_app = typer.Typer(help="Create, import and show the provider and node keys.", no_args_is_help=True)
+app.add_typer(wallet_app, name="wallet")
+console = Console()
+err = Console(stderr=True)
+
+# ---- shared options (each maps to a WorkerSettings field; unset means env or default) ----
+RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM RPC URL [env INTELLECT_WORKER_RPC_URL]")]
+DeploymentOpt = Annotated[Path | None, typer.Option("--deployment", help="deployment JSON of the contracts")]
+DiscoveryUrl = Annotated[str | None, typer.Option("--discovery-url", help="discovery service URL")]
+PoolId = Annotated[int | None, typer.Option("--pool-id", help="compute pool to join")]
+StateDir = Annotated[Path | None, typer.Option("--state-dir", help="keys and state [~/.intellect/worker]")]
+JsonOut = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line, exit code 1."""
+
+
+def build_settings(**flags: Any) -> WorkerSettings:
+    """Flags that were given override the environment; the rest comes from env and defaults."""
+    try:
+        return WorkerSettings(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise CliError(f"bad setting: {problems}") from None
+
+
+def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected failures into a one-line message and exit code 1, no traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ledger.errors import LedgerError
+        from worker.chain import RegistrationDeclined
+
+        try:
+            return fn(*args, **kwargs)
+        except (CliError, IdentityError, FileNotFoundError, LedgerError, RegistrationDeclined,
+                ValueError) as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _checks_table(checks: list[Check]) -> Table:
+    table = Table(title="Worker checks")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail")
+    for c in checks:
+        bad = "[red]FAIL[/red]" if c.blocking else "[yellow]warn[/yellow]"
+        result = "[green]ok[/green]" if c.ok else bad
+        table.add_row(c.name, result, c.detail)
+    return table
+
+
+def _chain(settings: WorkerSettings, create_keys: bool = False):
+    from worker.chain import WorkerChain
+
+    keys = load_keys(settings, create=create_keys)
+    return keys, WorkerChain(settings.rpc_url, settings.resolved_deployment(), keys)
+
+
+def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> object:
+    if kind == "recording":
+        from worker.runtime_stub import RecordingRuntime
+
+        return RecordingRuntime()
+    try:
+        from worker import runtime as runtimes  # the Docker/process runtimes (issue 4)
+    except ImportError as exc:
+        raise CliError(f"runtime {kind!r} is not available in this build ({exc}); "
+                       "use --runtime recording") from None
+    factory = getattr(runtimes, "create_runtime", None)
+    if factory is None:
+        raise CliError(f"runtime {kind!r} is not available in this build; use --runtime recording")
+    return factory(kind, node_address=node_address, storage_root=settings.state_dir / "data",
+                   state_dir=settings.state_dir / "runtime")
+
+
+# ---- start ----
+
+@app.command()
+@friendly
+def start(
+    rpc_url: RpcUrl = None,
+    deployment: DeploymentOpt = None,
+    discovery_url: DiscoveryUrl = None,
+    pool_id: PoolId = None,
+    state_dir: StateDir = None,
+    api_host: Annotated[str | None, typer.Option(help="address the worker API binds to")] = None,
+    api_port: Annotated[int | None, typer.Option(help="worker API port (0: a free port)")] = None,
+    advertised_ip: Annotated[str | None, typer.Option(help="IP the orchestrator reaches this API at")] = None,
+    compute_units: Annotated[int | None, typer.Option(help="compute units this node offers")] = None,
+    stake: Annotated[int | None, typer.Option(help="stake in token base units (default: minimum)")] = None,
+    heartbeat_interval: Annotated[float | None, typer.Option(help="seconds between heartbeats")] = None,
+    metadata_refresh: Annotated[float | None, typer.Option(help="seconds between discovery uploads")] = None,
+    runtime: Annotated[str, typer.Option(help="recording | process | docker | auto")] = "recording",
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="stake without asking")] = False,
+    log_level: Annotated[str, typer.Option(help="debug | info | warning")] = "info",
+) -> None:
+    """Check the machine, register on chain if needed, then serve the worker API and heartbeat."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = build_settings(
+        rpc_url=rpc_url, deployment=deployment, discovery_url=discovery_url, pool_id=pool_id,
+        state_dir=state_dir, api_host=api_host, api_port=api_port, advertised_ip=advertised_ip,
+        compute_units=compute_units, stake=stake, heartbeat_interval=heartbeat_interval,
+        metadata_refresh=metadata_refresh,
+    )
+    from intellect.net import free_port
+    from worker.chain import ChainAuthorizer, RegistrationPlan, tokens
+    from worker.daemon import WorkerDaemon
+
+    keys, chain = _chain(settings, create_keys=True)
+    store = StateStore(settings.state_file)
+    state = store.load()
+    if state.node_address and state.node_address != keys.node.address:
+        raise CliError(f"state in {settings.state_dir} belongs to node {state.node_address}, "
+                       f"but the node key is {keys.node.address}: use another --state-dir")
+    state.provider_address, state.node_address = keys.provider.address, keys.node.address
+
+    specs = detect(settings.state_dir / "data")
+    checks = run_checks(specs, chain.requirements(settings.pool_id), settings.min_disk_mb)
+    failures = blocking_failures(checks)
+    if failures:
+        err.print(_checks_table(checks))
+        raise CliError("this machine cannot join pool "
+                       f"{settings.pool_id}: " + "; ".join(f"{c.name}: {c.detail}" for c in failures))
+
+    def confirm(plan: RegistrationPlan) -> bool:
+        if yes:
+            return True
+        what = []
+        if plan.register_stake:
+            amount = tokens(plan.register_stake)
+            what.append(f"register provider {keys.provider.address} with {amount} tokens")
+        if plan.extra_stake:
+            what.append(f"add {tokens(plan.extra_stake)} tokens of stake")
+        return typer.confirm("About to " + " and ".join(what) + ". Continue?", default=False)
+
+    txs = chain.ensure_registered(settings.compute_units, settings.stake, confirm)
+    state.provider_registered = state.node_added = True
+    state.registration_txs += txs
+    store.save(state)
+    if txs:
+        err.print(f"registered node {keys.node.address} ({len(txs)} transaction(s))")
+
+    if settings.api_port == 0:
+        settings = settings.model_copy(update={"api_port": free_port(settings.api_host)})
+    daemon = WorkerDaemon(settings, keys, chain, _make_runtime(runtime, settings, keys.node.address), specs,
+                          store, ChainAuthorizer(chain, settings.pool_id))
+    err.print(f"worker {keys.node.address} serving on http://{settings.api_host}:{settings.api_port}, "
+              f"pool {settings.pool_id}")
+    asyncio.run(daemon.run())
+
+
+# ---- check ----
+
+@app.command()
+@friendly
+def check(
+    rpc_url: RpcUrl = None,
+    deployment: DeploymentOpt = None,
+    pool_id: PoolId = None,
+    state_dir: StateDir = None,
+    offline: Annotated[bool, typer.Option(help="skip the pool's requirements (no chain access)")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Hardware and software checks; exit code 1 on a blocking problem."""
+    settings = build_settings(rpc_url=rpc_url, deployment=deployment, pool_id=pool_id, state_dir=state_dir)
+    specs = detect(settings.state_dir / "data")
+    requirements = None
+    notes: list[str] = []
+    if not offline:
+        try:
+            from ledger.client import LedgerClient
+            from ledger.deploy import Deployment
+            from worker.chain import parse_pool_requirements
+
+            client = LedgerClient(settings.rpc_url, Deployment.load(settings.resolved_deployment()))
+            requirements = parse_pool_requirements(client.get_pool(settings.pool_id).data_uri)
+        except Exception as exc:
+            notes.append(f"pool requirements not checked: {exc}")
+    checks = run_checks(specs, requirements, settings.min_disk_mb)
+    failed = blocking_failures(checks)
+    if json_out:
+        _print_json({"ok": not failed, "specs": specs.model_dump(), "notes": notes,
+                     "checks": [c.__dict__ for c in checks]})
+    else:
+        console.print(_checks_table(checks))
+        for note in notes:
+            console.print(f"[yellow]note:[/yellow] {note}")
+    if failed:
+        raise typer.Exit(1)
+
+
+# ---- status ----
+
+@app.command()
+@friendly
+def status(
+    rpc_url: RpcUrl = None,
+    deployment: DeploymentOpt = None,
+    pool_id: PoolId = None,
+    state_dir: StateDir = None,
+    json_out: JsonOut = False,
+) -> None:
+    """The local state, and what the chain says about this node."""
+    settings = build_settings(rpc_url=rpc_url, deployment=deployment, pool_id=pool_id, state_dir=state_dir)
+    state = StateStore(settings.state_file).load()
+    info: dict[str, Any] = json.loads(state.model_dump_json())
+    try:
+        keys, chain = _chain(settings)
+        node = chain.get_node()
+        info["chain"] = {
+            "node_registered": node is not None,
+            "compute_units": node.compute_units if node else 0,
+            "in_pool": chain.in_pool(settings.pool_id),
+            "pool_id": settings.pool_id,
+            "provider_stake": chain.get_provider().stake,
+        }
+    except Exception as exc:
+        info["chain"] = {"error": str(exc)}
+    if json_out:
+        _print_json(info)
+        return
+    table = Table(title="Worker status")
+    table.add_column("field")
+    table.add_column("value")
+    for key in ("provider_address", "node_address", "provider_registered", "node_added", "pool_id",
+                "pool_joined", "orchestrator_url", "join_tx", "updated_at"):
+        table.add_row(key, str(info.get(key)))
+    last = info.get("last_task")
+    table.add_row("task", f"{last['task_id']} ({last['state']})" if last else "none")
+    for key, value in info["chain"].items():
+        table.add_row(f"chain.{key}", str(value))
+    console.print(table)
+
+
+# ---- balance ----
+
+@app.command()
+@friendly
+def balance(
+    rpc_url: RpcUrl = None, deployment: DeploymentOpt = None, state_dir: StateDir = None,
+    json_out: JsonOut = False,
+) -> None:
+    """ETH (for gas) and token balances of the provider and node keys, and the provider's stake."""
+    from worker.chain import tokens
+
+    settings = build_settings(rpc_url=rpc_url, deployment=deployment, state_dir=state_dir)
+    keys, chain = _chain(settings)
+    balances = chain.balances()
+    provider = chain.get_provider()
+    rows = [
+        {"key": role, "address": getattr(keys, role).address, "eth_wei": b["eth_wei"], "tokens": b["tokens"]}
+        for role, b in balances.items()
+    ]
+    if json_out:
+        _print_json({"balances": rows, "stake": provider.stake, "registered": provider.registered})
+        return
+    table = Table(title="Balances")
+    for col in ("key", "address", "ETH", "tokens"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["key"], r["address"], f"{r['eth_wei'] / 10**18:,.6f}", tokens(r["tokens"]))
+    console.print(table)
+    console.print(f"stake: {tokens(provider.stake)} tokens (registered: {provider.registered})")
+
+
+# ---- deregister ----
+
+@app.command()
+@friendly
+def deregister(
+    rpc_url: RpcUrl = None,
+    deployment: DeploymentOpt = None,
+    pool_id: PoolId = None,
+    state_dir: StateDir = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Leave the pool, remove the node, and start unbonding the stake (claimable after unbonding)."""
+    settings = build_settings(rpc_url=rpc_url, deployment=deployment, pool_id=pool_id, state_dir=state_dir)
+    keys, chain = _chain(settings)
+    if not yes and not typer.confirm(f"Remove node {keys.node.address} and unbond the stake?", default=False):
+        raise typer.Exit(1)
+    txs = chain.deregister(settings.pool_id)
+    store = StateStore(settings.state_file)
+    state = store.load()
+    state.pool_joined = False
+    state.orchestrator_url = None
+    state.node_added = False
+    state.provider_registered = chain.get_provider().registered
+    store.save(state)
+    if json_out:
+        _print_json({"node": keys.node.address, "transactions": txs})
+    else:
+        console.print(f"deregistered node {keys.node.address}: {len(txs)} transaction(s)")
+        for tx in txs:
+            console.print(f"  {tx}")
+
+
+# ---- wallet ----
+
+Role = Literal["provider", "node"]
+
+
+def _roles(role: str) -> list[Role]:
+    if role not in ("provider", "node", "both"):
+        raise CliError("--role must be provider, node or both")
+    return ["provider", "node"] if role == "both" else [role]  # type: ignore[list-item]
+
+
+@wallet_app.command("create")
+@friendly
+def wallet_create(
+    state_dir: StateDir = None,
+    role: Annotated[str, typer.Option(help="provider | node | both")] = "both",
+    json_out: JsonOut = False,
+) -> None:
+    """Create encrypted keystores (existing ones are kept)."""
+    settings = build_settings(state_dir=state_dir)
+    passphrase = resolve_passphrase("New keystore passphrase: ")
+    rows = []
+    for r in _roles(role):
+        existed = keystore_path(settings, r).exists()
+        wallet = load_key(settings.model_copy(update={"provider_key": None, "node_key": None}), r,
+                          create=True, passphrase=passphrase)
+        rows.append({"role": r, "address": wallet.address, "created": not existed,
+                     "keystore": str(keystore_path(settings, r))})
+    _show_rows(rows, json_out, "Keys")
+
+
+@wallet_app.command("import")
+@friendly
+def wallet_import(
+    role: Annotated[str, typer.Option(help="provider | node")],
+    state_dir: StateDir = None,
+    private_key: Annotated[str | None, typer.Option(help="hex key (prompted, hidden, when omitted)")] = None,
+    force: Annotated[bool, typer.Option(help="overwrite an existing keystore")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Import a private key into an encrypted keystore."""
+    settings = build_settings(state_dir=state_dir)
+    (r,) = _roles(role) if role != "both" else (None,)
+    if r is None:
+        raise CliError("import one key at a time: --role provider or --role node")
+    path = keystore_path(settings, r)
+    if path.exists() and not force:
+        raise CliError(f"{path} exists: pass --force to overwrite it")
+    key = private_key or typer.prompt(f"{r} private key", hide_input=True)
+    wallet = Wallet.from_key(key.strip())
+    wallet.save(path, resolve_passphrase("Keystore passphrase: "))
+    _show_rows([{"role": r, "address": wallet.address, "keystore": str(path)}], json_out, "Imported")
+
+
+@wallet_app.command("show")
+@friendly
+def wallet_show(
+    state_dir: StateDir = None,
+    show_private_key: Annotated[bool, typer.Option("--show-private-key", help="also print the keys")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """The provider and node addresses (keys only with --show-private-key)."""
+    settings = build_settings(state_dir=state_dir)
+    keys = load_keys(settings, create=False)
+    rows = []
+    for r in ("provider", "node"):
+        wallet: Wallet = getattr(keys, r)
+        row = {"role": r, "address": wallet.address}
+        if show_private_key:
+            row["private_key"] = wallet.private_key_hex()
+        rows.append(row)
+    _show_rows(rows, json_out, "Keys")
+
+
+def _show_rows(rows: list[dict[str, Any]], json_out: bool, title: str) -> None:
+    if json_out:
+        _print_json(rows)
+        return
+    table = Table(title=title)
+    for col in rows[0]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+
+
+@app.command()
+def version() -> None:
+    """Print the worker version."""
+    console.print(__version__)
+
+
+if __name__ == "__main__":
+    app()

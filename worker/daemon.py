@@ -1,0 +1,239 @@
+"""The running worker: API server, discovery refresh and heartbeat loop in one asyncio loop.
+
+Lifecycle: (registration already done by `start`) → serve the API → upload metadata every
+`metadata_refresh` → on an invite, join on chain and heartbeat every interval → on SIGTERM/SIGINT,
+stop heartbeating, send one last heartbeat with `leaving=true`, shut the API down, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+
+import uvicorn
+
+from intellect.wire.heartbeat import TaskStatus
+from intellect.wire.invites import InviteRequest, InviteResponse
+from intellect.wire.nodes import ComputeSpecs, NodeMetadata
+from worker import __version__
+from worker.api import ApiContext, Authorizer, InviteRejected, create_app
+from worker.chain import ContractRevert, LedgerError, WorkerChain
+from worker.discovery_client import DiscoveryRejected, upload_metadata
+from worker.heartbeat import Heartbeater
+from worker.keys import WorkerKeys
+from worker.settings import WorkerSettings
+from worker.state import StateStore
+
+log = logging.getLogger("intellect.worker")
+
+
+class _QuietServer(uvicorn.Server):
+    """Uvicorn without its own signal handling: the daemon owns SIGTERM (it must say goodbye first)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class WorkerDaemon:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        keys: WorkerKeys,
+        chain: WorkerChain,
+        runtime: object,
+        specs: ComputeSpecs,
+        store: StateStore,
+        authorizer: Authorizer,
+    ) -> None:
+        self.settings = settings
+        self.keys = keys
+        self.chain = chain
+        self.runtime = runtime
+        self.specs = specs
+        self.store = store
+        self.authorizer = authorizer
+        self.state = store.load()
+        self._lock = threading.Lock()  # guards self.state between the API threads and the loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.port = settings.api_port
+        self.heartbeater = Heartbeater(
+            keys.node, runtime, interval=settings.heartbeat_interval, timeout=settings.request_timeout,
+            initial_status=self.state.last_task, on_status=self._save_status,
+            metrics=getattr(runtime, "metrics", None),
+        )
+
+    # ---- state helpers ----
+
+    def _save_status(self, status: TaskStatus | None) -> None:
+        with self._lock:
+            self.state.last_task = status
+            self.store.save(self.state)
+
+    def _set_membership(self, joined: bool, url: str | None, tx: str | None = None) -> None:
+        with self._lock:
+            self.state.pool_id = self.settings.pool_id
+            self.state.pool_joined = joined
+            self.state.orchestrator_url = url
+            if tx:
+                self.state.join_tx = tx
+            self.store.save(self.state)
+
+    def _poke(self) -> None:
+        if self._loop:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def health(self) -> tuple[bool, bool]:
+        with self._lock:
+            joined = self.state.pool_joined
+        stats = self.heartbeater.stats
+        return joined, joined and stats.consecutive_failures == 0 and stats.sent > 0
+
+    def metadata(self) -> NodeMetadata:
+        return NodeMetadata(
+            node_address=self.keys.node.address, provider_address=self.keys.provider.address,
+            ip_address=self.settings.public_ip, port=self.port, compute_specs=self.specs,
+            versions={"worker": __version__},
+        )
+
+    # ---- invites (called from the API's thread pool) ----
+
+    def handle_invite(self, request: InviteRequest) -> InviteResponse:
+        try:
+            if self.chain.in_pool(request.pool_id):
+                # Already a member (e.g. the orchestrator restarted and lost us): just follow the new URL.
+                self._set_membership(True, request.orchestrator_url)
+                self._poke()
+                return InviteResponse(accepted=True, detail="already in the pool")
+            tx = self.chain.join(request)
+        except ContractRevert as exc:
+            raise InviteRejected(f"joining pool {request.pool_id} reverted on chain: {exc}", 409) from None
+        except LedgerError as exc:
+            raise InviteRejected(f"ledger unavailable: {exc}", 503) from None
+        log.info("joined pool %s (tx %s); heartbeating to %s", request.pool_id, tx, request.orchestrator_url)
+        self._set_membership(True, request.orchestrator_url, tx)
+        self._poke()
+        return InviteResponse(accepted=True, tx_hash=tx)
+
+    # ---- loops ----
+
+    async def _metadata_loop(self) -> None:
+        while not self._stop.is_set():
+            delay = self.settings.metadata_refresh
+            try:
+                await upload_metadata(self.settings.discovery_url, self.keys.node, self.metadata(),
+                                      self.settings.request_timeout)
+                log.debug("metadata uploaded to %s", self.settings.discovery_url)
+            except DiscoveryRejected as exc:
+                log.error("%s", exc)
+                delay = min(delay, 10.0)
+            except Exception as exc:  # network trouble: retry soon, never die
+                log.warning("metadata upload to %s failed: %s", self.settings.discovery_url, exc)
+                delay = min(delay, 2.0)
+            await self._sleep(self._stop, delay)
+
+    async def _check_membership(self) -> None:
+        """After a refusal, ask the chain: an ejected node stops beating and waits for a new invite."""
+        try:
+            member = await asyncio.to_thread(self.chain.in_pool, self.settings.pool_id)
+        except Exception as exc:
+            log.warning("could not read pool membership: %s", exc)
+            return
+        if not member:
+            log.warning("node is no longer in pool %s on chain; waiting for a new invite",
+                        self.settings.pool_id)
+            self._set_membership(False, None)
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                url = self.state.orchestrator_url if self.state.pool_joined else None
+            if url:
+                reply = await self.heartbeater.tick(url)
+                stats = self.heartbeater.stats
+                if reply is None and (stats.consecutive_failures % 3 == 1):
+                    await self._check_membership()
+                delay = self.heartbeater.next_delay()
+            else:
+                delay = 3600.0  # idle until an invite pokes us
+            self._wake.clear()
+            await self._sleep(self._wake, delay)
+
+    async def _sleep(self, event: asyncio.Event, seconds: float) -> None:
+        stop = asyncio.ensure_future(self._stop.wait())
+        other = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({stop, other}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            other.cancel()
+
+    def request_stop(self) -> None:
+        if self._loop:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def _resume(self) -> None:
+        """After a restart: trust the chain, not the state file, about pool membership."""
+        with self._lock:
+            joined = self.state.pool_joined
+        if not joined:
+            return
+        try:
+            member = await asyncio.to_thread(self.chain.in_pool, self.settings.pool_id)
+        except Exception as exc:
+            log.warning("could not confirm pool membership on start (%s); resuming heartbeats", exc)
+            return
+        if member:
+            log.info("resuming heartbeats to %s (still in pool %s)", self.state.orchestrator_url,
+                     self.settings.pool_id)
+        else:
+            log.info("no longer in pool %s on chain; waiting for an invite", self.settings.pool_id)
+            self._set_membership(False, None)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self._loop.add_signal_handler(sig, self._stop.set)
+        ctx = ApiContext(
+            node_address=self.keys.node.address, pool_id=self.settings.pool_id, authorizer=self.authorizer,
+            runtime=self.runtime, on_invite=self.handle_invite, health=self.health,
+            max_skew_seconds=self.settings.max_skew_seconds,
+        )
+        config = uvicorn.Config(create_app(ctx), host=self.settings.api_host, port=self.port,
+                                log_level="warning", access_log=False)
+        server = _QuietServer(config)
+        server_task = asyncio.create_task(server.serve())
+        while not server.started and not server_task.done():
+            await asyncio.sleep(0.02)
+        if server_task.done():
+            server_task.result()  # re-raise the bind error
+            raise RuntimeError(f"worker API could not start on {self.settings.api_host}:{self.port}")
+        log.info("worker API on http://%s:%s (node %s)", self.settings.api_host, self.port,
+                 self.keys.node.address)
+        await self._resume()
+        loops = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop())]
+        await self._stop.wait()
+        log.info("stopping: last heartbeat with leaving=true")
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self._goodbye()
+        server.should_exit = True
+        await server_task
+
+    async def _goodbye(self) -> None:
+        with self._lock:
+            url = self.state.orchestrator_url if self.state.pool_joined else None
+        if not url:
+            return
+        try:
+            await self.heartbeater.beat(url, leaving=True)
+        except Exception as exc:
+            log.warning("final heartbeat failed: %s", exc)

@@ -1,0 +1,308 @@
+"""Process runtime: the task spec run as a local process tree, for hosts without a Docker engine.
+
+`entrypoint + cmd` runs under a small supervisor (`supervise.py`) in its own session, so the whole
+tree is killed by process group, restarts on failure are capped, and the exit code is recorded in
+a file that a restarted worker reads when it adopts the run. `image` is not used (no container);
+it is kept in the run record as a hint. Container paths in the spec (`/data`, `/shared`, the
+`volume_mounts` container paths) are rewritten to the host directories, which the task also finds
+in `INTELLECT_DATA_DIR` and `INTELLECT_SHARED_DIR`. The task gets a clean environment (a few safe
+variables such as PATH, plus its own): never the worker's keys or passphrases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel
+
+from intellect.wire.heartbeat import TaskStatus
+from intellect.wire.tasks import AssignedTask, TaskState
+from worker.runtime.base import (
+    CONTAINER_DATA,
+    CONTAINER_SHARED,
+    PreparedTask,
+    Runtime,
+    TaskSetupError,
+    make_dirs,
+    prepare,
+    resolve_mounts,
+    setup_failure,
+    tail_lines,
+)
+
+SUPERVISOR = Path(__file__).with_name("supervise.py")
+INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH")
+STATES = {"running": TaskState.RUNNING, "restarting": TaskState.RESTARTING,
+          "completed": TaskState.COMPLETED, "failed": TaskState.FAILED, "stopped": TaskState.FAILED}
+
+
+class RunRecord(BaseModel):
+    """run.json: written once when the supervisor starts; identifies it across worker restarts."""
+
+    name: str
+    task_id: str
+    config_hash: str
+    effective_hash: str
+    image_hint: str
+    supervisor_pid: int
+    supervisor_started: float
+    assigned: AssignedTask
+
+
+class ProcessRuntime(Runtime):
+    kind = "process"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.config.state_dir / "processes"
+
+    # ---- reconcile -------------------------------------------------------------------------
+    def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
+        self.desired = desired
+        if desired is None:
+            self.cleanup_stale()
+            return None
+        try:
+            prepared = self._prepare(desired)
+        except TaskSetupError as exc:
+            self.cleanup_stale(keep=None)
+            return setup_failure(desired, exc)
+        self.cleanup_stale(keep=prepared.name)
+        record = self._load(prepared.name)
+        if record is None:
+            record = self._spawn(prepared, desired)
+        self._register_with_bridge(desired.task.id, None)
+        return self._status(record)
+
+    def status(self) -> TaskStatus | None:
+        if self.desired is None:
+            return None
+        try:
+            prepared = self._prepare(self.desired)
+        except TaskSetupError as exc:
+            return setup_failure(self.desired, exc)
+        record = self._load(prepared.name)
+        if record is None:
+            return TaskStatus(task_id=prepared.task_id, state=TaskState.PENDING,
+                              config_hash=prepared.config_hash, detail="not started yet")
+        return self._status(record)
+
+    def restart(self) -> TaskStatus | None:
+        if self.desired is None:
+            return None
+        try:
+            prepared = self._prepare(self.desired)
+        except TaskSetupError as exc:
+            return setup_failure(self.desired, exc)
+        old = self._load(prepared.name)
+        if old is not None:
+            self._stop(old)
+        return self._status(self._spawn(prepared, self.desired, fresh=False))
+
+    def cleanup_stale(self, keep: str | None = "current") -> list[str]:
+        """Stop and remove every run except `keep` ("current": the desired task's run)."""
+        if keep == "current":
+            keep = self._current_name()
+        removed = []
+        for run_dir in sorted(self.runs_dir.glob("*")) if self.runs_dir.exists() else []:
+            if run_dir.name == keep or not run_dir.is_dir():
+                continue
+            record = self._load(run_dir.name)
+            if record is not None:
+                self._stop(record)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed.append(run_dir.name)
+        return removed
+
+    def adopt(self) -> TaskStatus | None:
+        records = [r for r in (self._load(d.name) for d in self.runs_dir.glob("*")) if r is not None] \
+            if self.runs_dir.exists() else []
+        if not records:
+            return None
+        # The newest run is the task the previous worker was running; older ones are stale.
+        newest = max(records, key=lambda r: r.supervisor_started)
+        self.desired = newest.assigned
+        self._register_with_bridge(newest.task_id, None)
+        return self._status(newest)
+
+    # ---- logs ------------------------------------------------------------------------------
+    def logs(self, tail: int = 100, follow: bool = False) -> list[str] | Iterator[str]:  # type: ignore[override]
+        name = self._current_name()
+        path = self.runs_dir / name / "output.log" if name else None
+        if not follow:
+            return tail_lines(path, tail) if path else []
+        return self._follow(path, tail)
+
+    def _follow(self, path: Path | None, tail: int) -> Iterator[str]:
+        if path is None:
+            return
+        yield from tail_lines(path, tail)
+        record = self._load(path.parent.name)
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            pending = b""
+            while True:
+                chunk = handle.read()
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    yield from (line.decode(errors="replace") for line in lines)
+                elif record is None or not self._alive(record):
+                    if pending:
+                        yield pending.decode(errors="replace")
+                    return
+                else:
+                    time.sleep(0.2)
+
+    # ---- internals -------------------------------------------------------------------------
+    def _current_name(self) -> str | None:
+        if self.desired is None:
+            return None
+        try:
+            return self._prepare(self.desired).name
+        except TaskSetupError:
+            return None
+
+    def _path_map(self, desired: AssignedTask) -> list[tuple[str, str]]:
+        mapping = [(CONTAINER_DATA, str(self.config.data_dir(desired.task.id))),
+                   (CONTAINER_SHARED, str(self.config.shared_dir))]
+        mapping += [(container.rstrip("/"), str(host)) for host, container in resolve_mounts(desired, self.config)]
+        return sorted(mapping, key=lambda pair: len(pair[0]), reverse=True)
+
+    def _prepare(self, desired: AssignedTask) -> PreparedTask:
+        mapping = self._path_map(desired)
+        pattern = re.compile(
+            r"(^|(?<=[=:]))(" + "|".join(re.escape(c) for c, _ in mapping) + r")(?=/|$|:)")
+        hosts = dict(mapping)
+
+        def translate(text: str) -> str:
+            # "/data/x", "--out=/data/x" and "a:/data/x" (PATH-like) point into the task's dirs.
+            return pattern.sub(lambda m: m.group(1) + hosts[m.group(2)], text)
+
+        socket_path = str(self.config.socket_path) if self.config.socket_path else None
+        prepared = prepare(desired, self.config, socket_path, str(self.config.data_dir(desired.task.id)),
+                           translate)
+        prepared.env["INTELLECT_SHARED_DIR"] = str(self.config.shared_dir)
+        return prepared
+
+    def _spawn(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool = True) -> RunRecord:
+        make_dirs(prepared)
+        run_dir = self.runs_dir / prepared.name
+        if fresh and run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "state.json").unlink(missing_ok=True)
+        argv = (prepared.entrypoint or []) + prepared.cmd
+        if not argv:
+            # A container falls back to the image's CMD; a process has nothing to run.
+            (run_dir / "state.json").write_text(json.dumps(
+                {"state": "failed", "exit_code": None, "restart_count": 0,
+                 "detail": "the process runtime needs `entrypoint` or `cmd` (image defaults do not apply)"}))
+        env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+        env |= prepared.env
+        if self.config.gpu_ids:
+            env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(self.config.gpu_ids))
+        command = [sys.executable, str(SUPERVISOR), "--run-dir", str(run_dir), "--cwd", str(prepared.data_dir),
+                   "--max-restarts", str(self.config.max_restarts),
+                   "--restart-delay", str(self.config.restart_delay), "--", *argv]
+        if argv:
+            process = subprocess.Popen(command, env=env, cwd=prepared.data_dir, start_new_session=True,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=(run_dir / "supervisor.err").open("ab"))
+            pid, started = process.pid, psutil.Process(process.pid).create_time()
+        else:
+            pid, started = 0, time.time()
+        record = RunRecord(name=prepared.name, task_id=prepared.task_id, config_hash=prepared.config_hash,
+                           effective_hash=prepared.effective_hash, image_hint=prepared.image,
+                           supervisor_pid=pid, supervisor_started=started, assigned=desired)
+        tmp = run_dir / "run.json.tmp"
+        tmp.write_text(record.model_dump_json())
+        os.replace(tmp, run_dir / "run.json")
+        return record
+
+    def _load(self, name: str) -> RunRecord | None:
+        path = self.runs_dir / name / "run.json"
+        try:
+            return RunRecord.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _alive(self, record: RunRecord) -> bool:
+        """The supervisor is running and is the same process (pids get reused: compare start times)."""
+        if record.supervisor_pid <= 0:
+            return False
+        try:
+            process = psutil.Process(record.supervisor_pid)
+            return (abs(process.create_time() - record.supervisor_started) < 0.05
+                    and process.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    def _group_members(self, record: RunRecord) -> list[psutil.Process]:
+        """Processes of the run's group (pgid = supervisor pid) started after it: never a stranger."""
+        members = []
+        for process in psutil.process_iter(["pid", "create_time"]):
+            try:
+                if (os.getpgid(process.pid) == record.supervisor_pid
+                        and process.info["create_time"] >= record.supervisor_started - 0.05):
+                    members.append(process)
+            except (OSError, psutil.Error):
+                continue
+        return members
+
+    def _stop(self, record: RunRecord) -> None:
+        members = self._group_members(record) if record.supervisor_pid > 0 else []
+        if not members:
+            return
+        if self._alive(record):
+            os.killpg(record.supervisor_pid, signal.SIGTERM)
+        else:
+            for process in members:
+                process.terminate()
+        _, alive = psutil.wait_procs(members, timeout=self.config.stop_timeout)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        self._reap(record)
+
+    def _reap(self, record: RunRecord) -> None:
+        # Our own child supervisor must be waited for, or it lingers as a zombie.
+        try:
+            os.waitpid(record.supervisor_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+    def _status(self, record: RunRecord) -> TaskStatus:
+        state_file = self.runs_dir / record.name / "state.json"
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            state = None
+        alive = self._alive(record)
+        if not alive:
+            self._reap(record)
+        base = {"task_id": record.task_id, "config_hash": record.config_hash}
+        if state is None:
+            if alive:
+                return TaskStatus(**base, state=TaskState.PENDING, detail="starting")
+            return TaskStatus(**base, state=TaskState.FAILED, detail="the task's supervisor exited before starting it")
+        task_state = STATES.get(state.get("state"), TaskState.UNKNOWN)
+        detail = state.get("detail")
+        if task_state in (TaskState.RUNNING, TaskState.RESTARTING) and not alive:
+            task_state, detail = TaskState.FAILED, "the task's supervisor process vanished"
+        elif task_state == TaskState.RUNNING and state.get("restart_count"):
+            detail = f"running after {state['restart_count']} restart(s)"
+        return TaskStatus(**base, state=task_state, detail=detail, exit_code=state.get("exit_code"))

@@ -1,0 +1,66 @@
+"""Worker configuration: flags override `INTELLECT_WORKER_*` environment, which overrides defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from intellect.settings import IntellectSettings, default_home
+
+
+class WorkerSettings(IntellectSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="INTELLECT_WORKER_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    rpc_url: str = "http://127.0.0.1:8545"
+    deployment: Path | None = Field(default=None, description="contracts' deployment JSON")
+    discovery_url: str = "http://127.0.0.1:8089"
+    pool_id: int = Field(default=1, ge=0)
+    state_dir: Path = Field(default_factory=lambda: default_home() / "worker")
+    api_host: str = Field(default="127.0.0.1", description="address the worker API binds to")
+    api_port: int = Field(default=8091, ge=0, le=65535, description="0 picks a free port")
+    advertised_ip: str | None = Field(default=None, description="IP others reach; default api_host")
+    compute_units: int = Field(default=1, ge=1)
+    stake: int | None = Field(default=None, ge=0, description="token base units; default: minimum")
+    heartbeat_interval: float = Field(default=10.0, gt=0)
+    metadata_refresh: float = Field(default=60.0, gt=0, description="seconds between discovery uploads")
+    request_timeout: float = Field(default=5.0, gt=0, description="timeout of every outgoing HTTP call")
+    max_skew_seconds: int = Field(default=60, ge=1)
+    min_disk_mb: int = Field(default=1024, ge=0, description="below this much free disk `check` fails")
+    # Devnets pass raw keys instead of keystores; production uses encrypted keystores in state_dir.
+    provider_key: SecretStr | None = None
+    node_key: SecretStr | None = None
+
+    @field_validator("rpc_url", "discovery_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s):// URL")
+        return value.rstrip("/")
+
+    @property
+    def public_ip(self) -> str:
+        return self.advertised_ip or self.api_host
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.state_dir / "keys"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    def resolved_deployment(self) -> Path:
+        """The deployment file, or a clear error naming the flag/env to set."""
+        candidates = [self.deployment] if self.deployment else [self.state_dir / "deployment.json",
+                                                                default_home() / "deployment.json"]
+        for path in candidates:
+            if path and path.exists():
+                return path
+        raise FileNotFoundError(
+            "no deployment file: pass --deployment or set INTELLECT_WORKER_DEPLOYMENT "
+            f"(looked at {', '.join(str(p) for p in candidates if p)})"
+        )

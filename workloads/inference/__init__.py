@@ -1,0 +1,1 @@
+"""The RL inference workload: rollouts with TOPLOC proofs (`python -m workloads.inference`)."""

@@ -1,0 +1,95 @@
+"""One batch of rollouts: plan → generate → score → advantages and length penalties → proofs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from workloads.inference.selection import BatchPlan
+from workloads.model.backends import Completion, InferenceBackend
+from workloads.rollouts import Rollout
+from workloads.verifiers import TaskRecord, score
+
+
+@dataclass
+class BatchTimings:
+    generate: float
+    score: float
+    proofs: float
+
+
+def group_advantages(rewards: np.ndarray) -> np.ndarray:
+    """(r - mean) / (std + 1e-6) within the group (population std); all-equal groups give zeros."""
+    return (rewards - rewards.mean()) / (rewards.std() + 1e-6)
+
+
+def proofs_for(completions: list[Completion]) -> list[bytes]:
+    from workloads.toploc import build_proof  # noqa: PLC0415 - proofs are optional
+
+    return [build_proof(c.hidden) if c.hidden is not None and len(c.hidden) else b"" for c in completions]
+
+
+def make_rollouts(
+    backend: InferenceBackend,
+    tokenizer: PreTrainedTokenizerBase,
+    records: list[TaskRecord],
+    plan: BatchPlan,
+    *,
+    step: int,
+    max_new_tokens: int,
+    temperature: float,
+    length_penalty: float,
+    with_proofs: bool = True,
+) -> tuple[list[Rollout], BatchTimings]:
+    tasks = [records[i] for i in plan.indexes]
+    prompts = [tokenizer(t.prompt)["input_ids"] for t in tasks]
+    rows_prompt = [p for p in prompts for _ in range(plan.n)]
+    t0 = time.perf_counter()
+    completions = backend.generate(
+        rows_prompt, plan.seeds, max_new_tokens=max_new_tokens, temperature=temperature, capture_hidden=with_proofs
+    )
+    t1 = time.perf_counter()
+    task_rewards = np.array(
+        [
+            score(tasks[r // plan.n], tokenizer.decode(c.tokens, skip_special_tokens=True))
+            for r, c in enumerate(completions)
+        ],
+        dtype=np.float64,
+    )
+    targets = np.repeat(np.asarray(plan.target_lengths), plan.n)
+    lengths = np.array([len(c.tokens) for c in completions])
+    penalties = length_penalty * np.abs(lengths - targets)
+    rewards = task_rewards - penalties
+    advantages = np.concatenate(
+        [group_advantages(rewards[g : g + plan.n]) for g in range(0, len(rewards), plan.n)]
+    )
+    t2 = time.perf_counter()
+    proofs = proofs_for(completions) if with_proofs else [b""] * len(completions)
+    t3 = time.perf_counter()
+    rollouts = [
+        Rollout(
+            input_tokens=rows_prompt[r],
+            output_tokens=c.tokens,
+            output_logprobs=c.logprobs,
+            advantages=float(advantages[r]),
+            rewards=float(rewards[r]),
+            task_rewards=float(task_rewards[r]),
+            length_penalties=float(penalties[r]),
+            proofs=proofs[r],
+            step=step,
+            target_lengths=int(targets[r]),
+            task_type=tasks[r // plan.n].task_type,
+            seed=plan.seeds[r],
+            temperature=temperature,
+            problem_id=tasks[r // plan.n].problem_id,
+        )
+        for r, c in enumerate(completions)
+    ]
+    return rollouts, BatchTimings(generate=t1 - t0, score=t2 - t1, proofs=t3 - t2)
+
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -1,0 +1,56 @@
+"""Settings of the inference workload: flags override `INTELLECT_INFER_*` environment variables,
+which override `.env`, then these defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from intellect.settings import IntellectSettings
+
+
+class InferenceSettings(IntellectSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="INTELLECT_INFER_", env_file=".env", extra="ignore", cli_kebab_case=True,
+        cli_prog_name="python -m workloads.inference",
+    )  # fmt: skip
+
+    model: str = Field("tiny", description="model name (hub) or path; 'tiny' is the shipped model")
+    dataset: str = Field("demo", description="shipped set name (demo, math, code) or a .jsonl/.parquet path")
+    node_address: str = Field(
+        "0x0000000000000000000000000000000000000001", description="this node's address (seeds the data sampling)"
+    )
+    output_dir: Path = Field(Path("rollouts"), description="where rollout files are written")
+    batch_size: int = Field(8, ge=1, description="prompts per batch (file)")
+    n: int = Field(4, ge=1, description="completions per prompt (GRPO group size)")
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    target_lengths: list[int] = Field([8], min_length=1, description="target output lengths to draw from")
+    length_penalty: float = Field(0.0003, ge=0.0, description="reward -= this × |len - target|")
+    step_url: str | None = Field(None, description="trainer step-counter URL returning {'step': int}")
+    step: int = Field(0, ge=0, description="fixed step when no step_url is configured")
+    poll_seconds: float = Field(2.0, gt=0)
+    checkpoint_source: str | None = Field(
+        None, description="checkpoint file per step, path or URL with {step}, sha256 in '<file>.sha256'"
+    )
+    checkpoint_cache: Path = Field(Path(".checkpoints"), description="local copies of fetched checkpoints")
+    async_level: int = Field(2, ge=0, description="rollouts may come from a policy this many steps old")
+    max_batches: int = Field(0, ge=0, description="stop after this many files; 0 runs forever")
+    proofs: bool = Field(True, description="build TOPLOC proofs")
+    device: str = Field("cpu")
+    dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16")
+    backend: Literal["torch", "vllm"] = Field("torch")
+    json_output: bool = Field(False, description="print one JSON line per batch instead of a table row")
+
+    @model_validator(mode="after")
+    def _check(self) -> InferenceSettings:
+        try:
+            int(self.node_address, 16)
+        except ValueError:
+            raise ValueError(f"node_address {self.node_address!r} is not a hex address") from None
+        if self.backend == "vllm" and self.device == "cpu":
+            raise ValueError("the vllm backend needs a GPU: set device=cuda or backend=torch")
+        return self

@@ -1,0 +1,163 @@
+"""The inference workload's loop: follow the trainer's step, keep the right checkpoint loaded, write
+one proven rollout file per batch, announce it on the worker's bridge (or just write it, standalone).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+import httpx
+from pydantic import BaseModel
+
+from workloads.datasets import load_dataset
+from workloads.inference.checkpoints import CheckpointStore
+from workloads.inference.generate import DTYPES, make_rollouts
+from workloads.inference.selection import plan_batch
+from workloads.inference.settings import InferenceSettings
+from workloads.model.backends import InferenceBackend, TorchBackend, VLLMBackend
+from workloads.model.loading import load_model, load_tokenizer, load_weights, resolve
+from workloads.rollouts import BatchInfo, write_rollouts
+
+log = logging.getLogger(__name__)
+
+
+class BatchReport(BaseModel):
+    path: str
+    sha256: str
+    step: int
+    batch_counter: int
+    checkpoint_step: int
+    rows: int
+    work_units: int
+    tokens_per_second: float
+    reward_mean: float
+    task_reward_mean: float
+    proof_seconds: float
+    seconds: float
+
+
+def bridge_enabled() -> bool:
+    return bool(os.environ.get("INTELLECT_SOCKET_PATH"))
+
+
+class InferenceWorkload:
+    def __init__(self, settings: InferenceSettings):
+        self.s = settings
+        self.records = load_dataset(settings.dataset)
+        self.tokenizer = load_tokenizer(settings.model)
+        self.model = None
+        if settings.backend == "vllm":
+            self.backend: InferenceBackend = VLLMBackend(resolve(settings.model), dtype=settings.dtype)
+        else:
+            self.model = load_model(settings.model, dtype=DTYPES[settings.dtype], device=settings.device)
+            self.backend = TorchBackend(self.model, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+        self.store = (
+            CheckpointStore(settings.checkpoint_source, settings.checkpoint_cache, settings.async_level + 1)
+            if settings.checkpoint_source
+            else None
+        )
+        self.checkpoint_step = 0  # step 0 is the base model
+        self.step: int | None = None
+        self.batch_counter = 0
+        settings.output_dir.mkdir(parents=True, exist_ok=True)
+
+    def current_step(self) -> int:
+        if not self.s.step_url:
+            return self.s.step
+        resp = httpx.get(self.s.step_url, timeout=10.0)
+        resp.raise_for_status()
+        step = resp.json().get("step")
+        if not isinstance(step, int) or step < 0:
+            raise ValueError(f"step counter at {self.s.step_url} returned {resp.text[:200]!r}; expected {{'step': int}}")
+        return step
+
+    def ensure_checkpoint(self, step: int) -> bool:
+        """Load the newest checkpoint in [step - async_level, step]; False if none is available yet."""
+        if self.store is None:  # nothing to fetch: the configured model serves every step
+            return self._use_base()
+        oldest = max(0, step - self.s.async_level)
+        if oldest <= self.checkpoint_step <= step:
+            newer = range(step, self.checkpoint_step, -1)
+        else:
+            newer = range(step, oldest - 1, -1)
+        for candidate in newer:
+            if candidate == 0:
+                return self._use_base()
+            path = self.store.fetch(candidate)
+            if path is not None:
+                if self.model is None:
+                    raise RuntimeError("checkpoint reloading is implemented for the torch backend only")
+                load_weights(self.model, path)
+                self.checkpoint_step = candidate
+                log.info("serving checkpoint of step %d for step %d", candidate, step)
+                return True
+        return oldest <= self.checkpoint_step <= step
+
+    def _use_base(self) -> bool:
+        if self.checkpoint_step != 0 and self.model is not None:
+            base = load_model(self.s.model, dtype=DTYPES[self.s.dtype], device=self.s.device)
+            self.model.load_state_dict(base.state_dict())
+        self.checkpoint_step = 0
+        return True
+
+    def run_batch(self) -> BatchReport | None:
+        started = time.perf_counter()
+        step = self.current_step()
+        if step != self.step:
+            self.step, self.batch_counter = step, 0
+        if not self.ensure_checkpoint(step):
+            log.info("no checkpoint for step %d within async level %d yet", step, self.s.async_level)
+            return None
+        self.batch_counter += 1
+        plan = plan_batch(
+            self.s.node_address, step, self.batch_counter, len(self.records),
+            self.s.batch_size, self.s.n, self.s.target_lengths,
+        )  # fmt: skip
+        rollouts, timings = make_rollouts(
+            self.backend, self.tokenizer, self.records, plan,
+            step=step, max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
+            length_penalty=self.s.length_penalty, with_proofs=self.s.proofs,
+        )  # fmt: skip
+        node = self.s.node_address.lower().removeprefix("0x")[:8]
+        path = self.s.output_dir / f"rollouts-{node}-step{step:06d}-batch{self.batch_counter:05d}.parquet"
+        info = BatchInfo(
+            node_address=self.s.node_address, step=step, batch_counter=self.batch_counter,
+            group_size=self.s.n, model=self.s.model,
+        )  # fmt: skip
+        digest = write_rollouts(path, rollouts, info)
+        tokens = sum(len(r.output_tokens) for r in rollouts)
+        report = BatchReport(
+            path=str(path), sha256=digest, step=step, batch_counter=self.batch_counter,
+            checkpoint_step=self.checkpoint_step, rows=len(rollouts), work_units=tokens,
+            tokens_per_second=tokens / max(timings.generate, 1e-9),
+            reward_mean=sum(r.rewards for r in rollouts) / len(rollouts),
+            task_reward_mean=sum(r.task_rewards for r in rollouts) / len(rollouts),
+            proof_seconds=timings.proofs, seconds=time.perf_counter() - started,
+        )  # fmt: skip
+        if bridge_enabled():
+            from workloads.bridge_client import announce_file, report_metrics  # noqa: PLC0415
+
+            announce_file(path, digest, tokens)
+            report_metrics(
+                {
+                    "tokens_per_second": report.tokens_per_second,
+                    "reward_mean": report.reward_mean,
+                    "task_reward_mean": report.task_reward_mean,
+                    "step": float(step),
+                }
+            )
+        return report
+
+    def run(self, on_batch: Callable[[BatchReport], None] = lambda _r: None) -> int:
+        done = 0
+        while self.s.max_batches == 0 or done < self.s.max_batches:
+            report = self.run_batch()
+            if report is None:
+                time.sleep(self.s.poll_seconds)
+                continue
+            done += 1
+            on_batch(report)
+        return done

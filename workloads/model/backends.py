@@ -1,0 +1,208 @@
+"""Inference backends behind one interface.
+
+`TorchBackend` runs anywhere (CPU here, GPU elsewhere): batched KV-cache decoding over left-padded
+prompts, per-sequence Gumbel-max sampling, and the final-norm hidden state of every decode position
+captured by a forward hook. `VLLMBackend` is the GPU path (optional extra `intellect[gpu]`).
+
+Which hidden states: the decode positions of a completion of n tokens are the positions whose input
+is an output token that was fed back, i.e. output tokens 0..n-2 (the last token is never fed). A
+completion of one token therefore has no decode positions and an empty proof, as in toploc.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+from transformers import PreTrainedModel
+
+from workloads.model import sampler
+from workloads.model.hooks import capture_final_norm
+
+
+@dataclass
+class Completion:
+    tokens: list[int]
+    logprobs: list[float]
+    hidden: torch.Tensor | None  # [len(tokens) - 1, hidden_size] in the model dtype, or None
+    finished: bool  # ended with EOS (else it hit max_new_tokens)
+
+
+@dataclass
+class GenerationStats:
+    seconds: float = 0.0
+    output_tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class InferenceBackend(Protocol):
+    eos_token_id: int
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        capture_hidden: bool = True,
+    ) -> list[Completion]: ...
+
+
+class TorchBackend:
+    def __init__(self, model: PreTrainedModel, eos_token_id: int, pad_token_id: int | None = None):
+        self.model = model
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = eos_token_id if pad_token_id is None else pad_token_id
+        self.stats = GenerationStats()
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        capture_hidden: bool = True,
+    ) -> list[Completion]:
+        if len(prompts) != len(seeds):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        started = time.perf_counter()
+        device = next(self.model.parameters()).device
+        batch, width = len(prompts), max(map(len, prompts))
+        ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+
+        tokens: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        hidden_steps: list[torch.Tensor] = []
+        done = torch.zeros(batch, dtype=torch.bool)
+        cache = None
+        hook = capture_final_norm(self.model, last_only=True) if capture_hidden else None
+        captured = hook.__enter__() if hook else []
+        try:
+            for step in range(max_new_tokens):
+                out = self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                cache = out.past_key_values
+                if step > 0 and capture_hidden:  # the hidden state of output token step-1
+                    hidden_steps.append(captured[-1])
+                captured.clear()
+                next_tok, next_lp = sampler.sample(out.logits[:, -1, :], seeds, [step] * batch, temperature)
+                next_tok, next_lp = next_tok.cpu(), next_lp.cpu()
+                for i in range(batch):
+                    if not done[i]:
+                        tokens[i].append(int(next_tok[i]))
+                        logprobs[i].append(float(next_lp[i]))
+                done |= next_tok == self.eos_token_id
+                if bool(done.all()) or step == max_new_tokens - 1:
+                    break
+                # Finished rows keep decoding a pad token (their outputs are ignored): simpler than
+                # reshaping the cache and cheap at these batch sizes.
+                feed = torch.where(done, torch.tensor(self.pad_token_id), next_tok)
+                ids = feed.view(-1, 1).to(device)
+                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+                positions = positions[:, -1:] + 1
+        finally:
+            if hook:
+                hook.__exit__(None, None, None)
+
+        stacked = torch.stack(hidden_steps, dim=1).cpu() if hidden_steps else None  # [batch, steps, H]
+        results = []
+        for i in range(batch):
+            n = len(tokens[i])
+            if capture_hidden:
+                hid = stacked[i, : n - 1] if stacked is not None else torch.empty(0, 0)
+                if stacked is None or n - 1 == 0:
+                    hid = torch.empty((0, self.model.config.hidden_size), dtype=self.model.dtype)
+            else:
+                hid = None
+            results.append(Completion(tokens[i], logprobs[i], hid, tokens[i][-1] == self.eos_token_id))
+        self.stats.seconds += time.perf_counter() - started
+        self.stats.output_tokens += sum(len(t) for t in tokens)
+        return results
+
+
+class VLLMBackend:
+    """GPU path through vLLM (never used by the CPU test suite; imported lazily).
+
+    Tokens: vLLM samples with temperature 1 from logits that a per-request logits processor reduces
+    to the one token our Gumbel-max sampler picks, so a validator reproduces them exactly as for the
+    torch backend. Hidden states: a forward hook on the final norm of the engine's model (as the
+    reference integration does) during one prefill per completion over prompt + output; vLLM mixes
+    sequences of a batch in one flat token dimension, and a separate prefill keeps the row mapping
+    unambiguous for about the cost of one prompt-sized forward per completion.
+    """
+
+    def __init__(self, model: str, *, dtype: str = "bfloat16", **engine_args: object):
+        from vllm import LLM  # noqa: PLC0415 - optional GPU extra
+
+        self.llm = LLM(model=model, dtype=dtype, enforce_eager=True, **engine_args)
+        self.eos_token_id = self.llm.get_tokenizer().eos_token_id
+        self._engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+
+    def _processor(self, seed: int, temperature: float):
+        def force(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+            pos = len(output_ids)
+            chosen = int(sampler.scores(logits.view(1, -1), [seed], [pos], temperature).argmax())
+            forced = torch.full_like(logits, float("-inf"))
+            forced[chosen] = 0.0
+            return forced
+
+        return force
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        capture_hidden: bool = True,
+    ) -> list[Completion]:
+        from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
+
+        params = [
+            SamplingParams(
+                max_tokens=max_new_tokens, temperature=1.0, logits_processors=[self._processor(s, temperature)]
+            )
+            for s in seeds
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        results = []
+        for prompt, out in zip(prompts, outs, strict=True):
+            toks = list(out.outputs[0].token_ids)
+            hid = self._prefill_hidden(prompt, toks) if capture_hidden else None
+            results.append(Completion(toks, [], hid, toks[-1] == self.eos_token_id))
+        return results
+
+    def _prefill_hidden(self, prompt: list[int], output: list[int]) -> torch.Tensor:
+        from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
+
+        with capture_final_norm(self._engine_model, last_only=False) as captured:
+            self.llm.generate(
+                [TokensPrompt(prompt_token_ids=prompt + output)], SamplingParams(max_tokens=1), use_tqdm=False
+            )
+        flat = captured[0].reshape(-1, captured[0].shape[-1])  # the prefill forward: [len, hidden]
+        return flat[len(prompt) : len(prompt) + len(output) - 1].cpu()

@@ -1,0 +1,53 @@
+"""Loading models and tokenizers: the shipped tiny model by default, any Hugging Face causal LM by
+name or path (on GPU hosts; nothing can be downloaded from a model hub on CI machines)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+TINY_MODEL_DIR = Path(__file__).resolve().parent / "tiny"
+TINY = "tiny"  # alias accepted wherever a model name is
+
+
+def resolve(name_or_path: str | Path | None) -> str:
+    if name_or_path in (None, "", TINY):
+        return str(TINY_MODEL_DIR)
+    return str(name_or_path)
+
+
+def load_model(
+    name_or_path: str | Path | None = None,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu",
+) -> PreTrainedModel:
+    """Load a causal LM in `dtype` (bf16 like a real deployment; torch runs bf16 on CPU), eval mode.
+
+    A hub name works where the hub is reachable (GPU hosts); `None` or "tiny" is the shipped model."""
+    model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), dtype=dtype)
+    return model.to(device).eval()
+
+
+def load_tokenizer(name_or_path: str | Path | None = None) -> PreTrainedTokenizerBase:
+    tok = AutoTokenizer.from_pretrained(resolve(name_or_path))
+    tok.padding_side = "left"  # batched decoding pads on the left
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_weights(model: PreTrainedModel, safetensors_path: str | Path) -> PreTrainedModel:
+    """Replace the model's weights by a checkpoint's (a trainer step), keeping the model's dtype."""
+    state = load_file(str(safetensors_path))
+    dtype = next(model.parameters()).dtype
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    # Tied embeddings legitimately omit lm_head.weight; anything else missing is a wrong checkpoint.
+    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {safetensors_path} does not fit the model: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    return model.eval()

@@ -1,0 +1,63 @@
+"""One forward over prompt + output: what a validator recomputes to check a rollout.
+
+Returns the final-norm hidden states at the decode positions (output tokens 0..n-2, the rows a
+TOPLOC proof commits to), the logits that predicted each output token (row i predicts token i) and
+the logprobs of the output tokens under the temperature-scaled distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from workloads.model.hooks import capture_final_norm
+from workloads.model.sampler import token_logprobs
+
+
+@dataclass
+class PrefillResult:
+    hidden: torch.Tensor  # [n_output - 1, hidden_size], model dtype
+    logits: torch.Tensor  # [n_output, vocab], model dtype
+    logprobs: torch.Tensor  # [n_output], float32
+
+
+@torch.inference_mode()
+def prefill_batch(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    outputs: list[list[int]],
+    temperature: float = 1.0,
+    pad_token_id: int = 0,
+) -> list[PrefillResult]:
+    """Batched prefill. Right padding: a causal model's positions before the padding are unaffected,
+    so position ids stay 0..len-1 and no attention mask is needed."""
+    if len(prompts) != len(outputs):
+        raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs")
+    if any(not p for p in prompts) or any(not o for o in outputs):
+        raise ValueError("prefill needs a non-empty prompt and a non-empty output per sample")
+    device = next(model.parameters()).device
+    seqs = [p + o for p, o in zip(prompts, outputs, strict=True)]
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    with capture_final_norm(model, last_only=False) as captured:
+        logits = model(input_ids=ids.to(device), use_cache=False).logits
+    hidden = captured[0]
+    results = []
+    for i, (p, o) in enumerate(zip(prompts, outputs, strict=True)):
+        start, n = len(p), len(o)
+        row_logits = logits[i, start - 1 : start + n - 1].cpu()
+        lp = token_logprobs(row_logits, torch.tensor(o), temperature)
+        results.append(PrefillResult(hidden[i, start : start + n - 1].cpu(), row_logits, lp))
+    return results
+
+
+def prefill(
+    model: PreTrainedModel, prompt_ids: list[int], output_ids: list[int], temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden states of the decode positions [n_output - 1, hidden], output logprobs [n_output])."""
+    r = prefill_batch(model, [prompt_ids], [output_ids], temperature)[0]
+    return r.hidden, r.logprobs
