@@ -13,15 +13,20 @@ from devnet import network
 from devnet.state import DevnetState
 
 app = typer.Typer(help="Intellect: decentralized compute for reinforcement learning.", no_args_is_help=True)
-devnet_app = typer.Typer(help="A local network on embedded defaults (anvil, contracts, pool).",
-                         no_args_is_help=True)
+devnet_app = typer.Typer(
+    help="A local network on embedded defaults (anvil, contracts, pool).", no_args_is_help=True
+)
 app.add_typer(devnet_app, name="devnet")
 
 console = Console()
 err = Console(stderr=True)
 
-DirOption = typer.Option(Path(".devnet"), "--dir", envvar="INTELLECT_DEVNET_DIR",
-                         help="where the devnet keeps its chain state, logs and devnet.json")
+DirOption = typer.Option(
+    Path(".devnet"),
+    "--dir",
+    envvar="INTELLECT_DEVNET_DIR",
+    help="where the devnet keeps its chain state, logs and devnet.json",
+)
 
 
 def _summary(state: DevnetState) -> dict:

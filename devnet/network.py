@@ -21,7 +21,8 @@ from ledger.models import ONE_TOKEN
 # Roles of anvil's funded dev accounts, in mnemonic order.
 ROLES = ("deployer", "pool-manager", "validator", "trainer", "provider-1", "provider-2", "provider-3")
 DEMO_TOKENS = 100_000
-DEMO_POOL_REQUIREMENTS = {"gpu_count_min": 0, "ram_mb_min": 1024, "disk_free_mb_min": 1024}
+# Parsed by intellect.wire.requirements (see docs/orchestrator.md): CPU-only demo hosts qualify.
+DEMO_POOL_REQUIREMENTS = {"requirements": {"ram_mb": 1024, "disk_free_mb": 1024}}
 
 Progress = Callable[[str], None]
 
@@ -32,8 +33,12 @@ class DevnetError(Exception):
 
 def _record(name: str, pid: int, cmd: list[str], log: Path | None, url: str | None) -> ManagedProcess:
     return ManagedProcess(
-        name=name, pid=pid, create_time=psutil.Process(pid).create_time(), cmd=cmd,
-        log=str(log) if log else None, url=url,
+        name=name,
+        pid=pid,
+        create_time=psutil.Process(pid).create_time(),
+        cmd=cmd,
+        log=str(log) if log else None,
+        url=url,
     )
 
 
@@ -63,11 +68,15 @@ def up(directory: Path, port: int | None = None, progress: Progress = print) -> 
         progress("funding demo accounts")
         for role in ROLES[1:]:
             admin.mint(wallets[role].address, DEMO_TOKENS * ONE_TOKEN)
+            if role.startswith("provider-"):
+                admin.whitelist_provider(wallets[role].address)
         progress("creating the demo domain and pool")
-        domain_id = admin.create_domain("demo-rl", "data:application/json,{\"task\":\"synthetic\"}")
+        domain_id = admin.create_domain("demo-rl", 'data:application/json,{"task":"synthetic"}')
         manager = admin.with_wallet(wallets["pool-manager"])
         pool_id = manager.create_pool(
-            domain_id, wallets["pool-manager"].address, "demo-pool",
+            domain_id,
+            wallets["pool-manager"].address,
+            "demo-pool",
             "data:application/json," + json.dumps(DEMO_POOL_REQUIREMENTS, separators=(",", ":")),
             compute_limit=0,
         )
@@ -86,8 +95,15 @@ def up(directory: Path, port: int | None = None, progress: Progress = print) -> 
             DevAccount(role=role, address=w.address, private_key=w.private_key_hex())
             for role, w in wallets.items()
         ],
-        processes=[_record("anvil", chain.pid, [str(a) for a in chain.process.args],
-                           directory / "anvil.log", chain.rpc_url)],
+        processes=[
+            _record(
+                "anvil",
+                chain.pid,
+                [str(a) for a in chain.process.args],
+                directory / "anvil.log",
+                chain.rpc_url,
+            )
+        ],
     )
     state.save()
     return state
@@ -108,8 +124,12 @@ def _resume(directory: Path, state: DevnetState, progress: Progress) -> DevnetSt
             f"run `intellect devnet down --purge` and start again"
         ) from None
     state.processes = [p for p in state.processes if p.name != "anvil"]
-    state.processes.insert(0, _record("anvil", chain.pid, [str(a) for a in chain.process.args],
-                                      directory / "anvil.log", chain.rpc_url))
+    state.processes.insert(
+        0,
+        _record(
+            "anvil", chain.pid, [str(a) for a in chain.process.args], directory / "anvil.log", chain.rpc_url
+        ),
+    )
     state.save()
     return state
 

@@ -111,7 +111,10 @@ class RequestVerifier:
         body = await request.body()
         try:
             signed = verify_signed_request(
-                request.method, raw_path_with_query(request), body, request.headers,
+                request.method,
+                raw_path_with_query(request),
+                body,
+                request.headers,
                 max_skew_seconds=self.max_skew_seconds,
             )
         except SignatureRejected as exc:
@@ -157,7 +160,8 @@ class AdminToken:
     async def __call__(self, request: Request) -> None:
         creds: HTTPAuthorizationCredentials | None = await _bearer(request)
         if creds is None:
-            raise HTTPException(status_code=401, detail="admin bearer token required",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                status_code=401, detail="admin bearer token required", headers={"WWW-Authenticate": "Bearer"}
+            )
         if not hmac.compare_digest(creds.credentials, self.token):
             raise HTTPException(status_code=403, detail="wrong admin token")

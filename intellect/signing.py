@@ -115,8 +115,11 @@ def verify_signed_request(
     Nonce single-use is the caller's job (it needs shared state): see `intellect.auth`.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
-    missing = [h for h in (HEADER_ADDRESS, HEADER_SIGNATURE, HEADER_TIMESTAMP, HEADER_NONCE)
-               if h.lower() not in lowered]
+    missing = [
+        h
+        for h in (HEADER_ADDRESS, HEADER_SIGNATURE, HEADER_TIMESTAMP, HEADER_NONCE)
+        if h.lower() not in lowered
+    ]
     if missing:
         raise SignatureRejected(f"missing signature headers: {', '.join(missing)}")
     address = lowered[HEADER_ADDRESS.lower()]

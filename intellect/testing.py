@@ -105,8 +105,14 @@ class Devnet:
 
         from ledger.invites import sign_invite
 
-        invite = sign_invite(self.manager, self.domain_id, self.pool_id, node.address,
-                             int.from_bytes(secrets.token_bytes(32), "big"), int(time.time()) + 3600)
+        invite = sign_invite(
+            self.manager,
+            self.domain_id,
+            self.pool_id,
+            node.address,
+            int.from_bytes(secrets.token_bytes(32), "big"),
+            int(time.time()) + 3600,
+        )
         self.client(provider).join_pool(self.pool_id, node.address, invite)
 
     def stop(self) -> None:

@@ -72,6 +72,7 @@ class BatchInfo(BaseModel):
     step: int = Field(ge=0)
     batch_counter: int = Field(ge=1)
     group_size: int = Field(ge=1)
+    max_new_tokens: int = Field(ge=1)
     model: str = ""
 
 

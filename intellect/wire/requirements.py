@@ -42,7 +42,8 @@ class PoolRequirements(_Tolerant):
         problems: list[str] = []
         if self.gpu and (self.gpu.count or self.gpu.memory_mb or self.gpu.models):
             fitting = [
-                g for g in specs.gpus
+                g
+                for g in specs.gpus
                 if g.memory_mb >= self.gpu.memory_mb
                 and (not self.gpu.models or any(m.lower() in g.model.lower() for m in self.gpu.models))
             ]

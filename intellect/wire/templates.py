@@ -8,14 +8,29 @@ from collections.abc import Iterable, Mapping
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 # Expanded by the worker in env_vars, cmd and entrypoint.
-TASK_VARIABLES = frozenset({
-    "TASK_ID", "NODE_ADDRESS", "GROUP_ID", "GROUP_INDEX", "GROUP_SIZE", "NEXT_P2P_ADDRESS",
-    "WORKER_P2P_SEED", "SOCKET_PATH", "TIMESTAMP",
-})
+TASK_VARIABLES = frozenset(
+    {
+        "TASK_ID",
+        "NODE_ADDRESS",
+        "GROUP_ID",
+        "GROUP_INDEX",
+        "GROUP_SIZE",
+        "NEXT_P2P_ADDRESS",
+        "WORKER_P2P_SEED",
+        "SOCKET_PATH",
+        "TIMESTAMP",
+    }
+)
 # Expanded by the orchestrator in storage_config.file_name_template.
-FILE_NAME_VARIABLES = TASK_VARIABLES | frozenset({
-    "NODE_GROUP_ID", "NODE_GROUP_SIZE", "NODE_GROUP_INDEX", "CURRENT_FILE_INDEX", "ORIGINAL_NAME",
-})
+FILE_NAME_VARIABLES = TASK_VARIABLES | frozenset(
+    {
+        "NODE_GROUP_ID",
+        "NODE_GROUP_SIZE",
+        "NODE_GROUP_INDEX",
+        "CURRENT_FILE_INDEX",
+        "ORIGINAL_NAME",
+    }
+)
 
 
 class UnknownTemplateVariable(ValueError):
@@ -32,8 +47,7 @@ def check_variables(texts: Iterable[str], allowed: frozenset[str], where: str) -
         if unknown:
             names = ", ".join("${" + name + "}" for name in unknown)
             raise UnknownTemplateVariable(
-                f"unknown template variable {names} in {where}; allowed: "
-                + ", ".join(sorted(allowed))
+                f"unknown template variable {names} in {where}; allowed: " + ", ".join(sorted(allowed))
             )
 
 

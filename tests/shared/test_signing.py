@@ -15,7 +15,6 @@ from intellect.signing import (
     HEADER_ADDRESS,
     HEADER_NONCE,
     HEADER_SIGNATURE,
-    HEADER_TIMESTAMP,
     SignatureRejected,
     SignedAuth,
     canonical_string,
@@ -138,7 +137,10 @@ def test_unsigned_tampered_and_skewed_requests_get_clear_4xx(signed_server) -> N
 def test_rate_limit_is_per_address_and_shared_in_redis(redis_server) -> None:
     noisy, quiet = Wallet.create(), Wallet.create()
     # Two server replicas sharing one Redis: the limit holds across both.
-    with ServerThread(_app(redis_server.url, limit=5)) as a, ServerThread(_app(redis_server.url, limit=5)) as b:
+    with (
+        ServerThread(_app(redis_server.url, limit=5)) as a,
+        ServerThread(_app(redis_server.url, limit=5)) as b,
+    ):
         codes = []
         for i in range(8):
             url = (a if i % 2 else b).url

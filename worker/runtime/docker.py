@@ -234,7 +234,7 @@ class DockerRuntime(Runtime):
                 device_requests=devices, shm_size=self.config.shm_size, detach=True,
                 # docker-init as PID 1: signals reach the task and zombies are reaped.
                 init=True, stop_signal="SIGTERM",
-                restart_policy={"Name": "on-failure", "MaximumRetryCount": 0},
+                restart_policy={"Name": "on-failure", "MaximumRetryCount": self.config.max_restarts},
             )
         except (APIError, DockerException) as exc:
             return TaskStatus(task_id=prepared.task_id, state=TaskState.FAILED,

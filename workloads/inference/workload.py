@@ -121,11 +121,11 @@ class InferenceWorkload:
             step=step, max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
             length_penalty=self.s.length_penalty, with_proofs=self.s.proofs,
         )  # fmt: skip
-        node = self.s.node_address.lower().removeprefix("0x")[:8]
+        node = self.s.node_address.lower().removeprefix("0x")
         path = self.s.output_dir / f"rollouts-{node}-step{step:06d}-batch{self.batch_counter:05d}.parquet"
         info = BatchInfo(
             node_address=self.s.node_address, step=step, batch_counter=self.batch_counter,
-            group_size=self.s.n, model=self.s.model,
+            group_size=self.s.n, max_new_tokens=self.s.max_new_tokens, model=self.s.model,
         )  # fmt: skip
         digest = write_rollouts(path, rollouts, info)
         tokens = sum(len(r.output_tokens) for r in rollouts)

@@ -1,0 +1,83 @@
+"""HTTP clients the orchestrator uses: discovery (pool's nodes) and workers (invite, logs, restart).
+
+Every call is signed with the manager key, has a timeout, and retries transport errors and 5xx
+(tenacity, exponential back-off); a 4xx is an answer, never retried.
+"""
+
+from __future__ import annotations
+
+import httpx
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from intellect.identity import Wallet
+from intellect.signing import SignedAuth
+from intellect.wire.invites import InviteRequest, InviteResponse
+from intellect.wire.nodes import DiscoveredNode
+
+
+class PeerError(Exception):
+    """A peer refused (4xx, with its reason) or could not be reached."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    return detail if isinstance(detail, str) else str(detail)
+
+
+class SignedClient:
+    def __init__(self, manager: Wallet, timeout: float, retries: int) -> None:
+        self.http = httpx.AsyncClient(auth=SignedAuth(manager), timeout=timeout)
+        self.retries = retries
+
+    async def request(self, method: str, url: str, **kwargs: object) -> httpx.Response:
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.retries), wait=wait_exponential(multiplier=0.2, max=3),
+                retry=retry_if_exception(_retryable), reraise=True,
+            ):
+                with attempt:
+                    response = await self.http.request(method, url, **kwargs)  # type: ignore[arg-type]
+                    if response.status_code >= 500:
+                        response.raise_for_status()
+        except httpx.HTTPStatusError as exc:
+            raise PeerError(f"{url} answered {exc.response.status_code}: {_reason(exc.response)}",
+                            exc.response.status_code) from None
+        except httpx.HTTPError as exc:
+            raise PeerError(f"{url} unreachable: {type(exc).__name__} {exc}") from None
+        if response.status_code >= 400:
+            raise PeerError(f"{url} refused ({response.status_code}): {_reason(response)}",
+                            response.status_code)
+        return response
+
+    async def pool_nodes(self, discovery_url: str, pool_id: int) -> list[DiscoveredNode]:
+        response = await self.request("GET", f"{discovery_url.rstrip('/')}/pools/{pool_id}/nodes")
+        return [DiscoveredNode.model_validate(item) for item in response.json()]
+
+    async def invite(self, worker_url: str, invite: InviteRequest) -> InviteResponse:
+        response = await self.request("POST", f"{worker_url}/invite", content=invite.model_dump_json(),
+                                      headers={"Content-Type": "application/json"})
+        return InviteResponse.model_validate(response.json())
+
+    async def logs(self, worker_url: str, tail: int) -> list[str]:
+        response = await self.request("GET", f"{worker_url}/logs", params={"tail": tail})
+        return [str(line) for line in response.json().get("lines", [])]
+
+    async def restart(self, worker_url: str) -> dict[str, object]:
+        return (await self.request("POST", f"{worker_url}/restart")).json()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

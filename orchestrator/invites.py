@@ -1,0 +1,130 @@
+"""Invite loop: poll discovery for the pool's nodes, reconcile with the pool on chain, invite the new ones.
+
+A node in the pool on chain but unknown here (e.g. after a restart with a fresh database) is recorded
+and invited again: the worker, already a member, answers by heartbeating to us. A failed invite is
+retried with exponential back-off; a node that reappears in discovery after being ejected is re-invited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, timedelta
+
+import structlog
+from fastapi.concurrency import run_in_threadpool
+
+from intellect.wire.invites import InviteRequest
+from intellect.wire.nodes import DiscoveredNode, NodeState
+from orchestrator.clients import PeerError
+from orchestrator.context import Context
+from orchestrator.models import NodeRow, utcnow
+from orchestrator.nodes import audit
+
+log = structlog.get_logger("intellect.orchestrator.invites")
+MAX_CONCURRENT_INVITES = 16
+
+
+def reconcile(ctx: Context, records: list[DiscoveredNode], on_chain: set[str]) -> list[NodeRow]:
+    """Upsert node rows from discovery and the chain; return every row (the mirror is rebuilt from them)."""
+    with ctx.sessions() as session, session.begin():
+        rows = {row.address: row for row in session.query(NodeRow).all()}
+        for record in records:
+            meta = record.metadata
+            row = rows.get(meta.node_address)
+            updated = record.last_updated.astimezone(UTC).replace(tzinfo=None)
+            if row is None:
+                row = NodeRow(address=meta.node_address, state=NodeState.DISCOVERED.value, misses=0,
+                              in_pool=False, invite_attempts=0, state_changed_at=utcnow(),
+                              created_at=utcnow())
+                session.add(row)
+                rows[row.address] = row
+                audit(session, "discovery", "discovered", row.address)
+            came_back = (row.state in (NodeState.EJECTED.value, NodeState.DEAD.value)
+                         and meta.node_address not in on_chain
+                         and (row.discovery_updated_at is None or updated > row.discovery_updated_at)
+                         and updated > row.state_changed_at)
+            row.provider, row.ip_address, row.port = meta.provider_address, meta.ip_address, meta.port
+            row.node_metadata = meta.model_dump(mode="json")
+            row.discovery_updated_at = updated
+            if came_back:
+                audit(session, "discovery", "state", row.address, old=row.state, new="Discovered",
+                      reason="node is back in discovery")
+                row.state, row.state_changed_at, row.misses = NodeState.DISCOVERED.value, utcnow(), 0
+                row.invite_attempts, row.next_invite_at = 0, None
+                row.reason = "back in discovery: re-inviting"
+        for address in on_chain - rows.keys():
+            row = NodeRow(address=address, state=NodeState.DISCOVERED.value, misses=0, in_pool=True,
+                          invite_attempts=0, state_changed_at=utcnow(), created_at=utcnow(),
+                          reason="in the pool on chain but unknown here: reconciling")
+            session.add(row)
+            rows[address] = row
+            audit(session, "chain", "reconciled", address)
+        for row in rows.values():
+            was_in_pool, row.in_pool = row.in_pool, row.address in on_chain
+            if was_in_pool and not row.in_pool and row.state in (NodeState.HEALTHY.value,
+                                                                  NodeState.UNHEALTHY.value):
+                audit(session, "chain", "state", row.address, old=row.state, new="Ejected",
+                      reason="no longer in the pool on chain")
+                row.state, row.state_changed_at, row.reason = (NodeState.EJECTED.value, utcnow(),
+                                                               "no longer in the pool on chain")
+        return list(rows.values())
+
+
+async def invite_one(ctx: Context, row: NodeRow) -> None:
+    settings = ctx.settings
+    invite = await run_in_threadpool(ctx.chain.invite, row.address, settings.invite_valid_seconds)
+    request = InviteRequest(
+        domain_id=invite.domain_id, pool_id=invite.pool_id, node_address=row.address,
+        nonce="0x" + invite.nonce.to_bytes(32, "big").hex(), expiration=invite.expiration,
+        signature=invite.signature, orchestrator_url=settings.effective_public_url,
+    )
+    try:
+        reply = await ctx.peers.invite(row.worker_url or "", request)
+        error = None if reply.accepted else f"worker declined the invite: {reply.detail}"
+    except PeerError as exc:
+        error = exc.reason
+    if error is None:
+        ctx.metrics.invites.labels("accepted").inc()
+        await ctx.book.transition(row.address, NodeState.WAITING_FOR_HEARTBEAT, "invited", actor="invites",
+                                  invited_at=utcnow(), invite_attempts=0, next_invite_at=None)
+        return
+    ctx.metrics.invites.labels("failed").inc()
+    attempts = row.invite_attempts + 1
+    backoff = min(settings.invite_interval_seconds * 2 ** (attempts - 1), settings.invite_max_backoff_seconds)
+    log.warning("invite failed", node=row.address, attempt=attempts, error=error, retry_in=backoff)
+    await ctx.book.transition(row.address, NodeState.DISCOVERED, f"invite failed: {error}", actor="invites",
+                              invite_attempts=attempts, next_invite_at=utcnow() + timedelta(seconds=backoff))
+
+
+async def invite_pass(ctx: Context) -> None:
+    try:
+        records = await ctx.peers.pool_nodes(ctx.settings.discovery_url, ctx.settings.pool_id)
+    except PeerError as exc:
+        log.warning("discovery unavailable", error=exc.reason)
+        records = []
+    on_chain = set(await run_in_threadpool(ctx.chain.pool_nodes))
+    rows = await run_in_threadpool(reconcile, ctx, records, on_chain)
+    for row in rows:
+        await ctx.book.sync_mirror(row)
+    now = utcnow()
+    due = [r for r in rows if r.state == NodeState.DISCOVERED.value and r.worker_url
+           and (r.next_invite_at is None or r.next_invite_at <= now)]
+    limit = asyncio.Semaphore(MAX_CONCURRENT_INVITES)
+
+    async def bounded(row: NodeRow) -> None:
+        async with limit:
+            await invite_one(ctx, row)
+
+    await asyncio.gather(*(bounded(r) for r in due))
+
+
+async def invite_loop(ctx: Context, is_leader) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        started = time.monotonic()
+        try:
+            if await is_leader():
+                await invite_pass(ctx)
+        except Exception:  # a flaky RPC or Redis must not end the loop
+            log.exception("invite pass failed")
+        await asyncio.sleep(max(0.0, ctx.settings.invite_interval_seconds - (time.monotonic() - started)))

@@ -1,0 +1,126 @@
+"""Registration, resume and deregistration on a real chain."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from worker_devnet import Devnet
+
+from intellect.identity import Wallet
+from ledger.invites import sign_invite
+from ledger.models import ONE_TOKEN
+from worker.chain import ChainAuthorizer, RegistrationDeclined, WorkerChain
+from worker.daemon import WorkerDaemon
+from worker.hardware import detect
+from worker.keys import WorkerKeys
+from worker.runtime_stub import RecordingRuntime
+from worker.settings import WorkerSettings
+from worker.state import StateStore
+
+
+def make_chain(devnet: Devnet, provider: Wallet) -> WorkerChain:
+    return WorkerChain(
+        devnet.rpc_url, devnet.deployment_path, WorkerKeys(provider=provider, node=Wallet.create())
+    )
+
+
+def test_registration_is_idempotent(devnet: Devnet) -> None:
+    chain = make_chain(devnet, devnet.fresh_provider())
+    asked = []
+    txs = chain.ensure_registered(2, None, lambda plan: asked.append(plan) or True)
+    assert len(txs) >= 2 and asked[0].register_stake == 3 * 10 * ONE_TOKEN  # (2 units + 1) x minimum
+    node = chain.get_node()
+    assert node is not None and node.provider == chain.provider and node.compute_units == 2
+    # A restarted worker reads the chain and sends nothing.
+    assert chain.ensure_registered(2, None, lambda plan: pytest.fail("must not ask again")) == []
+
+
+def test_declined_or_unfunded_registration_spends_nothing(devnet: Devnet) -> None:
+    provider = devnet.fresh_provider()
+    chain = make_chain(devnet, provider)
+    with pytest.raises(RegistrationDeclined, match="--yes"):
+        chain.ensure_registered(1, None, lambda plan: False)
+    assert devnet.admin.balance_of(provider.address) == 1000 * ONE_TOKEN
+    assert not chain.get_provider().registered
+    poor = make_chain(devnet, devnet.fresh_provider(tokens=5))
+    with pytest.raises(RegistrationDeclined, match="fund it first"):
+        poor.ensure_registered(1, None, lambda plan: True)
+    with pytest.raises(RegistrationDeclined, match="raise --stake"):
+        chain.ensure_registered(1, 1, lambda plan: True)
+
+
+def test_second_node_of_a_provider_tops_up_the_stake(devnet: Devnet) -> None:
+    provider = devnet.fresh_provider()
+    make_chain(devnet, provider).ensure_registered(1, None, lambda plan: True)
+    second = make_chain(devnet, provider)
+    plans = []
+    second.ensure_registered(1, None, lambda plan: plans.append(plan) or True)
+    assert plans[0].register_stake == 0 and plans[0].extra_stake == 10 * ONE_TOKEN
+    assert second.get_provider().node_count == 2
+
+
+def join(devnet: Devnet, chain: WorkerChain) -> None:
+    import secrets
+    import time
+
+    invite = sign_invite(
+        devnet.manager,
+        devnet.domain_id,
+        devnet.pool_id,
+        chain.node,
+        secrets.randbits(64),
+        int(time.time()) + 300,
+    )
+    chain.provider_client.join_pool(devnet.pool_id, chain.node, invite)
+
+
+def test_resume_trusts_the_chain(devnet: Devnet, tmp_path: Path) -> None:
+    chain = make_chain(devnet, devnet.fresh_provider())
+    chain.ensure_registered(1, None, lambda plan: True)
+    settings = WorkerSettings(
+        rpc_url=devnet.rpc_url, deployment=devnet.deployment_path, pool_id=devnet.pool_id, state_dir=tmp_path
+    )
+    store = StateStore(settings.state_file)
+    store.update(pool_joined=True, orchestrator_url="http://127.0.0.1:9", pool_id=devnet.pool_id)
+
+    def daemon() -> WorkerDaemon:
+        return WorkerDaemon(
+            settings,
+            chain.keys,
+            chain,
+            RecordingRuntime(),
+            detect(tmp_path / "d"),
+            store,
+            ChainAuthorizer(chain, devnet.pool_id),
+        )
+
+    # The state file says "joined" but the chain disagrees (ejected while down): wait for an invite.
+    asyncio.run(daemon()._resume())
+    assert store.load().pool_joined is False and store.load().orchestrator_url is None
+    # Really in the pool: keep heartbeating to the stored orchestrator.
+    join(devnet, chain)
+    store.update(pool_joined=True, orchestrator_url="http://127.0.0.1:9")
+    asyncio.run(daemon()._resume())
+    assert store.load().pool_joined is True
+
+
+def test_deregister_leaves_removes_and_unbonds(devnet: Devnet) -> None:
+    chain = make_chain(devnet, devnet.fresh_provider())
+    chain.ensure_registered(1, None, lambda plan: True)
+    join(devnet, chain)
+    assert chain.in_pool(devnet.pool_id)
+    txs = chain.deregister(devnet.pool_id)
+    assert len(txs) == 3
+    assert not chain.in_pool(devnet.pool_id) and chain.get_node() is None
+    provider = chain.get_provider()
+    assert not provider.registered and provider.stake == 0
+    assert sum(u.amount for u in chain.provider_client.unbonds(chain.provider)) == 20 * ONE_TOKEN
+
+
+def test_authorizer_roles(devnet: Devnet) -> None:
+    auth = ChainAuthorizer(make_chain(devnet, devnet.fresh_provider(tokens=0)), devnet.pool_id)
+    assert auth.role_of(devnet.manager.address) == "manager"
+    assert auth.role_of(devnet.validator.address.lower()) == "validator"
+    assert auth.role_of(Wallet.create().address) is None

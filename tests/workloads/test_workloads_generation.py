@@ -1,0 +1,87 @@
+"""Generation is a function of the seeds; a validator reproduces it from one prefill."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workloads.model import sampler
+from workloads.model.backends import InferenceBackend
+from workloads.model.prefill import prefill, prefill_batch
+
+SEEDS = [101, 202, 303, 404, 505, 606]
+
+
+def test_backend_satisfies_protocol(backend):
+    assert isinstance(backend, InferenceBackend)
+
+
+def test_same_seeds_same_tokens_regardless_of_batch(backend, prompts):
+    a = backend.generate(prompts, SEEDS, max_new_tokens=16, temperature=1.0)
+    # Reversed order and a different batch size: each sequence depends only on its own seed.
+    b = backend.generate(prompts[::-1], SEEDS[::-1], max_new_tokens=16, temperature=1.0)[::-1]
+    single = backend.generate([prompts[2]], [SEEDS[2]], max_new_tokens=16, temperature=1.0)[0]
+    assert [c.tokens for c in a] == [c.tokens for c in b]
+    assert a[2].tokens == single.tokens
+
+
+def test_different_seeds_change_samples(backend, prompts):
+    a = backend.generate(prompts * 3, list(range(18)), max_new_tokens=16, temperature=1.5)
+    b = backend.generate(prompts * 3, list(range(100, 118)), max_new_tokens=16, temperature=1.5)
+    assert [c.tokens for c in a] != [c.tokens for c in b]
+
+
+def test_eos_ends_and_max_length_truncates(backend, prompts, tiny_tokenizer):
+    out = backend.generate(prompts, SEEDS, max_new_tokens=3, temperature=1.0)
+    for c in out:
+        assert 1 <= len(c.tokens) <= 3
+        assert c.finished == (c.tokens[-1] == tiny_tokenizer.eos_token_id)
+        assert tiny_tokenizer.eos_token_id not in c.tokens[:-1]
+        assert c.hidden.shape == (len(c.tokens) - 1, 128)
+        assert len(c.logprobs) == len(c.tokens)
+
+
+def test_validator_reproduces_tokens_from_prefill_logits(backend, tiny_model, prompts):
+    comps = backend.generate(prompts, SEEDS, max_new_tokens=16, temperature=1.0)
+    pre = prefill_batch(tiny_model, prompts, [c.tokens for c in comps])
+    for seed, c, p in zip(SEEDS, comps, pre, strict=True):
+        assert sampler.reproduce(p.logits, seed, 1.0).tolist() == c.tokens
+        assert sampler.sampling_gaps(p.logits, torch.tensor(c.tokens), seed, 1.0).max() == 0
+        # The wrong seed does not reproduce them (for sequences long enough to tell).
+        if len(c.tokens) > 3:
+            assert sampler.reproduce(p.logits, seed + 1, 1.0).tolist() != c.tokens
+
+
+def test_decode_and_prefill_hidden_states_agree_to_bf16(backend, tiny_model, prompts):
+    comps = backend.generate(prompts, SEEDS, max_new_tokens=16, temperature=1.0)
+    for c, prompt in zip(comps, prompts, strict=True):
+        hidden, logprobs = prefill(tiny_model, prompt, c.tokens)
+        assert hidden.dtype == torch.bfloat16 and c.hidden.dtype == torch.bfloat16
+        assert hidden.shape == c.hidden.shape
+        # bf16 has 8 mantissa bits: values agree to a few ulps, most are bit-identical.
+        torch.testing.assert_close(hidden.float(), c.hidden.float(), rtol=2**-6, atol=2**-6)
+        assert (hidden == c.hidden).float().mean() > 0.5
+        torch.testing.assert_close(logprobs, torch.tensor(c.logprobs), rtol=0, atol=0.05)
+
+
+def test_greedy_is_argmax(backend, tiny_model, prompts):
+    comps = backend.generate(prompts[:2], [1, 2], max_new_tokens=8, temperature=0.0)
+    again = backend.generate(prompts[:2], [3, 4], max_new_tokens=8, temperature=0.0)
+    assert [c.tokens for c in comps] == [c.tokens for c in again]  # seeds do not matter at T = 0
+    pre = prefill_batch(tiny_model, prompts[:2], [c.tokens for c in comps])
+    for c, p in zip(comps, pre, strict=True):
+        assert p.logits.float().argmax(-1).tolist() == c.tokens
+
+
+def test_noise_is_a_function_of_seed_and_position():
+    a = sampler.gumbel_noise(7, 3, 50)
+    assert torch.equal(a, sampler.gumbel_noise(7, 3, 50))
+    assert not torch.equal(a, sampler.gumbel_noise(7, 4, 50))
+    assert not torch.equal(a, sampler.gumbel_noise(8, 3, 50))
+
+
+def test_bad_generation_input_is_refused(backend, prompts):
+    with pytest.raises(ValueError, match="seeds"):
+        backend.generate(prompts, [1], max_new_tokens=4, temperature=1.0)
+    with pytest.raises(ValueError, match="empty prompt"):
+        backend.generate([[]], [1], max_new_tokens=4, temperature=1.0)
