@@ -80,3 +80,7 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="print JSON")
     for key, value in data.items():
         table.add_row(key, str(value))
     console.print(table)
+
+
+if __name__ == "__main__":
+    app()

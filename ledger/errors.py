@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from eth_utils import keccak
+
+# Role ids as they appear in AccessControlUnauthorizedAccount, shown by name so the fix is obvious.
+ROLE_NAMES = {"0x" + "00" * 32: "DEFAULT_ADMIN_ROLE"} | {
+    "0x" + keccak(text=r).hex(): r for r in ("MINTER_ROLE", "FEDERATOR_ROLE", "VALIDATOR_ROLE", "POOL_ROLE")
+}
+
 
 class LedgerError(Exception):
     """Any failure talking to the ledger, with a message that names what went wrong."""
@@ -34,5 +41,5 @@ class ContractRevert(LedgerError):
 
 def _show(value: Any) -> str:
     if isinstance(value, bytes):
-        return "0x" + value.hex()
-    return str(value)
+        value = "0x" + value.hex()
+    return ROLE_NAMES.get(str(value), str(value))

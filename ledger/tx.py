@@ -3,6 +3,7 @@ with a fee bump on underpriced / nonce races, and reverts decoded to the named c
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from ledger.artifacts import decode_error
 from ledger.errors import ContractRevert, LedgerError, LedgerTimeout
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Messages of RPC errors worth retrying with a fresh nonce and higher fees (geth, anvil, reth, erigon).
 _RETRYABLE = (
@@ -124,6 +126,7 @@ class TxSender:
                     return bytes(self.w3.eth.send_raw_transaction(signed.raw_transaction))
                 except Web3RPCError as exc:
                     if any(s in str(exc).lower() for s in _RETRYABLE):
+                        log.warning("retrying nonce %s from %s: %s", tx["nonce"], self.wallet.address, exc)
                         raise _Retry(str(exc)) from exc
                     raise LedgerError(f"transaction rejected: {exc}") from None
 

@@ -73,8 +73,8 @@ class HeartbeatHandler:
         ctx, s, live = self.ctx, self.ctx.settings, self.ctx.live
         body = await request.body()
         try:
-            signed = verify_signed_request(request.method, raw_path_with_query(request), body, request.headers,
-                                           max_skew_seconds=s.max_skew_seconds)
+            signed = verify_signed_request(request.method, raw_path_with_query(request), body,
+                                           request.headers, max_skew_seconds=s.max_skew_seconds)
         except SignatureRejected as exc:
             raise HTTPException(exc.status, exc.reason) from None
         try:
@@ -120,6 +120,7 @@ class HeartbeatHandler:
             return HeartbeatResponse(current_task=None, interval_seconds=s.heartbeat_interval_seconds)
         if state != NodeState.HEALTHY:  # rare: first heartbeat after an invite, or a node that came back
             await ctx.book.transition(address, NodeState.HEALTHY, None, actor=address,
-                                      last_heartbeat_at=utcnow(), in_pool=True)
+                                      last_heartbeat_at=utcnow())
         plan = await ctx.plans.current(int(raw_version or 0))
-        return HeartbeatResponse(current_task=plan.task_for(address), interval_seconds=s.heartbeat_interval_seconds)
+        return HeartbeatResponse(current_task=plan.task_for(address),
+                                 interval_seconds=s.heartbeat_interval_seconds)

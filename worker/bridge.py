@@ -21,6 +21,7 @@ import math
 import os
 import sqlite3
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,16 @@ MAX_LABELS_PER_TASK = 256
 MAX_LABEL_LENGTH = 128
 # AF_UNIX paths are limited to 108 bytes (including the terminating NUL) on Linux.
 MAX_SOCKET_PATH = 107
+
+
+def socket_path_for(state_dir: Path) -> Path:
+    """`<state_dir>/sock/bridge.sock`, or, when that is too long for AF_UNIX, a private directory in
+    the temp dir named after the state dir (ownership and mode are checked when the bridge starts)."""
+    preferred = state_dir / "sock" / "bridge.sock"
+    if len(os.fsencode(preferred.absolute())) <= MAX_SOCKET_PATH:
+        return preferred.absolute()
+    tag = hashlib.sha256(os.fsencode(state_dir.absolute())).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"intellect-{os.getuid()}-{tag}" / "bridge.sock"
 
 
 class BridgeRejected(ValueError):
@@ -64,8 +75,10 @@ class PendingFile(BaseModel):
 class FileQueue:
     """Durable queue of announced files (SQLite, one connection per call: safe across threads)."""
 
-    COLUMNS = ("id, task_id, path, relative_path, sha256, work_units, size_bytes, announced_at, "
-               "uploaded_at, upload_ref, submitted_at, tx_hash")
+    COLUMNS = (
+        "id, task_id, path, relative_path, sha256, work_units, size_bytes, announced_at, "
+        "uploaded_at, upload_ref, submitted_at, tx_hash"
+    )
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -97,15 +110,17 @@ class FileQueue:
         names = [c.strip() for c in self.COLUMNS.split(",")]
         return [PendingFile.model_validate(dict(zip(names, row, strict=True))) for row in rows]
 
-    def add(self, task_id: str, path: Path, relative_path: str, sha256: str, work_units: int,
-            size_bytes: int) -> tuple[PendingFile, bool]:
+    def add(
+        self, task_id: str, path: Path, relative_path: str, sha256: str, work_units: int, size_bytes: int
+    ) -> tuple[PendingFile, bool]:
         """Queue a file; (entry, False) when the same content was already announced."""
         now = datetime.now(UTC).isoformat()
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO files (task_id, path, relative_path, sha256, work_units, size_bytes,"
                 " announced_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (task_id, str(path), relative_path, sha256, work_units, size_bytes, now))
+                (task_id, str(path), relative_path, sha256, work_units, size_bytes, now),
+            )
             created = cursor.rowcount == 1
         return self._rows("sha256 = ?", sha256)[0], created
 
@@ -126,14 +141,18 @@ class FileQueue:
 
     def mark_uploaded(self, file_id: int, upload_ref: str | None = None) -> PendingFile:
         with self._connect() as db:
-            db.execute("UPDATE files SET uploaded_at = COALESCE(uploaded_at, ?), upload_ref = ? WHERE id = ?",
-                       (datetime.now(UTC).isoformat(), upload_ref, file_id))
+            db.execute(
+                "UPDATE files SET uploaded_at = COALESCE(uploaded_at, ?), upload_ref = ? WHERE id = ?",
+                (datetime.now(UTC).isoformat(), upload_ref, file_id),
+            )
         return self.get(file_id)
 
     def mark_submitted(self, file_id: int, tx_hash: str) -> PendingFile:
         with self._connect() as db:
-            db.execute("UPDATE files SET submitted_at = COALESCE(submitted_at, ?), tx_hash = ? WHERE id = ?",
-                       (datetime.now(UTC).isoformat(), tx_hash, file_id))
+            db.execute(
+                "UPDATE files SET submitted_at = COALESCE(submitted_at, ?), tx_hash = ? WHERE id = ?",
+                (datetime.now(UTC).isoformat(), tx_hash, file_id),
+            )
         return self.get(file_id)
 
 
@@ -162,8 +181,10 @@ def describe(error: ValidationError) -> str:
 class TaskBridge:
     def __init__(self, socket_path: Path, state_dir: Path) -> None:
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
-            raise ValueError(f"bridge socket path {socket_path} is longer than {MAX_SOCKET_PATH} bytes "
-                             "(a unix socket limit): choose a shorter worker state directory")
+            raise ValueError(
+                f"bridge socket path {socket_path} is longer than {MAX_SOCKET_PATH} bytes "
+                "(a unix socket limit): choose a shorter worker state directory"
+            )
         self.socket_path = socket_path
         self.queue = FileQueue(state_dir / "files.sqlite")
         self._tasks: dict[str, TaskEntry] = {}
@@ -239,8 +260,10 @@ class TaskBridge:
         """The host path of an announced file, which must be a regular file inside the data dir."""
         path = PurePosixPath(announced)
         root = entry.data_dir.resolve()
-        outside = BridgeRejected(f"path {announced!r} is outside the task's data directory "
-                                 f"({entry.container_data_dir or entry.data_dir})")
+        outside = BridgeRejected(
+            f"path {announced!r} is outside the task's data directory "
+            f"({entry.container_data_dir or entry.data_dir})"
+        )
         if path.is_absolute():
             container = PurePosixPath(entry.container_data_dir) if entry.container_data_dir else None
             if container is not None and (path == container or container in path.parents):
@@ -267,11 +290,20 @@ class TaskBridge:
         # Hash off the event loop: files can be large and other tasks' messages must not wait.
         actual = await asyncio.to_thread(sha256_file, host)
         if actual != message.sha256:
-            raise BridgeRejected(f"sha256 mismatch for {relative}: announced {message.sha256}, file has {actual}")
-        queued, created = self.queue.add(message.task_id, host, relative, actual, message.work_units,
-                                         host.stat().st_size)
-        log.info("bridge: %s %s (%s, %d work units) from task %s", "queued" if created else "already queued",
-                 relative, actual[:12], queued.work_units, message.task_id)
+            raise BridgeRejected(
+                f"sha256 mismatch for {relative}: announced {message.sha256}, file has {actual}"
+            )
+        queued, created = self.queue.add(
+            message.task_id, host, relative, actual, message.work_units, host.stat().st_size
+        )
+        log.info(
+            "bridge: %s %s (%s, %d work units) from task %s",
+            "queued" if created else "already queued",
+            relative,
+            actual[:12],
+            queued.work_units,
+            message.task_id,
+        )
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -307,16 +339,26 @@ class TaskBridge:
     # ---- lifecycle -------------------------------------------------------------------------
     def _prepare_socket_dir(self) -> None:
         directory = self.socket_path.parent
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = directory.lstat()
+        # The directory may sit in a shared temp dir: never use one someone else made (or a symlink).
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise PermissionError(
+                f"{directory} is not a directory owned by this user; remove it or choose "
+                "another state directory"
+            )
         os.chmod(directory, 0o700)
         if self.socket_path.exists() or self.socket_path.is_symlink():
             if not stat.S_ISSOCK(self.socket_path.lstat().st_mode):
-                raise FileExistsError(f"{self.socket_path} exists and is not a socket; refusing to replace it")
+                raise FileExistsError(
+                    f"{self.socket_path} exists and is not a socket; refusing to replace it"
+                )
             self.socket_path.unlink()  # left by a worker that did not shut down cleanly
 
     async def _start_server(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve_client, path=str(self.socket_path),
-                                                       limit=MAX_LINE)
+        self._server = await asyncio.start_unix_server(
+            self._serve_client, path=str(self.socket_path), limit=MAX_LINE
+        )
         os.chmod(self.socket_path, 0o600)
 
     def start(self) -> TaskBridge:
@@ -336,6 +378,11 @@ class TaskBridge:
             if self._server is not None:
                 self._server.close()
                 await self._server.wait_closed()
+            # Open client connections too, so no transport outlives the loop.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=5)

@@ -94,20 +94,20 @@ def _chain(settings: WorkerSettings, create_keys: bool = False):
 
 
 def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> object:
+    """`recording` only records the desired task (no execution); the others run it (worker.runtime)."""
     if kind == "recording":
         from worker.runtime_stub import RecordingRuntime
 
         return RecordingRuntime()
-    try:
-        from worker import runtime as runtimes  # the Docker/process runtimes (issue 4)
-    except ImportError as exc:
-        raise CliError(f"runtime {kind!r} is not available in this build ({exc}); "
-                       "use --runtime recording") from None
-    factory = getattr(runtimes, "create_runtime", None)
-    if factory is None:
-        raise CliError(f"runtime {kind!r} is not available in this build; use --runtime recording")
-    return factory(kind, node_address=node_address, storage_root=settings.state_dir / "data",
-                   state_dir=settings.state_dir / "runtime")
+    if kind not in ("auto", "docker", "process"):
+        raise CliError(f"unknown --runtime {kind!r}: use auto, docker, process or recording")
+    from worker.runtime import RuntimeConfig, make_runtime
+
+    config = RuntimeConfig(node_address=node_address, storage_root=settings.state_dir / "data",
+                           state_dir=settings.state_dir / "runtime")
+    runtime = make_runtime(kind, config)  # type: ignore[arg-type]
+    runtime.adopt()  # take over a task a previous worker process left running
+    return runtime
 
 
 # ---- start ----
@@ -127,13 +127,14 @@ def start(
     stake: Annotated[int | None, typer.Option(help="stake in token base units (default: minimum)")] = None,
     heartbeat_interval: Annotated[float | None, typer.Option(help="seconds between heartbeats")] = None,
     metadata_refresh: Annotated[float | None, typer.Option(help="seconds between discovery uploads")] = None,
-    runtime: Annotated[str, typer.Option(help="recording | process | docker | auto")] = "recording",
+    runtime: Annotated[str, typer.Option(help="auto | docker | process | recording")] = "recording",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="stake without asking")] = False,
     log_level: Annotated[str, typer.Option(help="debug | info | warning")] = "info",
 ) -> None:
     """Check the machine, register on chain if needed, then serve the worker API and heartbeat."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     settings = build_settings(
         rpc_url=rpc_url, deployment=deployment, discovery_url=discovery_url, pool_id=pool_id,
         state_dir=state_dir, api_host=api_host, api_port=api_port, advertised_ip=advertised_ip,

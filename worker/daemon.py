@@ -85,9 +85,10 @@ class WorkerDaemon:
                 self.state.join_tx = tx
             self.store.save(self.state)
 
-    def _poke(self) -> None:
+    def _poke(self, delay: float = 0.0) -> None:
         if self._loop:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            loop = self._loop
+            loop.call_soon_threadsafe(loop.call_later, delay, self._wake.set)
 
     def health(self) -> tuple[bool, bool]:
         with self._lock:
@@ -118,7 +119,7 @@ class WorkerDaemon:
             raise InviteRejected(f"ledger unavailable: {exc}", 503) from None
         log.info("joined pool %s (tx %s); heartbeating to %s", request.pool_id, tx, request.orchestrator_url)
         self._set_membership(True, request.orchestrator_url, tx)
-        self._poke()
+        self._poke(0.3)  # let the orchestrator record the accepted invite before the first beat
         return InviteResponse(accepted=True, tx_hash=tx)
 
     # ---- loops ----

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
 from intellect.identity import IdentityError, Wallet, resolve_passphrase
 from worker.settings import WorkerSettings
@@ -40,9 +40,7 @@ def load_key(settings: WorkerSettings, role: Role, *, create: bool, passphrase: 
         return Wallet.load(path, passphrase if passphrase is not None else resolve_passphrase(
             f"Passphrase for the {role} keystore: "))
     if not create:
-        raise IdentityError(
-            f"no {role} key: run `intellect-worker wallet create` or set INTELLECT_WORKER_{role.upper()}_KEY"
-        )
+        _missing(settings, role)
     wallet = Wallet.create()
     wallet.save(path, passphrase if passphrase is not None else resolve_passphrase(
         f"New passphrase for the {role} keystore: "))
@@ -51,7 +49,12 @@ def load_key(settings: WorkerSettings, role: Role, *, create: bool, passphrase: 
 
 def load_keys(settings: WorkerSettings, *, create: bool) -> WorkerKeys:
     """Both keys; one passphrase prompt serves both keystores."""
-    need_prompt = any(not _env_key(settings, r) for r in ("provider", "node"))
+    from_store: list[Role] = [r for r in ("provider", "node") if not _env_key(settings, r)]
+    if not create:
+        for role in from_store:
+            if not keystore_path(settings, role).exists():  # fail before asking for a passphrase
+                _missing(settings, role)
+    need_prompt = bool(from_store)
     passphrase = resolve_passphrase("Keystore passphrase: ") if need_prompt else None
     keys = WorkerKeys(
         provider=load_key(settings, "provider", create=create, passphrase=passphrase),
@@ -60,3 +63,10 @@ def load_keys(settings: WorkerSettings, *, create: bool) -> WorkerKeys:
     if keys.provider.address == keys.node.address:
         raise IdentityError("the provider and node keys must differ")
     return keys
+
+
+def _missing(settings: WorkerSettings, role: Role) -> NoReturn:
+    raise IdentityError(
+        f"no {role} key in {settings.keys_dir}: run `intellect-worker wallet create` "
+        f"or set INTELLECT_WORKER_{role.upper()}_KEY"
+    )

@@ -92,16 +92,22 @@ def _relative_to_data_dir(path: str) -> str:
 def announce_file(path: str | os.PathLike[str], sha256: str | None = None, work_units: int = 0) -> None:
     """Queue a finished file in the task's data dir for upload and on-chain submission.
 
-    `sha256` is computed when omitted; the worker checks it against the file either way.
+    A relative `path` is relative to the data dir (as the worker reads it), not to the working
+    directory. `sha256` is computed when omitted; the worker checks it against the file either way.
     """
-    digest = sha256 or sha256_file(path)
-    send({
-        "type": "file_ready",
-        "task_id": _env("INTELLECT_TASK_ID"),
-        "path": _relative_to_data_dir(os.fspath(path)),
-        "sha256": digest,
-        "work_units": int(work_units),
-    })
+    local = Path(path)
+    if not local.is_absolute() and os.environ.get("INTELLECT_DATA_DIR"):
+        local = Path(os.environ["INTELLECT_DATA_DIR"]) / local
+    digest = sha256 or sha256_file(local)
+    send(
+        {
+            "type": "file_ready",
+            "task_id": _env("INTELLECT_TASK_ID"),
+            "path": _relative_to_data_dir(os.fspath(path)),
+            "sha256": digest,
+            "work_units": int(work_units),
+        }
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/MessageHashUtils.sol";
 import {EnumerableSet} from "@openzeppelin/contracts/utils/structs/EnumerableSet.sol";
+import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {IntellectToken} from "./IntellectToken.sol";
 import {ComputeRegistry} from "./ComputeRegistry.sol";
 import {DomainRegistry} from "./DomainRegistry.sol";
@@ -47,18 +48,30 @@ contract ComputePool is AccessControl {
         uint64 endedAt;
     }
 
+    /// @dev Packed into 3 storage slots: submitWork is the hot path.
     struct Work {
+        bytes32 workKey;
+        address provider;
+        uint64 timestamp;
+        WorkStatus status;
+        address node;
+        uint64 units;
+        uint32 lockIndex; // index into the node's reward locks
+    }
+
+    /// @notice What views return: a Work plus the reward it still carries (0 once dropped).
+    struct WorkInfo {
         bytes32 workKey;
         address provider;
         address node;
         uint256 units;
         uint256 reward;
-        uint64 timestamp;
+        uint256 timestamp;
         WorkStatus status;
     }
 
     struct Lock {
-        uint256 amount;
+        uint192 amount;
         uint64 unlockAt;
     }
 
@@ -81,7 +94,6 @@ contract ComputePool is AccessControl {
 
     mapping(uint256 => Work[]) private _work;
     mapping(uint256 => mapping(bytes32 => uint256)) private _workIndex; // index + 1
-    mapping(uint256 => mapping(bytes32 => uint256)) private _workLock; // lock index per work
 
     mapping(address => Lock[]) private _locks;
     mapping(address => uint256) private _lockHead; // locks before this index have matured
@@ -286,12 +298,21 @@ contract ComputePool is AccessControl {
             if (_work[poolId][idx - 1].status == WorkStatus.SUBMITTED) revert WorkAlreadySubmitted(poolId, workKey);
             revert WorkKeyInvalidated(poolId, workKey);
         }
-        uint256 reward = units * rewardPerUnit;
-        _work[poolId].push(Work(workKey, provider, node, units, reward, uint64(block.timestamp), WorkStatus.SUBMITTED));
+        Lock[] storage locks = _locks[node];
+        _work[poolId].push(
+            Work(
+                workKey,
+                provider,
+                uint64(block.timestamp),
+                WorkStatus.SUBMITTED,
+                node,
+                SafeCast.toUint64(units),
+                SafeCast.toUint32(locks.length)
+            )
+        );
         _workIndex[poolId][workKey] = _work[poolId].length;
-        _workLock[poolId][workKey] = _locks[node].length;
-        _locks[node].push(Lock(reward, uint64(block.timestamp + rewardLockPeriod)));
-        rewardRecipient[node] = provider;
+        locks.push(Lock(SafeCast.toUint192(units * rewardPerUnit), uint64(block.timestamp + rewardLockPeriod)));
+        if (rewardRecipient[node] != provider) rewardRecipient[node] = provider;
         emit WorkSubmitted(poolId, provider, node, workKey, units, block.timestamp);
     }
 
@@ -318,7 +339,7 @@ contract ComputePool is AccessControl {
         uint256 deadline = uint256(w.timestamp) + invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
         w.status = WorkStatus.SOFT_INVALIDATED;
-        Lock storage l = _locks[w.node][_workLock[poolId][workKey]];
+        Lock storage l = _locks[w.node][w.lockIndex];
         uint256 dropped;
         if (l.unlockAt > block.timestamp) {
             dropped = l.amount;
@@ -389,10 +410,10 @@ contract ComputePool is AccessControl {
         return _poolNodes[poolId].contains(node);
     }
 
-    function getWork(uint256 poolId, bytes32 workKey) external view returns (Work memory) {
+    function getWork(uint256 poolId, bytes32 workKey) external view returns (WorkInfo memory) {
         uint256 idx = _workIndex[poolId][workKey];
         if (idx == 0) revert WorkNotFound(poolId, workKey);
-        return _work[poolId][idx - 1];
+        return _info(_work[poolId][idx - 1]);
     }
 
     function workCount(uint256 poolId) external view returns (uint256) {
@@ -416,7 +437,7 @@ contract ComputePool is AccessControl {
     function getWorkSince(uint256 poolId, uint256 since, uint256 cursor, uint256 limit)
         external
         view
-        returns (Work[] memory items, uint256 next)
+        returns (WorkInfo[] memory items, uint256 next)
     {
         Work[] storage list = _work[poolId];
         uint256 start = workIndexSince(poolId, since);
@@ -428,15 +449,20 @@ contract ComputePool is AccessControl {
         for (uint256 i = start; i < end; i++) {
             if (list[i].status == WorkStatus.SUBMITTED) count++;
         }
-        items = new Work[](count);
+        items = new WorkInfo[](count);
         uint256 j;
         for (uint256 i = start; i < end; i++) {
-            if (list[i].status == WorkStatus.SUBMITTED) items[j++] = list[i];
+            if (list[i].status == WorkStatus.SUBMITTED) items[j++] = _info(list[i]);
         }
         next = end;
     }
 
     // ---- internal ----
+
+    function _info(Work storage w) private view returns (WorkInfo memory) {
+        uint256 reward = _locks[w.node][w.lockIndex].amount;
+        return WorkInfo(w.workKey, w.provider, w.node, w.units, reward, w.timestamp, w.status);
+    }
 
     function _pool(uint256 poolId) private view returns (Pool storage p) {
         p = _pools[poolId];

@@ -1,12 +1,12 @@
 """A scriptable workload for the runtime tests; one action per argument, run in order.
 
-  print:TEXT        print a line              env:NAME             print NAME=value
-  sleep:SECONDS     sleep                     exit:CODE            exit with CODE
-  write:FILE:TEXT   write a file in the data dir
-  count:FILE        append a line to FILE in the data dir (counts (re)starts)
-  metrics:L=V,...   report metrics over the bridge
-  announce:FILE:N   announce FILE (in the data dir) with N work units
-  raw:JSON          send one raw line over the bridge socket and print the reply
+print:TEXT        print a line              env:NAME             print NAME=value
+sleep:SECONDS     sleep                     exit:CODE            exit with CODE
+write:FILE:TEXT   write a file in the data dir
+count:FILE        append a line to FILE in the data dir (counts (re)starts)
+metrics:L=V,...   report metrics over the bridge
+announce:FILE:N   announce FILE (in the data dir) with N work units
+raw:JSON          send one raw line over the bridge socket and print the reply
 """
 
 import json

@@ -6,10 +6,10 @@ import time
 
 import httpx
 import pytest
+
 from discovery.app import create_app
 from discovery.chain import LedgerChainView
 from discovery.settings import DiscoverySettings
-
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
 from intellect.testing import serve_in_thread
@@ -20,7 +20,8 @@ def metadata(node: Wallet, provider: Wallet, ip: str | None = None, port: int = 
              cores: int = 4) -> NodeMetadata:
     # one IP per node unless a test says otherwise: the service is set to 2 nodes per IP
     ip = ip or f"10.1.{int(node.address[2:4], 16)}.{int(node.address[4:6], 16)}"
-    return NodeMetadata(node_address=node.address, provider_address=provider.address, ip_address=ip, port=port,
+    return NodeMetadata(node_address=node.address, provider_address=provider.address, ip_address=ip,
+                        port=port,
                         compute_specs=ComputeSpecs(cpu_cores=cores, ram_mb=4096, disk_free_mb=10_000))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -149,3 +150,54 @@ def test_artifacts_match_sources() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "artifacts match sources" in proc.stdout
+
+
+def test_receipt_wait_times_out_cleanly(world: World) -> None:
+    """With mining paused the transaction is accepted but never mined: a LedgerTimeout, not a hang."""
+    from ledger.errors import LedgerTimeout
+
+    slow = LedgerClient(world.chain.rpc_url, world.deployment, world.stranger.wallet, timeout=1, check=False)
+    world.chain.rpc("evm_setAutomine", [False])
+    try:
+        with pytest.raises(LedgerTimeout, match="no receipt"):
+            slow.transfer(world.admin.address, 1)
+    finally:
+        world.chain.rpc("anvil_dropAllTransactions")
+        world.chain.rpc("evm_setAutomine", [True])
+    slow.transfer(world.admin.address, 1)  # the nonce was not burnt: the next send goes through
+
+
+SENDER_SCRIPT = """
+import sys
+from intellect.identity import Wallet
+from ledger.client import LedgerClient
+from ledger.deploy import Deployment
+client = LedgerClient(sys.argv[1], Deployment.load(sys.argv[2]), Wallet.from_key(sys.argv[3]), check=False)
+for _ in range(int(sys.argv[5])):
+    client.transfer(sys.argv[4], 1)
+"""
+
+
+def test_concurrent_processes_sharing_a_key(world: World, tmp_path) -> None:
+    """Three processes with one key race on the pending nonce; retries make every transfer land."""
+    deployment = world.deployment.save(tmp_path / "d.json")
+    key = world.chain.dev_keys[5]  # the stranger's key
+    targets = [Wallet.create().address for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SENDER_SCRIPT, world.chain.rpc_url, str(deployment), key, t, "8"],
+            cwd=PROJECT_ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for t in targets
+    ]
+    for p in procs:
+        _, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+    assert [world.admin.balance_of(t) for t in targets] == [8, 8, 8]
+
+
+def test_revert_message_names_the_missing_role(world: World) -> None:
+    with pytest.raises(ContractRevert, match="neededRole=VALIDATOR_ROLE"):
+        world.stranger.invalidate_work(world.pool_id, b"\x01" * 32)

@@ -56,9 +56,15 @@ class Harness:
 
     def config(self, **overrides: object) -> RuntimeConfig:
         values: dict[str, object] = {
-            "node_address": self.node, "storage_root": self.root / "storage", "state_dir": self.root / "state",
-            "socket_path": self.bridge.socket_path, "p2p_seed": "seed-42", "max_restarts": 2,
-            "restart_delay": 0.1, "stop_timeout": 2, "pull_retry_seconds": 60,
+            "node_address": self.node,
+            "storage_root": self.root / "storage",
+            "state_dir": self.root / "state",
+            "socket_path": self.bridge.socket_path,
+            "p2p_seed": "seed-42",
+            "max_restarts": 2,
+            "restart_delay": 0.1,
+            "stop_timeout": 2,
+            "pull_retry_seconds": 60,
         }
         return RuntimeConfig(**(values | overrides))
 
@@ -80,7 +86,9 @@ class Harness:
             entrypoint = [sys.executable, str(WORKLOAD)]
         return TaskSpec(name="test", image=image, entrypoint=entrypoint, cmd=list(actions), **fields)
 
-    def assign(self, spec: TaskSpec, task_id: str | None = None, group: GroupContext | None = None) -> AssignedTask:
+    def assign(
+        self, spec: TaskSpec, task_id: str | None = None, group: GroupContext | None = None
+    ) -> AssignedTask:
         task = Task(id=task_id or f"t-{uuid.uuid4().hex[:10]}", spec=spec, created_at=datetime.now(UTC))
         return AssignedTask(task=task, group=group)
 
@@ -95,8 +103,12 @@ class Harness:
                 runtime.close()
 
 
-def wait_for(runtime: Runtime, desired: AssignedTask | None, accept: Callable[[TaskStatus], bool],
-             timeout: float = 20.0) -> TaskStatus:
+def wait_for(
+    runtime: Runtime,
+    desired: AssignedTask | None,
+    accept: Callable[[TaskStatus], bool],
+    timeout: float = 20.0,
+) -> TaskStatus:
     """Reconcile in a loop, like the worker does, until the status is accepted."""
     deadline = time.monotonic() + timeout
     status = None

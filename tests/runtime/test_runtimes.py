@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 
 from intellect.wire.tasks import GroupContext, TaskState, VolumeMount
@@ -19,11 +20,21 @@ def count_lines(path) -> int:  # type: ignore[no-untyped-def]
 
 def test_runs_to_completion_with_templates_logs_and_dirs(harness: Harness) -> None:
     runtime = harness.runtime()
-    spec = harness.spec("print:hello from the task", "env:GREETING", "env:INTELLECT_TASK_ID", "env:SEED",
-                        "env:SOCK", "write:out.txt:result", "exit:0",
-                        env_vars={"GREETING": "${TASK_ID}@${NODE_ADDRESS} g=${GROUP_ID}/${GROUP_INDEX}/"
-                                              "${GROUP_SIZE} next=${NEXT_P2P_ADDRESS}",
-                                  "SEED": "${WORKER_P2P_SEED}", "SOCK": "${SOCKET_PATH}"})
+    spec = harness.spec(
+        "print:hello from the task",
+        "env:GREETING",
+        "env:INTELLECT_TASK_ID",
+        "env:SEED",
+        "env:SOCK",
+        "write:out.txt:result",
+        "exit:0",
+        env_vars={
+            "GREETING": "${TASK_ID}@${NODE_ADDRESS} g=${GROUP_ID}/${GROUP_INDEX}/"
+            "${GROUP_SIZE} next=${NEXT_P2P_ADDRESS}",
+            "SEED": "${WORKER_P2P_SEED}",
+            "SOCK": "${SOCKET_PATH}",
+        },
+    )
     group = GroupContext(group_id="g1", group_index=1, group_size=2, next_p2p_address="/ip4/10.0.0.2/tcp/1")
     desired = harness.assign(spec, group=group)
     status = wait_for(runtime, desired, FINISHED)
@@ -36,8 +47,9 @@ def test_runs_to_completion_with_templates_logs_and_dirs(harness: Harness) -> No
     assert f"GREETING={desired.task.id}@{harness.node} g=g1/1/2 next=/ip4/10.0.0.2/tcp/1" in logs
     assert f"INTELLECT_TASK_ID={desired.task.id}" in logs
     assert "SEED=seed-42" in logs
-    expected_socket = ("/run/intellect/bridge.sock" if harness.kind == "docker"
-                       else str(harness.bridge.socket_path))
+    expected_socket = (
+        "/run/intellect/bridge.sock" if harness.kind == "docker" else str(harness.bridge.socket_path)
+    )
     assert f"SOCK={expected_socket}" in logs
     assert (harness.data_dir(desired) / "out.txt").read_text() == "result"
     assert runtime.logs(tail=1) == logs.splitlines()[-1:]
@@ -80,19 +92,26 @@ def test_volume_mounts_stay_under_the_storage_root(harness: Harness) -> None:
     volumes.mkdir(parents=True)
     # A symlink planted under the storage root that points outside it: caught on the resolved path.
     (volumes / "escape").symlink_to("/etc")
-    desired = harness.assign(harness.spec("print:x", volume_mounts=[
-        VolumeMount(host_path="escape", container_path="/models")]))
+    desired = harness.assign(
+        harness.spec("print:x", volume_mounts=[VolumeMount(host_path="escape", container_path="/models")])
+    )
     status = runtime.apply(desired)
     assert status.state == TaskState.FAILED
     assert "outside the worker's storage root" in status.detail
     # '..' that got past the wire model (e.g. a spec built without validation) is caught too.
     desired = harness.assign(harness.spec("print:x"))
     desired.task.spec.volume_mounts.append(
-        VolumeMount.model_construct(host_path="../../etc", container_path="/models"))
+        VolumeMount.model_construct(host_path="../../etc", container_path="/models")
+    )
     assert "outside the worker's storage root" in runtime.apply(desired).detail
     # A proper mount works and lands under <storage_root>/volumes.
-    desired = harness.assign(harness.spec("write:marker:1", env_vars={"OUT": "/models/weights.bin"},
-                                          volume_mounts=[VolumeMount(host_path="models/a", container_path="/models")]))
+    desired = harness.assign(
+        harness.spec(
+            "write:marker:1",
+            env_vars={"OUT": "/models/weights.bin"},
+            volume_mounts=[VolumeMount(host_path="models/a", container_path="/models")],
+        )
+    )
     if harness.kind == "docker":
         desired.task.spec.cmd.append("print:${TASK_ID}")
     status = wait_for(runtime, desired, FINISHED)
@@ -102,9 +121,13 @@ def test_volume_mounts_stay_under_the_storage_root(harness: Harness) -> None:
 
 def test_a_changed_spec_replaces_the_running_task(harness: Harness) -> None:
     runtime = harness.runtime()
-    first = harness.assign(harness.spec("env:VERSION", "sleep:60", env_vars={"VERSION": "1"}), task_id="replace-me")
+    first = harness.assign(
+        harness.spec("env:VERSION", "sleep:60", env_vars={"VERSION": "1"}), task_id="replace-me"
+    )
     wait_for(runtime, first, in_state(TaskState.RUNNING))
-    second = harness.assign(harness.spec("env:VERSION", "sleep:60", env_vars={"VERSION": "2"}), task_id="replace-me")
+    second = harness.assign(
+        harness.spec("env:VERSION", "sleep:60", env_vars={"VERSION": "2"}), task_id="replace-me"
+    )
     assert second.task.spec.config_hash() != first.task.spec.config_hash()
     status = wait_for(runtime, second, in_state(TaskState.RUNNING))
     assert status.config_hash == second.task.spec.config_hash()
@@ -186,13 +209,18 @@ def test_stale_tasks_are_removed(harness: Harness) -> None:
 def test_the_task_talks_to_the_worker_over_the_bridge(harness: Harness) -> None:
     runtime = harness.runtime()
     payload = "rollouts " * 100
-    desired = harness.assign(harness.spec(
-        "metrics:loss=0.25,tokens=1200", f"write:rollouts.bin:{payload}", "announce:rollouts.bin:16",
-        'raw:{"type": "metrics", "task_id": "${TASK_ID}"}',
-        'raw:{"type": "file_ready", "task_id": "${TASK_ID}", "path": "/etc/passwd", "sha256": "'
-        + "0" * 64 + '", "work_units": 1}',
-        "raw:not json at all",
-    ))
+    desired = harness.assign(
+        harness.spec(
+            "metrics:loss=0.25,tokens=1200",
+            f"write:rollouts.bin:{payload}",
+            "announce:rollouts.bin:16",
+            'raw:{"type": "metrics", "task_id": "${TASK_ID}"}',
+            'raw:{"type": "file_ready", "task_id": "${TASK_ID}", "path": "/etc/passwd", "sha256": "'
+            + "0" * 64
+            + '", "work_units": 1}',
+            "raw:not json at all",
+        )
+    )
     status = wait_for(runtime, desired, FINISHED)
     logs = "\n".join(runtime.logs(tail=50))
     assert status.state == TaskState.COMPLETED, (status, logs)
@@ -206,3 +234,34 @@ def test_the_task_talks_to_the_worker_over_the_bridge(harness: Harness) -> None:
     assert "metrics" in replies[0]["error"]
     assert "outside the task's data directory" in replies[1]["error"]
     assert "invalid message" in replies[2]["error"]
+
+
+def test_start_runtime_wires_the_bridge_and_adopts_after_a_worker_restart(harness: Harness, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from worker.runtime import start_runtime
+
+    # pytest's tmp_path is deep: the socket falls back to a private dir in /tmp (AF_UNIX length limit).
+    state_dir = tmp_path / ("deep-" * 12) / "worker"
+    options = {"max_restarts": 1, "stop_timeout": 2}
+    runtime = start_runtime(harness.kind, harness.node, state_dir, **options)
+    assert runtime.kind == harness.kind and runtime.bridge is not None
+    socket_path = runtime.bridge.socket_path
+    assert len(str(socket_path)) <= 107 and socket_path.exists()
+    spec = harness.spec("metrics:step=3", "sleep:60")
+    desired = harness.assign(spec)
+    try:
+        wait_for(runtime, desired, in_state(TaskState.RUNNING))
+        deadline = time.monotonic() + 10
+        while runtime.metrics() != {"step": 3.0} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runtime.metrics() == {"step": 3.0}
+        runtime.close()  # the worker stops: bridge gone, task still running
+        assert not socket_path.exists()
+        again = start_runtime(harness.kind, harness.node, state_dir, **options)
+        assert again.desired == desired and again.status().state == TaskState.RUNNING
+        assert again.apply(desired).state == TaskState.RUNNING
+        assert again.apply(None) is None
+        again.close()
+    finally:
+        runtime.apply(None)
+        runtime.close()
+        shutil.rmtree(socket_path.parent, ignore_errors=True)

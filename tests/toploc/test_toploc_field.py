@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workloads.toploc.field import P, ModulusNotFoundError, evaluate, injective_moduli, interpolate
+from workloads.toploc.field import ModulusNotFoundError, P, evaluate, injective_moduli, interpolate
 
 
 def lagrange_coeffs(xs: list[int], ys: list[int]) -> list[int]:

@@ -24,8 +24,17 @@ def tiny_transformer(seed: int, hidden: int = 128, layers: int = 4) -> list[dict
     def mk(a: int, b: int) -> torch.Tensor:
         return torch.randn(a, b, generator=g) / a**0.5
 
-    return [dict(q=mk(hidden, hidden), k=mk(hidden, hidden), v=mk(hidden, hidden), o=mk(hidden, hidden),
-                 up=mk(hidden, 3 * hidden), down=mk(3 * hidden, hidden)) for _ in range(layers)]
+    return [
+        dict(
+            q=mk(hidden, hidden),
+            k=mk(hidden, hidden),
+            v=mk(hidden, hidden),
+            o=mk(hidden, hidden),
+            up=mk(hidden, 3 * hidden),
+            down=mk(3 * hidden, hidden),
+        )
+        for _ in range(layers)
+    ]
 
 
 def final_hidden(weights: list[dict[str, torch.Tensor]], x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

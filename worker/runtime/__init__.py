@@ -1,11 +1,13 @@
 """Task runtimes: Docker (a real engine) and process (no engine: CI, pods, laptops).
 
-`make_runtime("auto", ...)` picks Docker when an engine answers, else the process runtime.
+`start_runtime(...)` is what the worker daemon calls: it starts the task bridge in the state dir,
+builds the runtime ("auto": Docker when an engine answers, else processes) and hands it the bridge.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from worker.runtime.base import Runtime, RuntimeConfig, TaskSetupError, run_name
 from worker.runtime.process import ProcessRuntime
@@ -15,15 +17,58 @@ if TYPE_CHECKING:
 
 RuntimeKind = Literal["auto", "docker", "process"]
 
-__all__ = ["ProcessRuntime", "Runtime", "RuntimeConfig", "RuntimeKind", "TaskSetupError", "make_runtime",
-           "run_name"]
+__all__ = [
+    "ProcessRuntime",
+    "Runtime",
+    "RuntimeConfig",
+    "RuntimeKind",
+    "TaskSetupError",
+    "make_runtime",
+    "run_name",
+    "start_runtime",
+]
 
 
 def make_runtime(kind: RuntimeKind, config: RuntimeConfig, bridge: TaskBridge | None = None) -> Runtime:
     if kind == "process":
         return ProcessRuntime(config, bridge)
+    if kind not in ("auto", "docker"):
+        raise ValueError(f"unknown runtime {kind!r}: use auto, docker or process")
     from worker.runtime.docker import DockerRuntime, engine_available
 
     if kind == "docker" or engine_available():
         return DockerRuntime(config, bridge)
     return ProcessRuntime(config, bridge)
+
+
+def start_runtime(
+    kind: RuntimeKind,
+    node_address: str,
+    state_dir: Path,
+    storage_root: Path | None = None,
+    adopt: bool = True,
+    **options: Any,
+) -> Runtime:
+    """Bridge + runtime for a worker whose state lives in `state_dir`; `options` are RuntimeConfig
+    fields (max_restarts, shm_size, gpu_ids, p2p_seed, ...). With `adopt`, a task left running by a
+    previous worker process is taken over (see `runtime.desired` / `runtime.status()`).
+    `runtime.close()` stops the bridge; the task keeps running."""
+    from worker.bridge import TaskBridge, socket_path_for
+
+    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge").start()
+    config = RuntimeConfig(
+        node_address=node_address,
+        storage_root=storage_root or state_dir / "storage",
+        state_dir=state_dir / "runtime",
+        socket_path=bridge.socket_path,
+        **options,
+    )
+    try:
+        runtime = make_runtime(kind, config, bridge)
+    except Exception:
+        bridge.stop()
+        raise
+    runtime.owns_bridge = True
+    if adopt:
+        runtime.adopt()
+    return runtime

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -24,6 +26,8 @@ from intellect.wire.templates import UnknownTemplateVariable, expand
 
 if TYPE_CHECKING:
     from worker.bridge import TaskBridge
+
+log = logging.getLogger(__name__)
 
 # Labels (Docker) and run-record fields (process) that mark what a runtime owns.
 LABEL_MANAGED = "org.intellect.managed"
@@ -149,8 +153,13 @@ def resolve_mounts(desired: AssignedTask, config: RuntimeConfig) -> list[tuple[P
     return mounts
 
 
-def prepare(desired: AssignedTask, config: RuntimeConfig, socket_path: str | None, data_dir_env: str,
-            translate: Callable[[str], str] | None = None) -> PreparedTask:
+def prepare(
+    desired: AssignedTask,
+    config: RuntimeConfig,
+    socket_path: str | None,
+    data_dir_env: str,
+    translate: Callable[[str], str] | None = None,
+) -> PreparedTask:
     """Expand templates and resolve mounts; raise TaskSetupError naming the problem.
 
     `translate` rewrites the spec's own strings before expansion (the process runtime maps container
@@ -167,14 +176,25 @@ def prepare(desired: AssignedTask, config: RuntimeConfig, socket_path: str | Non
         raise TaskSetupError(f"{exc}{hint}") from exc
     mounts = resolve_mounts(desired, config)
     # The worker's own variables win over the spec's: the bridge client relies on them.
-    env |= {"INTELLECT_TASK_ID": desired.task.id, "INTELLECT_NODE_ADDRESS": config.node_address,
-            "INTELLECT_DATA_DIR": data_dir_env}
+    env |= {
+        "INTELLECT_TASK_ID": desired.task.id,
+        "INTELLECT_NODE_ADDRESS": config.node_address,
+        "INTELLECT_DATA_DIR": data_dir_env,
+    }
     if socket_path is not None:
         env["INTELLECT_SOCKET_PATH"] = socket_path
     return PreparedTask(
-        name=run_name(desired), task_id=desired.task.id, config_hash=spec.config_hash(),
-        effective_hash=effective_hash(desired), image=spec.image, entrypoint=entrypoint, cmd=cmd,
-        env=env, data_dir=config.data_dir(desired.task.id), shared_dir=config.shared_dir, mounts=mounts,
+        name=run_name(desired),
+        task_id=desired.task.id,
+        config_hash=spec.config_hash(),
+        effective_hash=effective_hash(desired),
+        image=spec.image,
+        entrypoint=entrypoint,
+        cmd=cmd,
+        env=env,
+        data_dir=config.data_dir(desired.task.id),
+        shared_dir=config.shared_dir,
+        mounts=mounts,
     )
 
 
@@ -184,8 +204,12 @@ def make_dirs(prepared: PreparedTask) -> None:
 
 
 def setup_failure(desired: AssignedTask, error: Exception) -> TaskStatus:
-    return TaskStatus(task_id=desired.task.id, state=TaskState.FAILED,
-                      config_hash=desired.task.spec.config_hash(), detail=str(error)[:4096])
+    return TaskStatus(
+        task_id=desired.task.id,
+        state=TaskState.FAILED,
+        config_hash=desired.task.spec.config_hash(),
+        detail=str(error)[:4096],
+    )
 
 
 class Runtime(ABC):
@@ -196,17 +220,56 @@ class Runtime(ABC):
     def __init__(self, config: RuntimeConfig, bridge: TaskBridge | None = None) -> None:
         self.config = config
         self.bridge = bridge
-        # The last desired task and, when it could not be set up, why (so apply stays idempotent).
-        self.desired: AssignedTask | None = None
-        self._setup_error: TaskStatus | None = None
+        self.desired: AssignedTask | None = None  # the last desired task
+        self.owns_bridge = False  # set by start_runtime(): close() then stops the bridge
+        self._bridge_tasks: set[str] = set()
+        self._lock = threading.RLock()
 
-    @abstractmethod
+    # Failures of the machinery (engine down, disk full) that must not take the worker down: the task's
+    # status says what happened and the next reconcile tries again.
+    transient_errors: tuple[type[Exception], ...] = (OSError,)
+
     def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
         """Reconcile: make the actual task match `desired` (None: run nothing) and report its status."""
 
-    @abstractmethod
+        def reconcile() -> TaskStatus | None:
+            self.desired = desired
+            return self._apply(desired)
+
+        return self._guard(reconcile)
+
     def status(self) -> TaskStatus | None:
         """The current task's status, without changing anything."""
+        return self._guard(self._current_status)
+
+    def restart(self) -> TaskStatus | None:
+        """Restart the current task (also a finished one); its restart budget starts over."""
+        return self._guard(self._restart)
+
+    def _guard(self, action: Callable[..., TaskStatus | None], *args: object) -> TaskStatus | None:
+        try:
+            # The heartbeat loop applies while the worker API restarts: one change at a time.
+            with self._lock:
+                return action(*args)
+        except self.transient_errors as exc:
+            log.warning("%s runtime: %s", self.kind, exc)
+            if self.desired is None:
+                return None
+            return TaskStatus(
+                task_id=self.desired.task.id,
+                state=TaskState.UNKNOWN,
+                config_hash=self.desired.task.spec.config_hash(),
+                detail=f"{self.kind} runtime unavailable: {exc}"[:4096],
+            )
+
+    @abstractmethod
+    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None: ...
+
+    @abstractmethod
+    def _current_status(self) -> TaskStatus | None: ...
+
+    @abstractmethod
+    def _restart(self) -> TaskStatus | None: ...
 
     @overload
     def logs(self, tail: int = ..., follow: Literal[False] = ...) -> list[str]: ...
@@ -215,11 +278,8 @@ class Runtime(ABC):
 
     @abstractmethod
     def logs(self, tail: int = 100, follow: bool = False) -> list[str] | Iterator[str]:
-        """The last `tail` lines of the current task's output; with follow, an endless line iterator."""
-
-    @abstractmethod
-    def restart(self) -> TaskStatus | None:
-        """Restart the current task (also a finished one); its restart budget starts over."""
+        """The last `tail` lines of the current task's output; with follow, the lines as they come,
+        until the task stops."""
 
     @abstractmethod
     def cleanup_stale(self) -> list[str]:
@@ -229,12 +289,28 @@ class Runtime(ABC):
     def adopt(self) -> TaskStatus | None:
         """On worker start: take over the task a previous worker process left running."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release client resources; running tasks keep running (a new worker adopts them)."""
+    def metrics(self) -> dict[str, float]:
+        """The current task's latest metrics from the bridge, for the next heartbeat."""
+        if self.bridge is None or self.desired is None:
+            return {}
+        return self.bridge.metrics(self.desired.task.id)
 
-    def _register_with_bridge(self, task_id: str, container_data_dir: str | None) -> None:
-        if self.bridge is not None:
+    def close(self) -> None:
+        """Release client resources (and the bridge, when the runtime started it); running tasks keep
+        running, so a new worker process adopts them."""
+        if self.owns_bridge and self.bridge is not None:
+            self.bridge.stop()
+
+    def _register_with_bridge(self, task_id: str | None, container_data_dir: str | None = None) -> None:
+        """Let the bridge accept messages from `task_id` only (None: from no task)."""
+        if self.bridge is None:
+            return
+        for old in self._bridge_tasks - {task_id}:
+            self.bridge.forget_task(old)
+        self._bridge_tasks = set()
+        if task_id is not None:
             self.bridge.allow_task(task_id, self.config.data_dir(task_id), container_data_dir)
+            self._bridge_tasks = {task_id}
 
 
 def tail_lines(path: Path, tail: int) -> list[str]:

@@ -16,6 +16,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
+from requests import RequestException
 
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.tasks import AssignedTask, TaskState
@@ -54,6 +55,7 @@ def engine_available(timeout: float = 3.0) -> bool:
 
 class DockerRuntime(Runtime):
     kind = "docker"
+    transient_errors = (DockerException, RequestException, OSError)
 
     def __init__(self, config: RuntimeConfig, bridge=None, client: docker.DockerClient | None = None) -> None:  # type: ignore[no-untyped-def]
         super().__init__(config, bridge)
@@ -61,27 +63,29 @@ class DockerRuntime(Runtime):
         self._pull_failures: dict[str, tuple[float, str]] = {}
 
     # ---- reconcile -------------------------------------------------------------------------
-    def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
-        self.desired = desired
+    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None:
         if desired is None:
+            self._register_with_bridge(None)
             self.cleanup_stale()
             return None
         try:
             prepared = self._prepare(desired)
         except TaskSetupError as exc:
+            self._register_with_bridge(None)
             self._remove_except(None)
             return setup_failure(desired, exc)
         self._remove_except(prepared.name)
+        # Before the start: a task may talk to the bridge in its first millisecond.
+        self._register_with_bridge(desired.task.id, CONTAINER_DATA)
         container = self._get(prepared.name)
         if container is None:
             created = self._create(prepared, desired)
             if isinstance(created, TaskStatus):
                 return created
             container = created
-        self._register_with_bridge(desired.task.id, CONTAINER_DATA)
         return self._status(container)
 
-    def status(self) -> TaskStatus | None:
+    def _current_status(self) -> TaskStatus | None:
         if self.desired is None:
             return None
         try:
@@ -91,11 +95,15 @@ class DockerRuntime(Runtime):
         container = self._get(prepared.name)
         if container is None:
             detail = self._pull_failures.get(prepared.image, (0.0, "not created yet"))[1]
-            return TaskStatus(task_id=prepared.task_id, state=TaskState.PENDING,
-                              config_hash=prepared.config_hash, detail=detail)
+            return TaskStatus(
+                task_id=prepared.task_id,
+                state=TaskState.PENDING,
+                config_hash=prepared.config_hash,
+                detail=detail,
+            )
         return self._status(container)
 
-    def restart(self) -> TaskStatus | None:
+    def _restart(self) -> TaskStatus | None:
         """Recreate the container, so the restart budget (Docker's RestartCount) starts over."""
         if self.desired is None:
             return None
@@ -131,6 +139,7 @@ class DockerRuntime(Runtime):
         return self._status(newest)
 
     def close(self) -> None:
+        super().close()
         self.client.close()
 
     # ---- logs ------------------------------------------------------------------------------
@@ -214,31 +223,57 @@ class DockerRuntime(Runtime):
     def _create(self, prepared: PreparedTask, desired: AssignedTask) -> Container | TaskStatus:
         failure = self._ensure_image(prepared.image)
         if failure is not None:
-            return TaskStatus(task_id=prepared.task_id, state=TaskState.FAILED,
-                              config_hash=prepared.config_hash, detail=failure)
+            return TaskStatus(
+                task_id=prepared.task_id,
+                state=TaskState.FAILED,
+                config_hash=prepared.config_hash,
+                detail=failure,
+            )
         make_dirs(prepared)
-        mounts = [Mount(CONTAINER_DATA, str(prepared.data_dir), type="bind"),
-                  Mount(CONTAINER_SHARED, str(prepared.shared_dir), type="bind")]
+        mounts = [
+            Mount(CONTAINER_DATA, str(prepared.data_dir), type="bind"),
+            Mount(CONTAINER_SHARED, str(prepared.shared_dir), type="bind"),
+        ]
         mounts += [Mount(target, str(host), type="bind") for host, target in prepared.mounts]
         if self.config.socket_path is not None:
             mounts.append(Mount(CONTAINER_SOCKET_DIR, str(self.config.socket_path.parent), type="bind"))
-        devices = [DeviceRequest(device_ids=self.config.gpu_ids, capabilities=[["gpu"]])] \
-            if self.config.gpu_ids else []
-        labels = {LABEL_MANAGED: "true", LABEL_NODE: self.config.node_address, LABEL_TASK: prepared.task_id,
-                  LABEL_CONFIG: prepared.config_hash, LABEL_EFFECTIVE: prepared.effective_hash,
-                  LABEL_ASSIGNED: desired.model_dump_json()}
+        devices = (
+            [DeviceRequest(device_ids=self.config.gpu_ids, capabilities=[["gpu"]])]
+            if self.config.gpu_ids
+            else []
+        )
+        labels = {
+            LABEL_MANAGED: "true",
+            LABEL_NODE: self.config.node_address,
+            LABEL_TASK: prepared.task_id,
+            LABEL_CONFIG: prepared.config_hash,
+            LABEL_EFFECTIVE: prepared.effective_hash,
+            LABEL_ASSIGNED: desired.model_dump_json(),
+        }
         try:
             container = self.client.containers.create(
-                prepared.image, name=prepared.name, command=prepared.cmd or None,
-                entrypoint=prepared.entrypoint, environment=prepared.env, labels=labels, mounts=mounts,
-                device_requests=devices, shm_size=self.config.shm_size, detach=True,
+                prepared.image,
+                name=prepared.name,
+                command=prepared.cmd or None,
+                entrypoint=prepared.entrypoint,
+                environment=prepared.env,
+                labels=labels,
+                mounts=mounts,
+                device_requests=devices,
+                shm_size=self.config.shm_size,
+                detach=True,
                 # docker-init as PID 1: signals reach the task and zombies are reaped.
-                init=True, stop_signal="SIGTERM",
+                init=True,
+                stop_signal="SIGTERM",
                 restart_policy={"Name": "on-failure", "MaximumRetryCount": self.config.max_restarts},
             )
         except (APIError, DockerException) as exc:
-            return TaskStatus(task_id=prepared.task_id, state=TaskState.FAILED,
-                              config_hash=prepared.config_hash, detail=f"cannot create the container: {exc}"[:4096])
+            return TaskStatus(
+                task_id=prepared.task_id,
+                state=TaskState.FAILED,
+                config_hash=prepared.config_hash,
+                detail=f"cannot create the container: {exc}"[:4096],
+            )
         try:
             container.start()
         except APIError as exc:
@@ -252,8 +287,11 @@ class DockerRuntime(Runtime):
         try:
             container.reload()
         except NotFound:
-            return TaskStatus(task_id=container.labels.get(LABEL_TASK, "?"), state=TaskState.UNKNOWN,
-                              detail="the container disappeared")
+            return TaskStatus(
+                task_id=container.labels.get(LABEL_TASK, "?"),
+                state=TaskState.UNKNOWN,
+                detail="the container disappeared",
+            )
         state = container.attrs.get("State", {})
         labels = container.labels
         restarts = int(container.attrs.get("RestartCount", 0))
@@ -264,8 +302,12 @@ class DockerRuntime(Runtime):
             detail = f"running after {restarts} restart(s)" if restarts else None
             return TaskStatus(**base, state=TaskState.RUNNING, detail=detail)
         if status == "restarting":
-            return TaskStatus(**base, state=TaskState.RESTARTING, exit_code=code,
-                              detail=f"exited with code {code}; restart {restarts + 1}/{self.config.max_restarts}")
+            return TaskStatus(
+                **base,
+                state=TaskState.RESTARTING,
+                exit_code=code,
+                detail=f"exited with code {code}; restart {restarts + 1}/{self.config.max_restarts}",
+            )
         if status == "created":
             if error:
                 return TaskStatus(**base, state=TaskState.FAILED, exit_code=code, detail=error[:4096])
@@ -277,10 +319,18 @@ class DockerRuntime(Runtime):
                 return TaskStatus(**base, state=TaskState.FAILED, exit_code=code, detail=error[:4096])
             if restarts < self.config.max_restarts and self._just_finished(state):
                 # Between the exit and Docker's restart decision: not failed yet.
-                return TaskStatus(**base, state=TaskState.RESTARTING, exit_code=code,
-                                  detail=f"exited with code {code}; restarting")
-            return TaskStatus(**base, state=TaskState.FAILED, exit_code=code,
-                              detail=f"exited with code {code} after {restarts} restart(s)")
+                return TaskStatus(
+                    **base,
+                    state=TaskState.RESTARTING,
+                    exit_code=code,
+                    detail=f"exited with code {code}; restarting",
+                )
+            return TaskStatus(
+                **base,
+                state=TaskState.FAILED,
+                exit_code=code,
+                detail=f"exited with code {code} after {restarts} restart(s)",
+            )
         if status in ("dead", "removing"):
             return TaskStatus(**base, state=TaskState.FAILED, exit_code=code, detail=f"container is {status}")
         return TaskStatus(**base, state=TaskState.UNKNOWN, detail=f"container status {status!r}")

@@ -11,6 +11,7 @@ variables such as PATH, plus its own): never the worker's keys or passphrases.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -42,8 +43,13 @@ from worker.runtime.base import (
 
 SUPERVISOR = Path(__file__).with_name("supervise.py")
 INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH")
-STATES = {"running": TaskState.RUNNING, "restarting": TaskState.RESTARTING,
-          "completed": TaskState.COMPLETED, "failed": TaskState.FAILED, "stopped": TaskState.FAILED}
+STATES = {
+    "running": TaskState.RUNNING,
+    "restarting": TaskState.RESTARTING,
+    "completed": TaskState.COMPLETED,
+    "failed": TaskState.FAILED,
+    "stopped": TaskState.FAILED,
+}
 
 
 class RunRecord(BaseModel):
@@ -67,24 +73,26 @@ class ProcessRuntime(Runtime):
         return self.config.state_dir / "processes"
 
     # ---- reconcile -------------------------------------------------------------------------
-    def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
-        self.desired = desired
+    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None:
         if desired is None:
+            self._register_with_bridge(None)
             self.cleanup_stale()
             return None
         try:
             prepared = self._prepare(desired)
         except TaskSetupError as exc:
+            self._register_with_bridge(None)
             self.cleanup_stale(keep=None)
             return setup_failure(desired, exc)
         self.cleanup_stale(keep=prepared.name)
+        # Before the start: a task may talk to the bridge in its first millisecond.
+        self._register_with_bridge(desired.task.id, None)
         record = self._load(prepared.name)
         if record is None:
             record = self._spawn(prepared, desired)
-        self._register_with_bridge(desired.task.id, None)
         return self._status(record)
 
-    def status(self) -> TaskStatus | None:
+    def _current_status(self) -> TaskStatus | None:
         if self.desired is None:
             return None
         try:
@@ -93,11 +101,15 @@ class ProcessRuntime(Runtime):
             return setup_failure(self.desired, exc)
         record = self._load(prepared.name)
         if record is None:
-            return TaskStatus(task_id=prepared.task_id, state=TaskState.PENDING,
-                              config_hash=prepared.config_hash, detail="not started yet")
+            return TaskStatus(
+                task_id=prepared.task_id,
+                state=TaskState.PENDING,
+                config_hash=prepared.config_hash,
+                detail="not started yet",
+            )
         return self._status(record)
 
-    def restart(self) -> TaskStatus | None:
+    def _restart(self) -> TaskStatus | None:
         if self.desired is None:
             return None
         try:
@@ -125,8 +137,11 @@ class ProcessRuntime(Runtime):
         return removed
 
     def adopt(self) -> TaskStatus | None:
-        records = [r for r in (self._load(d.name) for d in self.runs_dir.glob("*")) if r is not None] \
-            if self.runs_dir.exists() else []
+        records = (
+            [r for r in (self._load(d.name) for d in self.runs_dir.glob("*")) if r is not None]
+            if self.runs_dir.exists()
+            else []
+        )
         if not records:
             return None
         # The newest run is the task the previous worker was running; older ones are stale.
@@ -174,15 +189,18 @@ class ProcessRuntime(Runtime):
             return None
 
     def _path_map(self, desired: AssignedTask) -> list[tuple[str, str]]:
-        mapping = [(CONTAINER_DATA, str(self.config.data_dir(desired.task.id))),
-                   (CONTAINER_SHARED, str(self.config.shared_dir))]
-        mapping += [(container.rstrip("/"), str(host)) for host, container in resolve_mounts(desired, self.config)]
+        mapping = [
+            (CONTAINER_DATA, str(self.config.data_dir(desired.task.id))),
+            (CONTAINER_SHARED, str(self.config.shared_dir)),
+        ]
+        mapping += [
+            (container.rstrip("/"), str(host)) for host, container in resolve_mounts(desired, self.config)
+        ]
         return sorted(mapping, key=lambda pair: len(pair[0]), reverse=True)
 
     def _prepare(self, desired: AssignedTask) -> PreparedTask:
         mapping = self._path_map(desired)
-        pattern = re.compile(
-            r"(^|(?<=[=:]))(" + "|".join(re.escape(c) for c, _ in mapping) + r")(?=/|$|:)")
+        pattern = re.compile(r"(^|(?<=[=:]))(" + "|".join(re.escape(c) for c, _ in mapping) + r")(?=/|$|:)")
         hosts = dict(mapping)
 
         def translate(text: str) -> str:
@@ -190,8 +208,9 @@ class ProcessRuntime(Runtime):
             return pattern.sub(lambda m: m.group(1) + hosts[m.group(2)], text)
 
         socket_path = str(self.config.socket_path) if self.config.socket_path else None
-        prepared = prepare(desired, self.config, socket_path, str(self.config.data_dir(desired.task.id)),
-                           translate)
+        prepared = prepare(
+            desired, self.config, socket_path, str(self.config.data_dir(desired.task.id)), translate
+        )
         prepared.env["INTELLECT_SHARED_DIR"] = str(self.config.shared_dir)
         return prepared
 
@@ -205,26 +224,58 @@ class ProcessRuntime(Runtime):
         argv = (prepared.entrypoint or []) + prepared.cmd
         if not argv:
             # A container falls back to the image's CMD; a process has nothing to run.
-            (run_dir / "state.json").write_text(json.dumps(
-                {"state": "failed", "exit_code": None, "restart_count": 0,
-                 "detail": "the process runtime needs `entrypoint` or `cmd` (image defaults do not apply)"}))
+            (run_dir / "state.json").write_text(
+                json.dumps(
+                    {
+                        "state": "failed",
+                        "exit_code": None,
+                        "restart_count": 0,
+                        "detail": "the process runtime needs `entrypoint` or `cmd` "
+                        "(an image's defaults do not apply)",
+                    }
+                )
+            )
         env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
         env |= prepared.env
         if self.config.gpu_ids:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(self.config.gpu_ids))
-        command = [sys.executable, str(SUPERVISOR), "--run-dir", str(run_dir), "--cwd", str(prepared.data_dir),
-                   "--max-restarts", str(self.config.max_restarts),
-                   "--restart-delay", str(self.config.restart_delay), "--", *argv]
+        command = [
+            sys.executable,
+            str(SUPERVISOR),
+            "--run-dir",
+            str(run_dir),
+            "--cwd",
+            str(prepared.data_dir),
+            "--max-restarts",
+            str(self.config.max_restarts),
+            "--restart-delay",
+            str(self.config.restart_delay),
+            "--",
+            *argv,
+        ]
         if argv:
-            process = subprocess.Popen(command, env=env, cwd=prepared.data_dir, start_new_session=True,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=(run_dir / "supervisor.err").open("ab"))
+            process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=prepared.data_dir,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=(run_dir / "supervisor.err").open("ab"),
+            )
             pid, started = process.pid, psutil.Process(process.pid).create_time()
         else:
             pid, started = 0, time.time()
-        record = RunRecord(name=prepared.name, task_id=prepared.task_id, config_hash=prepared.config_hash,
-                           effective_hash=prepared.effective_hash, image_hint=prepared.image,
-                           supervisor_pid=pid, supervisor_started=started, assigned=desired)
+        record = RunRecord(
+            name=prepared.name,
+            task_id=prepared.task_id,
+            config_hash=prepared.config_hash,
+            effective_hash=prepared.effective_hash,
+            image_hint=prepared.image,
+            supervisor_pid=pid,
+            supervisor_started=started,
+            assigned=desired,
+        )
         tmp = run_dir / "run.json.tmp"
         tmp.write_text(record.model_dump_json())
         os.replace(tmp, run_dir / "run.json")
@@ -243,8 +294,10 @@ class ProcessRuntime(Runtime):
             return False
         try:
             process = psutil.Process(record.supervisor_pid)
-            return (abs(process.create_time() - record.supervisor_started) < 0.05
-                    and process.status() != psutil.STATUS_ZOMBIE)
+            return (
+                abs(process.create_time() - record.supervisor_started) < 0.05
+                and process.status() != psutil.STATUS_ZOMBIE
+            )
         except psutil.Error:
             return False
 
@@ -253,8 +306,10 @@ class ProcessRuntime(Runtime):
         members = []
         for process in psutil.process_iter(["pid", "create_time"]):
             try:
-                if (os.getpgid(process.pid) == record.supervisor_pid
-                        and process.info["create_time"] >= record.supervisor_started - 0.05):
+                if (
+                    os.getpgid(process.pid) == record.supervisor_pid
+                    and process.info["create_time"] >= record.supervisor_started - 0.05
+                ):
                     members.append(process)
             except (OSError, psutil.Error):
                 continue
@@ -271,19 +326,15 @@ class ProcessRuntime(Runtime):
                 process.terminate()
         _, alive = psutil.wait_procs(members, timeout=self.config.stop_timeout)
         for process in alive:
-            try:
+            with contextlib.suppress(psutil.Error):
                 process.kill()
-            except psutil.Error:
-                pass
         psutil.wait_procs(alive, timeout=5)
         self._reap(record)
 
     def _reap(self, record: RunRecord) -> None:
         # Our own child supervisor must be waited for, or it lingers as a zombie.
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(record.supervisor_pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
     def _status(self, record: RunRecord) -> TaskStatus:
         state_file = self.runs_dir / record.name / "state.json"
@@ -298,7 +349,9 @@ class ProcessRuntime(Runtime):
         if state is None:
             if alive:
                 return TaskStatus(**base, state=TaskState.PENDING, detail="starting")
-            return TaskStatus(**base, state=TaskState.FAILED, detail="the task's supervisor exited before starting it")
+            return TaskStatus(
+                **base, state=TaskState.FAILED, detail="the task's supervisor exited before starting it"
+            )
         task_state = STATES.get(state.get("state"), TaskState.UNKNOWN)
         detail = state.get("detail")
         if task_state in (TaskState.RUNNING, TaskState.RESTARTING) and not alive:

@@ -34,9 +34,13 @@ class Supervisor:
 
     def write_state(self, state: str, exit_code: int | None = None, detail: str | None = None) -> None:
         record = {
-            "state": state, "supervisor_pid": os.getpid(),
-            "child_pid": self.child.pid if self.child else None, "restart_count": self.restarts,
-            "exit_code": exit_code, "detail": detail, "updated_at": time.time(),
+            "state": state,
+            "supervisor_pid": os.getpid(),
+            "child_pid": self.child.pid if self.child else None,
+            "restart_count": self.restarts,
+            "exit_code": exit_code,
+            "detail": detail,
+            "updated_at": time.time(),
         }
         tmp = self.run_dir / "state.json.tmp"
         tmp.write_text(json.dumps(record))
@@ -58,8 +62,13 @@ class Supervisor:
             while True:
                 self.log(log, f"start (restart {self.restarts}/{self.max_restarts}): {self.argv[0]}")
                 try:
-                    self.child = subprocess.Popen(self.argv, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL)
+                    self.child = subprocess.Popen(
+                        self.argv,
+                        cwd=self.cwd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    )
                 except OSError as exc:
                     # Not restartable: the same command will not appear by retrying.
                     self.log(log, f"cannot start: {exc}")
@@ -75,8 +84,9 @@ class Supervisor:
                     self.write_state("completed", 0)
                     return 0
                 if self.restarts >= self.max_restarts:
-                    self.write_state("failed", code,
-                                     f"exited with code {code} after {self.restarts} restart(s)")
+                    self.write_state(
+                        "failed", code, f"exited with code {code} after {self.restarts} restart(s)"
+                    )
                     return 0
                 self.restarts += 1
                 self.write_state("restarting", code, f"exited with code {code}; restart {self.restarts}")

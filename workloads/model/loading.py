@@ -3,14 +3,22 @@ name or path (on GPU hosts; nothing can be downloaded from a model hub on CI mac
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 TINY_MODEL_DIR = Path(__file__).resolve().parent / "tiny"
-TINY = "tiny"  # alias accepted wherever a model name is
+TINY = "tiny"
+_GENERIC_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}  # alias accepted wherever a model name is
 
 
 def resolve(name_or_path: str | Path | None) -> str:
@@ -33,7 +41,12 @@ def load_model(
 
 
 def load_tokenizer(name_or_path: str | Path | None = None) -> PreTrainedTokenizerBase:
-    tok = AutoTokenizer.from_pretrained(resolve(name_or_path))
+    source = resolve(name_or_path)
+    config = Path(source) / "tokenizer_config.json"
+    generic = config.exists() and json.loads(config.read_text()).get("tokenizer_class") in _GENERIC_CLASSES
+    # AutoTokenizer would pick the architecture's tokenizer class (Qwen2's adds a byte-level
+    # pre-tokenizer that eats spaces); a plain tokenizer.json must be loaded as it is.
+    tok = (PreTrainedTokenizerFast if generic else AutoTokenizer).from_pretrained(source)
     tok.padding_side = "left"  # batched decoding pads on the left
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

@@ -15,13 +15,14 @@ from workloads.toploc.compat import (
     verify_proofs_base64,
     verify_proofs_bytes,
 )
-from workloads.toploc.field import P, ModulusNotFoundError
+from workloads.toploc.field import ModulusNotFoundError, P
 from workloads.toploc.proof import (
     CHUNK_SIZE,
     TOPK,
     ChunkResult,
     Verdict,
     build_proof,
+    build_proofs_batch,
     chunk_layout,
     verify_proof,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "build_proof",
     "build_proofs",
     "build_proofs_base64",
+    "build_proofs_batch",
     "build_proofs_bytes",
     "chunk_layout",
     "verify_proof",

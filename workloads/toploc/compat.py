@@ -46,99 +46,132 @@ class VerificationResult(BaseModel):
     mant_err_median: float
 
 
-def _chunks(activations: Activations, decode_batching_size: int, skip_prefill: bool) -> list[torch.Tensor]:
-    """Flattened bf16 chunks in proof order (the reference's batching)."""
+def _blocks(
+    activations: Activations, decode_batching_size: int, skip_prefill: bool
+) -> tuple[int, list[tuple[list[int], torch.Tensor]]]:
+    """(number of chunks, [(chunk numbers, bf16 block [chunks, length])]) in the reference's
+    batching; equal-size decode steps become views of one block, not copies per chunk."""
     if decode_batching_size < 1:
         raise ValueError(f"decode_batching_size must be >= 1, got {decode_batching_size}")
-    chunks: list[torch.Tensor] = []
+    blocks: list[tuple[list[int], torch.Tensor]] = []
+    count = 0
+
+    def add(block: torch.Tensor) -> None:
+        nonlocal count
+        blocks.append((list(range(count, count + block.shape[0])), block))
+        count += block.shape[0]
+
     start = 0
     if not skip_prefill:
         if len(activations) == 0:
             raise ValueError("activations is empty but skip_prefill=False expects the prefill first")
-        chunks.append(as_bf16(activations[0]).reshape(-1))
+        add(as_bf16(activations[0]).reshape(1, -1))
         start = 1
     decode = activations[start:]
-    if isinstance(decode, torch.Tensor):
-        steps = as_bf16(decode).reshape(decode.shape[0], -1) if decode.shape[0] else None
-    elif decode and len({t.numel() for t in decode}) == 1:
-        steps = torch.stack([as_bf16(t).reshape(-1) for t in decode])
-    else:
-        steps = None
+    if isinstance(decode, torch.Tensor) or (decode and len({t.numel() for t in decode}) == 1):
+        steps = (
+            as_bf16(decode).reshape(decode.shape[0], -1)
+            if isinstance(decode, torch.Tensor)
+            else torch.stack([as_bf16(t).reshape(-1) for t in decode])
+        )
+        full = steps.shape[0] // decode_batching_size
+        if full:
+            add(steps[: full * decode_batching_size].reshape(full, -1))
+        if steps.shape[0] % decode_batching_size:
+            add(steps[full * decode_batching_size :].reshape(1, -1))
+    else:  # ragged steps: one block per chunk
         for i in range(0, len(decode), decode_batching_size):
-            chunks.append(torch.cat([as_bf16(t).reshape(-1) for t in decode[i : i + decode_batching_size]]))
-    if steps is not None:
-        for i in range(0, steps.shape[0], decode_batching_size):
-            chunks.append(steps[i : i + decode_batching_size].reshape(-1))
-    return chunks
-
-
-def _groups(chunks: list[torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
-    """Chunks grouped by length, as (positions in the list, [n, length] block)."""
-    by_length: dict[int, list[int]] = {}
-    for i, chunk in enumerate(chunks):
-        by_length.setdefault(chunk.numel(), []).append(i)
-    return [(idx, torch.stack([chunks[i] for i in idx])) for idx in by_length.values()]
+            add(torch.cat([as_bf16(t).reshape(-1) for t in decode[i : i + decode_batching_size]])[None])
+    return count, blocks
 
 
 def _build(activations: Activations, decode_batching_size: int, topk: int, skip_prefill: bool) -> list[bytes]:
-    chunks = _chunks(activations, decode_batching_size, skip_prefill)
-    out: list[bytes] = [b""] * len(chunks)
+    count, blocks = _blocks(activations, decode_batching_size, skip_prefill)
+    out: list[bytes] = [b""] * count
     try:
-        for idx, block in _groups(chunks):
+        for numbers, block in blocks:
             moduli, coeffs = prove_block(block, topk)
-            for i, proof in zip(idx, encode_rows(moduli, coeffs), strict=True):
+            for i, proof in zip(numbers, encode_rows(moduli, coeffs), strict=True):
                 out[i] = proof
     except ModulusNotFoundError as exc:  # the reference's "do not crash" fallback
         logger.error("Error building proofs: %s", exc)
-        return [ChunkProof.null(topk).to_bytes()] * len(chunks)
+        return [ChunkProof.null(topk).to_bytes()] * count
     return out
 
 
-def build_proofs_bytes(activations: Activations, decode_batching_size: int, topk: int,
-                       skip_prefill: bool = False) -> list[bytes]:
+def build_proofs_bytes(
+    activations: Activations, decode_batching_size: int, topk: int, skip_prefill: bool = False
+) -> list[bytes]:
     return _build(activations, decode_batching_size, topk, skip_prefill)
 
 
-def build_proofs_base64(activations: Activations, decode_batching_size: int, topk: int,
-                        skip_prefill: bool = False) -> list[str]:
-    return [base64.b64encode(p).decode() for p in _build(activations, decode_batching_size, topk, skip_prefill)]
+def build_proofs_base64(
+    activations: Activations, decode_batching_size: int, topk: int, skip_prefill: bool = False
+) -> list[str]:
+    return [
+        base64.b64encode(p).decode() for p in _build(activations, decode_batching_size, topk, skip_prefill)
+    ]
 
 
-def build_proofs(activations: Activations, decode_batching_size: int, topk: int,
-                 skip_prefill: bool = False) -> list[ChunkProof]:
+def build_proofs(
+    activations: Activations, decode_batching_size: int, topk: int, skip_prefill: bool = False
+) -> list[ChunkProof]:
     return [ChunkProof.from_bytes(p) for p in _build(activations, decode_batching_size, topk, skip_prefill)]
 
 
-def _verify(activations: Activations, proofs: list[bytes], decode_batching_size: int, topk: int,
-            skip_prefill: bool) -> list[VerificationResult]:
+def _verify(
+    activations: Activations, proofs: list[bytes], decode_batching_size: int, topk: int, skip_prefill: bool
+) -> list[VerificationResult]:
     tensor_path = isinstance(activations, torch.Tensor) and skip_prefill
-    chunks = _chunks(activations, decode_batching_size, skip_prefill)
-    if tensor_path and len(proofs) > len(chunks):
-        raise ValueError(f"{len(proofs)} proofs but the activations make only {len(chunks)} chunks")
-    count = min(len(proofs), len(chunks))  # the reference zips proofs with chunks
+    total, blocks = _blocks(activations, decode_batching_size, skip_prefill)
+    if tensor_path and len(proofs) > total:
+        raise ValueError(f"{len(proofs)} proofs but the activations make only {total} chunks")
+    count = min(len(proofs), total)  # the reference zips proofs with chunks
     moduli, coeffs = decode_rows(list(proofs[:count]))
     results: list[VerificationResult | None] = [None] * count
-    for idx, block in _groups(chunks[:count]):
-        rows = np.array(idx)
-        stats = measure_block(block, moduli[rows], coeffs[rows], topk)
+    for numbers, block in blocks:
+        numbers = [i for i in numbers if i < count]
+        if not numbers:
+            continue
+        rows = np.array(numbers)
+        stats = measure_block(block[: len(numbers)], moduli[rows], coeffs[rows], topk)
         medians = stats.median_upper if tensor_path else stats.median_mid
-        for r, i in enumerate(idx):
-            results[i] = VerificationResult(exp_mismatches=int(stats.exp_mismatches[r]),
-                                            mant_err_mean=float(stats.mant_err_mean[r]),
-                                            mant_err_median=float(medians[r]))
+        for r, i in enumerate(numbers):
+            results[i] = VerificationResult(
+                exp_mismatches=int(stats.exp_mismatches[r]),
+                mant_err_mean=float(stats.mant_err_mean[r]),
+                mant_err_median=float(medians[r]),
+            )
     return results  # type: ignore[return-value]
 
 
-def verify_proofs_bytes(activations: Activations, proofs: list[bytes], decode_batching_size: int, topk: int,
-                        skip_prefill: bool = False) -> list[VerificationResult]:
+def verify_proofs_bytes(
+    activations: Activations,
+    proofs: list[bytes],
+    decode_batching_size: int,
+    topk: int,
+    skip_prefill: bool = False,
+) -> list[VerificationResult]:
     return _verify(activations, [bytes(p) for p in proofs], decode_batching_size, topk, skip_prefill)
 
 
-def verify_proofs_base64(activations: Activations, proofs: list[str], decode_batching_size: int, topk: int,
-                         skip_prefill: bool = False) -> list[VerificationResult]:
-    return _verify(activations, [base64.b64decode(p) for p in proofs], decode_batching_size, topk, skip_prefill)
+def verify_proofs_base64(
+    activations: Activations,
+    proofs: list[str],
+    decode_batching_size: int,
+    topk: int,
+    skip_prefill: bool = False,
+) -> list[VerificationResult]:
+    return _verify(
+        activations, [base64.b64decode(p) for p in proofs], decode_batching_size, topk, skip_prefill
+    )
 
 
-def verify_proofs(activations: Activations, proofs: list[ChunkProof], decode_batching_size: int, topk: int,
-                  skip_prefill: bool = False) -> list[VerificationResult]:
+def verify_proofs(
+    activations: Activations,
+    proofs: list[ChunkProof],
+    decode_batching_size: int,
+    topk: int,
+    skip_prefill: bool = False,
+) -> list[VerificationResult]:
     return _verify(activations, [p.to_bytes() for p in proofs], decode_batching_size, topk, skip_prefill)

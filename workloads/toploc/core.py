@@ -37,18 +37,28 @@ def top_points(block: torch.Tensor, topk: int) -> tuple[np.ndarray, np.ndarray]:
     return indices.cpu().numpy().astype(np.int64), bits
 
 
-def prove_block(block: torch.Tensor, topk: int) -> tuple[np.ndarray, np.ndarray]:
-    """(moduli [chunks], coefficients [chunks, k]) for every row of a bf16 block."""
-    indices, bits = top_points(block, topk)
+def prove_points(indices: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(moduli [chunks], coefficients [chunks, k]) from each chunk's top-k indices and bits."""
     moduli = injective_moduli(indices)
     return moduli, interpolate(indices % moduli[:, None], bits)
+
+
+def prove_block(block: torch.Tensor, topk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(moduli [chunks], coefficients [chunks, k]) for every row of a bf16 block."""
+    return prove_points(*top_points(block, topk))
 
 
 class BlockStats:
     """Per-chunk comparison figures of a block against its proofs (arrays of length chunks)."""
 
-    def __init__(self, exp_mismatches: np.ndarray, mant_err_mean: np.ndarray,
-                 median_upper: np.ndarray, median_mid: np.ndarray, points: int) -> None:
+    def __init__(
+        self,
+        exp_mismatches: np.ndarray,
+        mant_err_mean: np.ndarray,
+        median_upper: np.ndarray,
+        median_mid: np.ndarray,
+        points: int,
+    ) -> None:
         self.exp_mismatches = exp_mismatches
         self.mant_err_mean = mant_err_mean
         self.median_upper = median_upper  # sorted[n // 2], as the reference's C++ path

@@ -52,8 +52,9 @@ def injective_moduli(indices: np.ndarray) -> np.ndarray:
     moduli[small] = P
     pending = np.flatnonzero(~small)
     top = P
-    while pending.size and top > 0:
-        candidates = np.arange(top, max(top - _MODULUS_BLOCK, 0), -1, dtype=np.int64)
+    floor = indices.shape[1] - 1  # m < k points always collides (pigeonhole): stop there
+    while pending.size and top > floor:
+        candidates = np.arange(top, max(top - _MODULUS_BLOCK, floor), -1, dtype=np.int64)
         residues = np.sort(indices[pending][:, None, :] % candidates[None, :, None], axis=2)
         distinct = (residues[:, :, 1:] != residues[:, :, :-1]).all(axis=2)  # [pending, candidates]
         found = distinct.any(axis=1)

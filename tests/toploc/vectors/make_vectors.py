@@ -32,8 +32,11 @@ def cases() -> dict[str, dict]:
 
     g = torch.Generator().manual_seed(2)
     # Many ties at the top-k boundary (integer-valued activations).
-    out["ties_128"] = {"tensor": torch.randint(-12, 13, (64, 128), generator=g).to(torch.bfloat16),
-                       "dbs": 32, "topk": 128}
+    out["ties_128"] = {
+        "tensor": torch.randint(-12, 13, (64, 128), generator=g).to(torch.bfloat16),
+        "dbs": 32,
+        "topk": 128,
+    }
 
     g = torch.Generator().manual_seed(3)
     # NaN, -NaN and +-inf among the activations, and a whole row of NaN.
@@ -52,8 +55,12 @@ def cases() -> dict[str, dict]:
 
     g = torch.Generator().manual_seed(5)
     # The list form with a prefill first (skip_prefill=False), decode batches of 16, topk 64.
-    out["prefill_list_256"] = {"prefill": randn(g, 5, 256), "decode": randn(g, 40, 256),
-                               "dbs": 16, "topk": 64}
+    out["prefill_list_256"] = {
+        "prefill": randn(g, 5, 256),
+        "decode": randn(g, 40, 256),
+        "dbs": 16,
+        "topk": 64,
+    }
     return out
 
 
@@ -71,26 +78,33 @@ def results(rs) -> list[list[float]]:
 
 def main() -> None:
     tensors: dict[str, torch.Tensor] = {}
-    expected: dict[str, dict] = {"reference": f"toploc {getattr(toploc, '__version__', '?')} (0.1.6 sdist)",
-                                 "cases": {}}
+    expected: dict[str, dict] = {
+        "reference": f"toploc {getattr(toploc, '__version__', '?')} (0.1.6 sdist)",
+        "cases": {},
+    }
     for seed, (name, case) in enumerate(cases().items()):
         g = torch.Generator().manual_seed(100 + seed)
-        parts = {"prefill": case["prefill"], "decode": case["decode"]} if "prefill" in case else {
-            "": case["tensor"]}
+        parts = (
+            {"prefill": case["prefill"], "decode": case["decode"]}
+            if "prefill" in case
+            else {"": case["tensor"]}
+        )
         for part, t in parts.items():
             suffix = f".{part}" if part else ""
             tensors[f"{name}.identical{suffix}"] = t.contiguous()
             noise = torch.randn(t.shape, generator=g) * 0.01 * t.float().abs().nan_to_num(0).clamp(max=1e3)
             tensors[f"{name}.perturbed{suffix}"] = (t.float() + noise).to(torch.bfloat16).contiguous()
-            tensors[f"{name}.unrelated{suffix}"] = randn(g, *t.shape, scale=float(
-                t.float().nan_to_num(0, 0, 0).std())).contiguous()
+            tensors[f"{name}.unrelated{suffix}"] = randn(
+                g, *t.shape, scale=float(t.float().nan_to_num(0, 0, 0).std())
+            ).contiguous()
         acts, skip = call_args(case, f"{name}.identical", tensors)
         proofs = toploc.build_proofs_bytes(acts, case["dbs"], case["topk"], skip_prefill=skip)
         verdicts = {}
         for variant in ("identical", "perturbed", "unrelated"):
             acts_v, _ = call_args(case, f"{name}.{variant}", tensors)
-            verdicts[variant] = results(toploc.verify_proofs_bytes(acts_v, proofs, case["dbs"], case["topk"],
-                                                                   skip_prefill=skip))
+            verdicts[variant] = results(
+                toploc.verify_proofs_bytes(acts_v, proofs, case["dbs"], case["topk"], skip_prefill=skip)
+            )
         expected["cases"][name] = {
             "decode_batching_size": case["dbs"],
             "topk": case["topk"],

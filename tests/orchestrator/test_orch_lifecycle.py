@@ -1,0 +1,261 @@
+"""Orchestrator node lifecycle against real anvil, Redis, discovery and uvicorn servers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+from standin_worker import standin_worker
+
+from discovery.app import create_app as create_discovery
+from discovery.chain import LedgerChainView
+from discovery.settings import DiscoverySettings
+from intellect.identity import Wallet
+from intellect.signing import SignedAuth, sign_request
+from intellect.testing import serve_in_thread
+from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
+from intellect.wire.nodes import ComputeSpecs, NodeMetadata
+from intellect.wire.tasks import TaskState
+from orchestrator.app import create_app
+from orchestrator.settings import OrchestratorSettings
+
+FAST = dict(heartbeat_interval_seconds=0.5, heartbeat_ttl_seconds=1.5, check_interval_seconds=0.5,
+            miss_threshold=2, invite_interval_seconds=0.5, invite_timeout_seconds=4, http_timeout_seconds=5,
+            http_retries=2)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def discovery(devnet, redis_url, tmp_path_factory):
+    settings = DiscoverySettings(redis_url=redis_url, state_dir=tmp_path_factory.mktemp("disc"),
+                                 sync_interval_seconds=0.5, chain_cache_seconds=0, max_nodes_per_ip=50)
+    server = serve_in_thread(create_discovery(settings, LedgerChainView(devnet.client())))
+    yield server.url
+    server.stop()
+
+
+class Orchestrator:
+    def __init__(self, devnet, redis_url: str, discovery_url: str, state_dir, **overrides: object) -> None:
+        self.settings = OrchestratorSettings(
+            pool_id=devnet.pool_id, redis_url=redis_url, state_dir=state_dir, discovery_url=discovery_url,
+            rpc_url=devnet.rpc_url, **{**FAST, **overrides})
+        self.devnet = devnet
+        self.server = None
+
+    def start(self) -> Orchestrator:
+        from intellect.net import free_port
+        from orchestrator.chain import LedgerPoolChain
+
+        port = free_port()
+        self.settings.public_url = f"http://127.0.0.1:{port}"
+        net = self.devnet
+        chain = LedgerPoolChain(net.client(net.manager), net.pool_id, net.manager)
+        self.server = serve_in_thread(create_app(self.settings, manager=net.manager, chain=chain), port)
+        self.token = self.settings.admin_token_file.read_text().strip()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def admin(self, method: str, path: str, **kwargs) -> httpx.Response:
+        return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {self.token}"},
+                             timeout=30, **kwargs)
+
+    def node(self, address: str) -> dict:
+        return self.admin("GET", f"/nodes/{address}").json()
+
+    def heartbeat(self, node: Wallet, beat: HeartbeatRequest | None = None) -> httpx.Response:
+        body = (beat or HeartbeatRequest()).model_dump_json()
+        return httpx.post(self.url + "/heartbeat", content=body, auth=SignedAuth(node),
+                          headers={"Content-Type": "application/json"}, timeout=30)
+
+
+def upload(discovery_url: str, node: Wallet, provider: Wallet, worker_url: str) -> None:
+    host, port = worker_url.removeprefix("http://").split(":")
+    meta = NodeMetadata(node_address=node.address, provider_address=provider.address, ip_address=host,
+                        port=int(port),
+                        compute_specs=ComputeSpecs(cpu_cores=2, ram_mb=2048, disk_free_mb=1000))
+    r = httpx.put(f"{discovery_url}/nodes", content=meta.model_dump_json(), auth=SignedAuth(node),
+                  headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_invite_heartbeat_task_death_ejection_and_return(devnet, redis_url, discovery, tmp_path):
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch").start()
+    try:
+        provider = devnet.new_provider()
+        node = devnet.new_node(provider)
+        app, invites = standin_worker(devnet, provider, node)
+        worker = serve_in_thread(app)
+        upload(discovery, node, provider, worker.url)
+        # discovered → invited (signed by the manager, joined on chain) → WaitingForHeartbeat
+        wait_for(lambda: orch.node(node.address).get("state") == "WaitingForHeartbeat", what="invite")
+        assert devnet.client().is_node_in_pool(devnet.pool_id, node.address)
+        assert invites[0].orchestrator_url == orch.url
+        # first heartbeat → Healthy, no task yet
+        r = orch.heartbeat(node)
+        assert r.status_code == 200, r.text
+        assert r.json()["current_task"] is None and r.json()["interval_seconds"] == 0.5
+        assert orch.node(node.address)["state"] == "Healthy"
+        # a posted task is handed out and the reported state is kept
+        spec = {"name": "rollouts", "image": "intellect/inference:dev", "cmd": ["run", "${TASK_ID}"]}
+        created = orch.admin("POST", "/tasks", json=spec)
+        assert created.status_code == 201, created.text
+        task_id = created.json()["id"]
+        assigned = orch.heartbeat(node).json()["current_task"]
+        assert assigned["task"]["id"] == task_id
+        status = TaskStatus(task_id=task_id, state=TaskState.RUNNING, config_hash="abc")
+        assert orch.heartbeat(node, HeartbeatRequest(task=status, metrics={"tok_s": 12.5})).status_code == 200
+        record = orch.node(node.address)
+        assert record["task"]["state"] == "running" and record["metrics"] == {"tok_s": 12.5}
+        logs = orch.admin("GET", f"/nodes/{node.address}/logs?tail=2")
+        assert logs.status_code == 200 and logs.json()["lines"] == ["line 1", "line 2"]
+        # silence → Unhealthy → Dead → ejected on chain
+        wait_for(lambda: orch.node(node.address)["state"] == "Unhealthy", what="Unhealthy")
+        wait_for(lambda: orch.node(node.address)["state"] == "Ejected", what="Ejected")
+        assert not devnet.client().is_node_in_pool(devnet.pool_id, node.address)
+        r = orch.heartbeat(node)
+        assert r.status_code == 403 and "ejected" in r.json()["detail"]
+        # the node comes back (re-uploads its metadata) → re-invited and joins again
+        upload(discovery, node, provider, worker.url)
+        wait_for(lambda: len(invites) >= 2 and orch.node(node.address)["state"] == "WaitingForHeartbeat",
+                 what="re-invite")
+        assert devnet.client().is_node_in_pool(devnet.pool_id, node.address)
+        assert orch.heartbeat(node).status_code == 200
+        assert orch.node(node.address)["state"] == "Healthy"
+        listing = orch.admin("GET", "/nodes").json()
+        assert listing["counts"]["Healthy"] >= 1
+        metrics = httpx.get(orch.url + "/metrics").text
+        assert 'orchestrator_heartbeats_total{result="ok"}' in metrics
+        assert "orchestrator_ejections_total 1.0" in metrics
+        worker.stop()
+    finally:
+        orch.stop()
+
+
+def test_heartbeat_refusals(devnet, redis_url, discovery, tmp_path):
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch", run_background_loops=False).start()
+    try:
+        stranger = Wallet.create()
+        r = orch.heartbeat(stranger)
+        assert r.status_code == 404 and "not known to this orchestrator" in r.json()["detail"]
+        body = HeartbeatRequest().model_dump_json().encode()
+        # bad signature: body changed after signing
+        headers = sign_request(stranger, "POST", "/heartbeat", b"{}")
+        r = httpx.post(orch.url + "/heartbeat", content=body, headers=headers)
+        assert r.status_code == 401 and "does not match" in r.json()["detail"]
+        # a node heartbeating as another: claims another address in the header
+        other = Wallet.create()
+        headers = {**sign_request(stranger, "POST", "/heartbeat", body), "X-Intellect-Address": other.address}
+        r = httpx.post(orch.url + "/heartbeat", content=body, headers=headers)
+        assert r.status_code == 401
+        # an address in the body is refused outright: the identity is the signer
+        forged = b'{"node_address": "' + other.address.encode() + b'"}'
+        r = httpx.post(orch.url + "/heartbeat", content=forged, auth=SignedAuth(stranger))
+        assert r.status_code == 422
+        # replay
+        headers = sign_request(stranger, "POST", "/heartbeat", body)
+        first = httpx.post(orch.url + "/heartbeat", content=body, headers=headers)
+        assert first.status_code == 404
+        r = httpx.post(orch.url + "/heartbeat", content=body, headers=headers)
+        assert r.status_code == 401 and "replayed" in r.json()["detail"]
+        # clock skew
+        headers = sign_request(stranger, "POST", "/heartbeat", body, timestamp=int(time.time()) + 3600)
+        r = httpx.post(orch.url + "/heartbeat", content=body, headers=headers)
+        assert r.status_code == 401 and "off the server clock" in r.json()["detail"]
+    finally:
+        orch.stop()
+
+
+def test_task_api_validation_and_auth(devnet, redis_url, discovery, tmp_path):
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch", run_background_loops=False).start()
+    try:
+        assert httpx.get(orch.url + "/tasks").status_code == 401
+        wrong = {"Authorization": "Bearer " + "x" * 40}
+        assert httpx.get(orch.url + "/tasks", headers=wrong).status_code == 403
+        bad = orch.admin("POST", "/tasks", json={"name": "t", "image": "i", "cmd": ["${NOPE}"]})
+        assert bad.status_code == 422 and "unknown template variable ${NOPE}" in bad.text
+        bad = orch.admin("POST", "/tasks", json={"name": "t", "image": "i", "surprise": 1})
+        assert bad.status_code == 422 and "surprise" in bad.text
+        mounts = [{"host_path": "/etc", "container_path": "/x"}]
+        bad = orch.admin("POST", "/tasks", json={"name": "t", "image": "i", "volume_mounts": mounts})
+        assert bad.status_code == 422 and "host_path" in bad.text
+        assert orch.admin("GET", "/tasks/nope").status_code == 404
+        made = orch.admin("POST", "/tasks", json={"name": "t", "image": "i"}).json()
+        assert [t["id"] for t in orch.admin("GET", "/tasks").json()] == [made["id"]]
+        assert orch.admin("DELETE", f"/tasks/{made['id']}").json()["deleted"] is True
+        assert orch.admin("GET", "/tasks").json() == []
+        assert len(orch.admin("GET", "/tasks?include_deleted=true").json()) == 1
+    finally:
+        orch.stop()
+
+
+def test_restart_keeps_tasks_and_nodes_and_reconciles_unknown_pool_members(devnet, redis_url, discovery,
+                                                                           tmp_path):
+    provider = devnet.new_provider()
+    node = devnet.new_node(provider)
+    app, invites = standin_worker(devnet, provider, node)
+    worker = serve_in_thread(app)
+    upload(discovery, node, provider, worker.url)
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch").start()
+    try:
+        wait_for(lambda: orch.node(node.address).get("state") == "WaitingForHeartbeat", what="invite")
+        assert orch.heartbeat(node).status_code == 200
+        task = orch.admin("POST", "/tasks", json={"name": "keep-me", "image": "i"}).json()
+    finally:
+        orch.stop()
+    # same state dir: tasks and nodes survive
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch").start()
+    try:
+        assert [t["id"] for t in orch.admin("GET", "/tasks").json()] == [task["id"]]
+        assert orch.node(node.address)["state"] in ("Healthy", "Unhealthy")
+        assert orch.heartbeat(node).json()["current_task"]["task"]["id"] == task["id"]
+    finally:
+        orch.stop()
+    # a fresh database (lost state): the node is in the pool on chain, so it is reconciled and re-invited
+    fresh = Orchestrator(devnet, redis_url, discovery, tmp_path / "fresh").start()
+    try:
+        count = len(invites)
+        wait_for(lambda: len(invites) > count, what="re-invite of a pool member unknown locally")
+        assert invites[-1].orchestrator_url == fresh.url
+        assert fresh.heartbeat(node).status_code == 200
+        assert fresh.node(node.address)["state"] == "Healthy"
+    finally:
+        fresh.stop()
+        worker.stop()
+
+
+def test_waiting_for_heartbeat_never_sticks_and_ban(devnet, redis_url, discovery, tmp_path):
+    provider = devnet.new_provider()
+    node = devnet.new_node(provider)
+    app, invites = standin_worker(devnet, provider, node)
+    worker = serve_in_thread(app)
+    upload(discovery, node, provider, worker.url)
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch", invite_timeout_seconds=1.5).start()
+    try:
+        wait_for(lambda: len(invites) >= 2, what="a second invite after the WaitingForHeartbeat timeout")
+        assert orch.heartbeat(node).status_code == 200
+        banned = orch.admin("POST", f"/nodes/{node.address}/ban")
+        assert banned.status_code == 200 and banned.json()["tx_hash"]
+        assert devnet.client().is_node_blacklisted(devnet.pool_id, node.address)
+        assert not devnet.client().is_node_in_pool(devnet.pool_id, node.address)
+        r = orch.heartbeat(node)
+        assert r.status_code == 403 and "banned" in r.json()["detail"]
+    finally:
+        orch.stop()
+        worker.stop()

@@ -1,0 +1,165 @@
+"""The task bridge on its own: a real unix socket server, the workload client, the durable queue."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from worker.bridge import MAX_LINE, TaskBridge
+from workloads import bridge_client
+
+
+@pytest.fixture
+def task(bridge: TaskBridge, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A task the bridge accepts, with the client's environment set as a runtime would set it."""
+    data = short_tmp / "data"
+    data.mkdir()
+    bridge.allow_task("task-1", data, "/data")
+    monkeypatch.setenv("INTELLECT_SOCKET_PATH", str(bridge.socket_path))
+    monkeypatch.setenv("INTELLECT_TASK_ID", "task-1")
+    monkeypatch.setenv("INTELLECT_DATA_DIR", str(data))
+    return data
+
+
+def exchange(path: Path, *lines: bytes) -> list[dict]:  # type: ignore[type-arg]
+    """Send raw lines on one connection; return the decoded replies."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        reader = sock.makefile("rb")
+        replies = []
+        for line in lines:
+            sock.sendall(line + b"\n")
+            replies.append(json.loads(reader.readline()))
+        return replies
+
+
+def file_ready(path: str, sha: str, units: int = 1, task_id: str = "task-1") -> bytes:
+    return json.dumps(
+        {"type": "file_ready", "task_id": task_id, "path": path, "sha256": sha, "work_units": units}
+    ).encode()
+
+
+def test_socket_is_private(bridge: TaskBridge) -> None:
+    assert stat.S_IMODE(bridge.socket_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(bridge.socket_path.parent.stat().st_mode) == 0o700
+    assert stat.S_ISSOCK(bridge.socket_path.stat().st_mode)
+
+
+def test_client_reports_metrics_and_announces_files(bridge: TaskBridge, task: Path) -> None:
+    bridge_client.report_metrics({"loss": 1.5, "reward": 0.25})
+    bridge_client.report_metrics({"loss": 0.75})  # latest value per label wins
+    assert bridge.metrics("task-1") == {"loss": 0.75, "reward": 0.25}
+    out = task / "sub" / "rollouts.parquet"
+    out.parent.mkdir()
+    out.write_bytes(b"x" * 5000)
+    bridge_client.announce_file(out, work_units=32)  # absolute host path: sent relative to the data dir
+    [queued] = bridge.pending_files()
+    assert (queued.relative_path, queued.work_units, queued.size_bytes) == ("sub/rollouts.parquet", 32, 5000)
+    assert queued.sha256 == hashlib.sha256(b"x" * 5000).hexdigest()
+    assert queued.path == out.resolve()
+    # The same content announced again (e.g. a restarted task) stays one entry: one work key on chain.
+    bridge_client.announce_file("sub/rollouts.parquet", work_units=32)
+    assert len(bridge.queue.all()) == 1
+
+
+def test_container_paths_map_to_the_host_data_dir(bridge: TaskBridge, task: Path) -> None:
+    (task / "a.bin").write_bytes(b"abc")
+    sha = hashlib.sha256(b"abc").hexdigest()
+    assert exchange(bridge.socket_path, file_ready("/data/a.bin", sha)) == [{"ok": True, "error": None}]
+    assert bridge.pending_files()[0].path == (task / "a.bin").resolve()
+
+
+def test_malformed_and_refused_messages_get_a_reason_and_the_server_keeps_serving(
+    bridge: TaskBridge, task: Path
+) -> None:
+    (task / "ok.bin").write_bytes(b"ok")
+    (task / "dir").mkdir()
+    (task / "link").symlink_to("/etc/hostname")
+    good_sha = hashlib.sha256(b"ok").hexdigest()
+    cases = {
+        b"{not json": "invalid message",
+        b'{"type": "reboot", "task_id": "task-1"}': "invalid message",
+        b'{"type": "metrics", "task_id": "task-1"}': "metrics",
+        b'{"type": "metrics", "task_id": "task-1", "metrics": {"loss": "high"}}': "metrics.loss",
+        b'{"type": "metrics", "task_id": "task-1", "metrics": {"loss": NaN}}': "not a finite number",
+        b'{"type": "metrics", "task_id": "task-1", "metrics": {}, "extra": 1}': "extra",
+        b'{"type": "metrics", "task_id": "other", "metrics": {"a": 1}}': "unknown task 'other'",
+        file_ready("ok.bin", "ABC"): "sha256",
+        file_ready("ok.bin", good_sha, units=-1): "work_units",
+        file_ready("../../etc/hostname", good_sha): "outside the task's data directory",
+        file_ready("/etc/hostname", good_sha): "outside the task's data directory",
+        file_ready("link", good_sha): "outside the task's data directory",
+        file_ready("missing.bin", good_sha): "no such file",
+        file_ready("dir", good_sha): "not a regular file",
+        file_ready("ok.bin", "0" * 64): "sha256 mismatch",
+    }
+    replies = exchange(bridge.socket_path, *cases)
+    for (line, expected), reply in zip(cases.items(), replies, strict=True):
+        assert reply["ok"] is False, line
+        assert expected in reply["error"], (line, reply)
+    assert bridge.pending_files() == [] and bridge.metrics("task-1") == {}
+    # Still serving, on the same connection and on a new one.
+    assert exchange(bridge.socket_path, file_ready("ok.bin", good_sha))[0]["ok"] is True
+
+
+def test_an_oversized_message_is_refused(bridge: TaskBridge, task: Path) -> None:
+    line = b'{"type": "metrics", "task_id": "task-1", "metrics": {"' + b"a" * MAX_LINE + b'": 1}}'
+    [reply] = exchange(bridge.socket_path, line)
+    assert reply["ok"] is False and "longer than" in reply["error"]
+    with pytest.raises(bridge_client.BridgeError, match="exceeds"):
+        bridge_client.report_metrics({"a" * MAX_LINE: 1})
+    bridge_client.report_metrics({"after": 1})
+    assert bridge.metrics("task-1") == {"after": 1.0}
+
+
+def test_announced_files_survive_a_worker_restart(bridge: TaskBridge, task: Path, short_tmp: Path) -> None:
+    (task / "one.bin").write_bytes(b"1")
+    (task / "two.bin").write_bytes(b"2")
+    bridge_client.announce_file(task / "one.bin", work_units=1)
+    bridge_client.announce_file(task / "two.bin", work_units=2)
+    bridge.stop()
+    assert not bridge.socket_path.exists()
+    restarted = TaskBridge(bridge.socket_path, short_tmp / "state")
+    pending = restarted.pending_files()
+    assert [p.relative_path for p in pending] == ["one.bin", "two.bin"]
+    uploaded = restarted.mark_uploaded(pending[0].id, "upload-7")
+    assert uploaded.upload_ref == "upload-7" and uploaded.uploaded_at is not None
+    assert [p.relative_path for p in restarted.pending_files()] == ["two.bin"]
+    assert [p.id for p in restarted.queue.pending_submission()] == [pending[0].id]
+    restarted.queue.mark_submitted(pending[0].id, "0x" + "ab" * 32)
+    assert restarted.queue.pending_submission() == []
+
+
+def test_socket_lifecycle_guards(short_tmp: Path) -> None:
+    with pytest.raises(ValueError, match="longer than"):
+        TaskBridge(short_tmp / ("x" * 120) / "bridge.sock", short_tmp / "state")
+    path = short_tmp / "s" / "bridge.sock"
+    path.parent.mkdir()
+    path.write_text("not a socket")
+    with pytest.raises(FileExistsError, match="not a socket"):
+        TaskBridge(path, short_tmp / "state").start()
+    path.unlink()
+    # A socket left behind by a crashed worker is replaced.
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()
+    with TaskBridge(path, short_tmp / "state") as server:
+        server.allow_task("t", short_tmp)
+        assert exchange(path, b'{"type": "metrics", "task_id": "t", "metrics": {"a": 2}}')[0]["ok"]
+
+
+def test_client_cli(bridge: TaskBridge, task: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bridge_client.main(["metrics", "tokens=12", "loss=0.5"]) == 0
+    assert bridge.metrics("task-1") == {"tokens": 12.0, "loss": 0.5}
+    (task / "f.bin").write_bytes(b"f")
+    assert bridge_client.main(["file", str(task / "f.bin"), "--work-units", "3"]) == 0
+    assert bridge.pending_files()[0].work_units == 3
+    assert bridge_client.main(["file", "nope.bin"]) == 1
+    assert "nope.bin" in capsys.readouterr().err
+    assert bridge_client.main(["dance"]) == 2

@@ -1,0 +1,135 @@
+"""`intellect-worker` commands through typer's CliRunner, against a real chain where they need one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+from worker_devnet import Devnet
+
+from intellect.identity import Wallet
+from worker.chain import WorkerChain
+from worker.cli import app
+from worker.keys import WorkerKeys
+
+runner = CliRunner()
+
+
+def env_for(devnet: Devnet | None, state: Path, **extra: str) -> dict[str, str]:
+    env = {"INTELLECT_WORKER_STATE_DIR": str(state), "INTELLECT_KEYSTORE_PASSPHRASE": "pw"}
+    if devnet:
+        env |= {
+            "INTELLECT_WORKER_RPC_URL": devnet.rpc_url,
+            "INTELLECT_WORKER_DEPLOYMENT": str(devnet.deployment_path),
+            "INTELLECT_WORKER_POOL_ID": str(devnet.pool_id),
+        }
+    return env | extra
+
+
+def test_wallet_create_show_import(tmp_path: Path) -> None:
+    env = env_for(None, tmp_path)
+    created = runner.invoke(app, ["wallet", "create", "--json"], env=env)
+    assert created.exit_code == 0, created.output
+    rows = json.loads(created.stdout)
+    assert [r["role"] for r in rows] == ["provider", "node"] and all(r["created"] for r in rows)
+    shown = runner.invoke(app, ["wallet", "show", "--json"], env=env)
+    assert [r["address"] for r in json.loads(shown.stdout)] == [r["address"] for r in rows]
+    assert "private_key" not in shown.stdout
+    secret = runner.invoke(app, ["wallet", "show", "--json", "--show-private-key"], env=env)
+    keys = json.loads(secret.stdout)
+    assert Wallet.from_key(keys[1]["private_key"]).address == rows[1]["address"]
+    # Creating again keeps the existing keys.
+    again = json.loads(runner.invoke(app, ["wallet", "create", "--json"], env=env).stdout)
+    assert [r["address"] for r in again] == [r["address"] for r in rows] and not any(
+        r["created"] for r in again
+    )
+    other = Wallet.create()
+    refused = runner.invoke(
+        app, ["wallet", "import", "--role", "node", "--private-key", other.private_key_hex()], env=env
+    )
+    assert refused.exit_code == 1 and "--force" in refused.output
+    ok = runner.invoke(
+        app,
+        ["wallet", "import", "--role", "node", "--force", "--json", "--private-key", other.private_key_hex()],
+        env=env,
+    )
+    assert ok.exit_code == 0 and json.loads(ok.stdout)[0]["address"] == other.address
+    bad = runner.invoke(
+        app, ["wallet", "import", "--role", "node", "--force", "--private-key", "0x12"], env=env
+    )
+    assert bad.exit_code == 1 and "not a valid private key" in bad.output
+
+
+def test_check_exit_codes(tmp_path: Path) -> None:
+    ok = runner.invoke(app, ["check", "--offline", "--json"], env=env_for(None, tmp_path))
+    assert ok.exit_code == 0, ok.output
+    report = json.loads(ok.stdout)
+    assert report["ok"] and report["specs"]["cpu_cores"] >= 1
+    full = runner.invoke(
+        app, ["check"], env=env_for(None, tmp_path, INTELLECT_WORKER_MIN_DISK_MB=str(10**12))
+    )
+    assert full.exit_code == 1 and "FAIL" in full.stdout
+
+
+def test_check_reads_the_pools_requirements(devnet: Devnet, tmp_path: Path) -> None:
+    gpu_pool = devnet.admin.create_pool(
+        devnet.domain_id,
+        devnet.manager.address,
+        "gpu",
+        '{"requirements": {"gpu": {"count": 8, "memory_mb": 80000}}}',
+        0,
+    )
+    res = runner.invoke(app, ["check", "--json", "--pool-id", str(gpu_pool)], env=env_for(devnet, tmp_path))
+    assert res.exit_code == 1
+    failed = [c for c in json.loads(res.stdout)["checks"] if not c["ok"] and c["blocking"]]
+    assert failed[0]["name"] == "pool requirements" and "8 GPU(s)" in failed[0]["detail"]
+
+
+def test_start_refuses_an_unfunded_provider_without_spending(devnet: Devnet, tmp_path: Path) -> None:
+    poor = devnet.fresh_provider(tokens=0)
+    env = env_for(
+        devnet,
+        tmp_path,
+        INTELLECT_WORKER_PROVIDER_KEY=poor.private_key_hex(),
+        INTELLECT_WORKER_NODE_KEY=Wallet.create().private_key_hex(),
+    )
+    res = runner.invoke(app, ["start", "--yes", "--api-port", "0"], env=env)
+    assert res.exit_code == 1 and "fund it first" in res.output
+
+
+def test_start_refuses_a_machine_below_the_pools_requirements(devnet: Devnet, tmp_path: Path) -> None:
+    big = devnet.admin.create_pool(
+        devnet.domain_id, devnet.manager.address, "big", '{"ram_mb": 999999999}', 0
+    )
+    env = env_for(
+        devnet,
+        tmp_path,
+        INTELLECT_WORKER_PROVIDER_KEY=devnet.fresh_provider().private_key_hex(),
+        INTELLECT_WORKER_NODE_KEY=Wallet.create().private_key_hex(),
+    )
+    res = runner.invoke(app, ["start", "--yes", "--pool-id", str(big)], env=env)
+    assert res.exit_code == 1 and "cannot join pool" in res.output and "RAM" in res.output
+
+
+def test_balance_status_and_deregister(devnet: Devnet, tmp_path: Path) -> None:
+    provider, node = devnet.fresh_provider(), Wallet.create()
+    WorkerChain(devnet.rpc_url, devnet.deployment_path, WorkerKeys(provider, node)).ensure_registered(
+        1, None, lambda plan: True
+    )
+    env = env_for(
+        devnet,
+        tmp_path,
+        INTELLECT_WORKER_PROVIDER_KEY=provider.private_key_hex(),
+        INTELLECT_WORKER_NODE_KEY=node.private_key_hex(),
+    )
+    bal = json.loads(runner.invoke(app, ["balance", "--json"], env=env).stdout)
+    assert bal["registered"] and bal["stake"] == 20 * 10**18
+    assert bal["balances"][0]["tokens"] == 980 * 10**18 and bal["balances"][0]["eth_wei"] > 0
+    status = json.loads(runner.invoke(app, ["status", "--json"], env=env).stdout)
+    assert status["chain"]["node_registered"] and not status["chain"]["in_pool"]
+    res = runner.invoke(app, ["deregister", "--yes", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["transactions"]) == 2  # remove node, deregister provider
+    after = json.loads(runner.invoke(app, ["status", "--json"], env=env).stdout)
+    assert not after["chain"]["node_registered"]
