@@ -34,7 +34,7 @@ from ledger.deploy import DeployParams, deploy_all  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402
 
 # Orchestrator timings: a silent node is Dead after TTL + MISSES x CHECK seconds at most.
-HEARTBEAT, TTL, CHECK, MISSES = 1.0, 4.0, 1.0, 2
+HEARTBEAT, TTL, CHECK, MISSES = 1.0, 4.0, 1.0, 3
 WORKERS = 3
 
 
@@ -341,7 +341,7 @@ def test_orchestrator_restart_loses_no_task_and_no_node(cluster: Cluster) -> Non
     orch = cluster.orchestrator
     assert orch is not None
     orch.signal(signal.SIGTERM)
-    orch.wait(timeout=20)
+    orch.wait(timeout=30)
     cluster.start_orchestrator(port=orch.port)  # same URL: the workers keep heartbeating to it
     known = cluster.node_states()  # straight from SQL, before anyone re-invites anything
     assert {n.address for n in cluster.nodes} <= set(known)

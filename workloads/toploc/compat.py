@@ -68,6 +68,8 @@ def _blocks(
         add(as_bf16(activations[0]).reshape(1, -1))
         start = 1
     decode = activations[start:]
+    if len(decode) == 0:
+        return count, blocks
     if isinstance(decode, torch.Tensor) or (decode and len({t.numel() for t in decode}) == 1):
         steps = (
             as_bf16(decode).reshape(decode.shape[0], -1)
