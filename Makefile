@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint devnet down compile bench clean
+.PHONY: install test lint devnet down compile bench clean toploc-ref docker
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -11,6 +11,13 @@ install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcj
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	npm ci --no-audit --no-fund --loglevel=error
+
+toploc-ref: ## reference TOPLOC built from source against the pinned torch (interop tests, bench)
+	$(BIN)/python -c "import toploc" 2>/dev/null || \
+	  $(BIN)/pip install --quiet --no-build-isolation --no-deps --no-binary toploc toploc==0.1.6
+
+docker: ## a Docker engine (apt docker.io + dockerd) and the local test image, built without a registry
+	scripts/ci-docker.sh
 
 test: ## the full test suite (starts its own anvil, Redis and servers)
 	$(BIN)/ruff check .
@@ -31,6 +38,7 @@ compile: ## recompile the contracts with the pinned solcjs and refresh the commi
 
 bench:
 	$(BIN)/python bench/gas.py
+	$(BIN)/python bench/toploc.py --quick
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache

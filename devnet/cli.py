@@ -42,6 +42,7 @@ def _summary(state: DevnetState) -> dict:
             for p in state.processes
         ],
         "state_file": str(Path(state.directory) / "devnet.json"),
+        "orchestrator_admin_token_file": str(Path(state.directory) / "orchestrator" / "admin-token"),
     }
 
 
@@ -62,6 +63,9 @@ def _print(state: DevnetState, as_json: bool) -> None:
         status = "running" if proc["alive"] else "stopped"
         table.add_row(f"process: {proc['name']}", f"pid {proc['pid']} {status}  {proc['url'] or ''}")
     table.add_row("keys and pids", info["state_file"] + " (mode 0600)")
+    token = Path(state.directory) / "orchestrator" / "admin-token"
+    if token.exists():
+        table.add_row("orchestrator admin token", f"{token} (POST /tasks with it)")
     console.print(table)
     console.print("Stop it with [bold]intellect devnet down[/bold].")
 
@@ -70,12 +74,17 @@ def _print(state: DevnetState, as_json: bool) -> None:
 def up(
     directory: Path = DirOption,
     port: int | None = typer.Option(None, help="anvil port (default: a free one)"),
+    workers: int = typer.Option(2, min=0, max=3, help="worker processes to start (0-3)"),
+    runtime: str = typer.Option("process", help="worker task runtime: process | docker | auto"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
-    """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool."""
+    """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
+    then Redis, discovery, the orchestrator and workers that join the pool."""
     try:
         with console.status("bringing the devnet up") as status:
-            state = network.up(directory, port, progress=lambda msg: status.update(msg))
+            state = network.up(
+                directory, port, progress=lambda msg: status.update(msg), workers=workers, runtime=runtime
+            )
     except Exception as exc:  # one clean line for the user; details are in the logs
         err.print(f"[red]devnet up failed:[/red] {exc}")
         raise typer.Exit(1) from None

@@ -19,7 +19,19 @@ from ledger.deploy import DeployParams, deploy_all
 from ledger.models import ONE_TOKEN
 
 # Roles of anvil's funded dev accounts, in mnemonic order.
-ROLES = ("deployer", "pool-manager", "validator", "trainer", "provider-1", "provider-2", "provider-3")
+ROLES = (
+    "deployer",
+    "pool-manager",
+    "validator",
+    "trainer",
+    "provider-1",
+    "provider-2",
+    "provider-3",
+    "node-1",
+    "node-2",
+    "node-3",
+)
+MAX_WORKERS = 3
 DEMO_TOKENS = 100_000
 # Parsed by intellect.wire.requirements (see docs/orchestrator.md): CPU-only demo hosts qualify.
 DEMO_POOL_REQUIREMENTS = {"requirements": {"ram_mb": 1024, "disk_free_mb": 1024}}
@@ -42,15 +54,33 @@ def _record(name: str, pid: int, cmd: list[str], log: Path | None, url: str | No
     )
 
 
-def up(directory: Path, port: int | None = None, progress: Progress = print) -> DevnetState:
+def up(
+    directory: Path,
+    port: int | None = None,
+    progress: Progress = print,
+    workers: int = 2,
+    runtime: str = "process",
+) -> DevnetState:
     """Start (or resume) the devnet in `directory`; idempotent while it is running."""
+    from devnet.services import start_services
+
+    if not 0 <= workers <= MAX_WORKERS:
+        raise DevnetError(f"--workers must be between 0 and {MAX_WORKERS}")
+    state = _chain_up(directory, port, progress)
+    if any(p.name != "anvil" and p.alive() for p in state.processes):
+        return state
+    state.processes = [p for p in state.processes if p.name == "anvil"]
+    return start_services(state, workers, runtime, progress)
+
+
+def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetState:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     state = DevnetState.load(directory)
     if state is not None:
         chain = state.process("anvil")
         if chain and chain.alive():
-            progress("devnet already running")
+            progress("chain already running")
             return state
         return _resume(directory, state, progress)
 

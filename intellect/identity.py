@@ -12,9 +12,11 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import coincurve
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
+from eth_hash.auto import keccak
 from eth_utils import to_checksum_address
 
 PASSPHRASE_ENV = "INTELLECT_KEYSTORE_PASSPHRASE"
@@ -99,9 +101,50 @@ def resolve_passphrase(prompt: str = "Keystore passphrase: ") -> str:
         raise IdentityError(f"no passphrase: set {PASSPHRASE_ENV} or run interactively") from None
 
 
+_EIP191_PREFIX = b"\x19Ethereum Signed Message:\n"
+_STANDARD_V = {27: 0, 28: 1, 0: 0, 1: 1}
+
+
+def eip191_hash(data: bytes) -> bytes:
+    """keccak256 of the EIP-191 personal_sign envelope (what `personal_sign` signs)."""
+    return keccak(_EIP191_PREFIX + str(len(data)).encode() + data)
+
+
+def _fast_recover(data: bytes, signature: str | bytes) -> str | None:
+    """libsecp256k1 recovery through coincurve, skipping eth-account's object layers (~3x faster).
+
+    Handles only the canonical shapes (65 bytes, or 0x + 130 hex chars; v in 0, 1, 27, 28) and
+    returns None for anything else, which then takes eth-account's path: so every input, odd ones
+    included (e.g. EIP-155 style v >= 35), gets exactly eth-account's answer.
+    """
+    if isinstance(signature, str):
+        if len(signature) != 132 or signature[:2] not in ("0x", "0X"):
+            return None
+        try:
+            raw = bytes.fromhex(signature[2:])
+        except ValueError:
+            return None
+    elif isinstance(signature, bytes | bytearray) and len(signature) == 65:
+        raw = bytes(signature)
+    else:
+        return None
+    v = _STANDARD_V.get(raw[64])
+    if v is None:
+        return None
+    try:  # the same call eth-keys' coincurve backend makes; it rejects r/s out of range or zero
+        public = coincurve.PublicKey.from_signature_and_message(raw[:64] + bytes((v,)), eip191_hash(data),
+                                                                hasher=None)
+    except Exception:
+        raise IdentityError("malformed signature") from None
+    return to_checksum_address(keccak(public.format(compressed=False)[1:])[-20:])
+
+
 def recover_message(message: str | bytes, signature: str | bytes) -> str:
     """The checksummed address that signed `message` with EIP-191."""
     data = message.encode() if isinstance(message, str) else message
+    fast = _fast_recover(data, signature)
+    if fast is not None:
+        return fast
     try:
         return Account.recover_message(encode_defunct(primitive=data), signature=signature)
     except Exception:

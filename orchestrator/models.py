@@ -78,3 +78,52 @@ class AuditRow(Base):
     action: Mapped[str] = mapped_column(String(64))
     subject: Mapped[str | None] = mapped_column(String(128))
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class UploadRow(Base):
+    """One granted upload: which node may PUT which file (by sha256) under which storage key."""
+
+    __tablename__ = "uploads"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    node_address: Mapped[str] = mapped_column(String(42), index=True)
+    task_id: Mapped[str] = mapped_column(String(36), index=True)
+    key: Mapped[str] = mapped_column(String(1024), unique=True)
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)  # one work key on chain per content
+    size: Mapped[int] = mapped_column(Integer)
+    work_units: Mapped[int] = mapped_column(Integer)
+    file_index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)  # granted | completed
+    expires_at: Mapped[datetime] = mapped_column(DateTime)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class FileCounterRow(Base):
+    """`${CURRENT_FILE_INDEX}`: files granted so far per (node, task); survives restarts."""
+
+    __tablename__ = "file_counters"
+
+    node_address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class NodeGroupRow(Base):
+    __tablename__ = "node_groups"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    topology: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class GroupMemberRow(Base):
+    """A node belongs to at most one group (primary key on the address)."""
+
+    __tablename__ = "group_members"
+
+    node_address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    group_id: Mapped[str] = mapped_column(ForeignKey("node_groups.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    p2p_address: Mapped[str | None] = mapped_column(String(255))

@@ -29,8 +29,14 @@ def _at(ts: float | None) -> datetime | None:
     return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None) if ts else None
 
 
-def apply_checks(ctx: Context, seen: dict[str, float | None], now: float) -> list[NodeRow]:
-    """One check over the watched nodes in one transaction; returns the rows whose state changed."""
+def apply_checks(
+    ctx: Context, seen: dict[str, float | None], now: float, grace_until: float = 0.0
+) -> list[NodeRow]:
+    """One check over the watched nodes in one transaction; returns the rows whose state changed.
+
+    Until `grace_until` (start-up + TTL) a missing heartbeat is not counted as a miss: after an
+    orchestrator restart, nodes get one TTL to find it again before they can turn Unhealthy.
+    """
     s = ctx.settings
     ttl = s.heartbeat_ttl_seconds
     changed: list[NodeRow] = []
@@ -43,6 +49,8 @@ def apply_checks(ctx: Context, seen: dict[str, float | None], now: float) -> lis
             if row.state in (NodeState.HEALTHY.value, NodeState.UNHEALTHY.value):
                 if fresh:
                     row.state, row.misses, row.reason = NodeState.HEALTHY.value, 0, None
+                elif now < grace_until:
+                    pass
                 else:
                     row.misses += 1
                     if row.misses >= s.miss_threshold:
@@ -87,10 +95,10 @@ async def eject_dead(ctx: Context) -> None:
         await ctx.live.forget_seen(row.address)
 
 
-async def check_pass(ctx: Context) -> None:
+async def check_pass(ctx: Context, grace_until: float = 0.0) -> None:
     watched = await run_in_threadpool(ctx.book.all, WATCHED)
     seen = await ctx.live.last_seen([r.address for r in watched])
-    changed = await run_in_threadpool(apply_checks, ctx, seen, time.time())
+    changed = await run_in_threadpool(apply_checks, ctx, seen, time.time(), grace_until)
     for row in changed:
         await ctx.live.set_state(row.address, NodeState(row.state) if may_heartbeat(row) else None)
     if ctx.settings.eject_dead_nodes:
@@ -101,11 +109,12 @@ async def check_pass(ctx: Context) -> None:
 
 
 async def monitor_loop(ctx: Context, is_leader) -> None:  # type: ignore[no-untyped-def]
+    grace_until = time.time() + ctx.settings.heartbeat_ttl_seconds
     while True:
         started = time.monotonic()
         try:
             if await is_leader():
-                await check_pass(ctx)
+                await check_pass(ctx, grace_until)
         except Exception:
             log.exception("liveness check failed")
         await asyncio.sleep(max(0.0, ctx.settings.check_interval_seconds - (time.monotonic() - started)))

@@ -8,6 +8,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings, default_home
+from orchestrator.groups.topology import Topology, parse_topology_name
 
 
 class OrchestratorSettings(IntellectSettings):
@@ -41,11 +42,42 @@ class OrchestratorSettings(IntellectSettings):
     heartbeat_rate_limit_per_minute: int = Field(default=120, ge=1)
     run_background_loops: bool = Field(default=True, description="off for extra API-only replicas")
 
+    # ---- uploads and storage (docs/storage-and-groups.md) ----
+    storage_dir: Path | None = Field(default=None, description="local storage root (state_dir/storage)")
+    storage_secret: SecretStr | None = Field(
+        default=None, description="HMAC key of storage URLs; default generated in state_dir (share it "
+                                  "across replicas)")
+    s3_bucket: str | None = Field(default=None, description="store uploads in this S3 bucket, not on disk")
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_prefix: str = ""
+    upload_max_bytes: int = Field(default=1 << 30, ge=1, description="largest file a node may upload")
+    upload_rate_limit_per_minute: int = Field(default=60, ge=1, description="requests per node a minute")
+    upload_url_ttl_seconds: int = Field(default=900, ge=1)
+    download_url_ttl_seconds: int = Field(default=300, ge=1)
+
+    # ---- node groups ----
+    topologies: list[Topology] = Field(default_factory=list, description="explicit topology configs")
+    topology_names: list[str] = Field(default_factory=list, description='parsed names, e.g. ["2x640GB"]')
+    groups_interval_seconds: float | None = Field(
+        default=None, gt=0, description="group reconcile period; default check_interval_seconds")
+
     @model_validator(mode="after")
     def _ttl_covers_interval(self) -> OrchestratorSettings:
         if self.heartbeat_ttl_seconds < self.heartbeat_interval_seconds:
             raise ValueError("heartbeat_ttl_seconds must be at least heartbeat_interval_seconds")
         return self
+
+    @model_validator(mode="after")
+    def _topologies_parse(self) -> OrchestratorSettings:
+        for name in self.topology_names:
+            parse_topology_name(name)  # a bad name fails at start, naming the setting
+        return self
+
+    def topology_configs(self) -> dict[str, Topology]:
+        """Configured topologies by name (explicit configs win over parsed names)."""
+        found = {t.name: t for t in map(parse_topology_name, self.topology_names)}
+        return found | {t.name: t for t in self.topologies}
 
     @property
     def admin_token_file(self) -> Path:
@@ -54,6 +86,14 @@ class OrchestratorSettings(IntellectSettings):
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.state_dir / 'orchestrator.db'}"
+
+    @property
+    def effective_storage_dir(self) -> Path:
+        return self.storage_dir or self.state_dir / "storage"
+
+    @property
+    def effective_groups_interval(self) -> float:
+        return self.groups_interval_seconds or self.check_interval_seconds
 
     @property
     def effective_public_url(self) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = "1"
 _META_VERSION = b"intellect.rollouts.schema_version"
@@ -62,6 +63,25 @@ class Rollout(BaseModel):
     seed: int
     temperature: float = Field(ge=0)
     problem_id: str
+
+    @field_validator("advantages", "rewards", "task_rewards", "length_penalties", "temperature")
+    @classmethod
+    def _f32(cls, v: float) -> float:
+        # Stored as float32: round in memory too, so a row equals itself after a round trip.
+        return float(np.float32(v))
+
+    @field_validator("output_logprobs")
+    @classmethod
+    def _f32_list(cls, v: list[float]) -> list[float]:
+        return np.asarray(v, dtype=np.float32).tolist()
+
+    @model_validator(mode="after")
+    def _lengths(self) -> Rollout:
+        if len(self.output_logprobs) != len(self.output_tokens):
+            raise ValueError(
+                f"{len(self.output_logprobs)} logprobs for {len(self.output_tokens)} output tokens"
+            )
+        return self
 
 
 class BatchInfo(BaseModel):

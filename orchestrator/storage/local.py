@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -111,8 +112,14 @@ class LocalDiskStorage:
         return ObjectInfo(key=key, size=size, sha256=sha256)
 
 
-def storage_router(storage: LocalDiskStorage) -> APIRouter:
-    """PUT and GET of objects through signed URLs; mount it on the orchestrator (or any app)."""
+OnComplete = Callable[[str, ObjectInfo], Awaitable[None]]
+
+
+def storage_router(storage: LocalDiskStorage, on_complete: OnComplete | None = None) -> APIRouter:
+    """PUT and GET of objects through signed URLs; mount it on the orchestrator (or any app).
+
+    `on_complete(upload_id, info)` runs after a PUT was stored (the orchestrator marks its upload
+    record completed there); the file is already published when it runs."""
     router = APIRouter(prefix="/storage", tags=["storage"])
 
     @router.put("/objects/{key:path}", status_code=201)
@@ -139,6 +146,8 @@ def storage_router(storage: LocalDiskStorage) -> APIRouter:
             info = await storage.receive(key, upload_id, size, sha256, request)
         except StorageError as exc:
             raise HTTPException(exc.status, exc.reason) from None
+        if on_complete is not None:
+            await on_complete(upload_id, info)
         return {"key": info.key, "size": info.size, "sha256": info.sha256}
 
     @router.get("/objects/{key:path}")

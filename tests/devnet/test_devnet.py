@@ -7,8 +7,10 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import psutil
 
 from ledger.client import LedgerClient
@@ -23,22 +25,42 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_devnet_up_resume_down(tmp_path: Path) -> None:
     directory = tmp_path / "devnet"
-    first = run("devnet", "up", "--dir", str(directory), "--json")
+    first = run("devnet", "up", "--dir", str(directory), "--json", "--workers", "2")
     assert first.returncode == 0, first.stderr
     info = json.loads(first.stdout)
     anvil = info["processes"][0]
     try:
         assert anvil["name"] == "anvil" and anvil["alive"]
+        names = [p["name"] for p in info["processes"]]
+        assert names == ["anvil", "redis", "discovery", "orchestrator", "worker-1", "worker-2"]
+        assert all(p["alive"] for p in info["processes"])
+        orchestrator = next(p["url"] for p in info["processes"] if p["name"] == "orchestrator")
+        token = Path(info["orchestrator_admin_token_file"]).read_text().strip()
+        nodes = [info["accounts"]["node-1"], info["accounts"]["node-2"]]
+
+        def healthy() -> set[str]:
+            reply = httpx.get(
+                f"{orchestrator}/nodes", headers={"Authorization": f"Bearer {token}"}, timeout=5
+            )
+            return {n["address"] for n in reply.json()["nodes"] if n["state"] == "Healthy"}
+
+        deadline = time.monotonic() + 90
+        while healthy() != set(nodes) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert healthy() == set(nodes)
         state_file = directory / "devnet.json"
         assert stat.S_IMODE(os.stat(state_file).st_mode) == 0o600
         assert "private_key" not in first.stdout  # keys stay in the 0600 file
 
         client = LedgerClient(info["rpc_url"], info["deployment"])
+        assert set(client.pool_nodes(info["pool_id"])) == set(nodes)
         pool = client.get_pool(info["pool_id"])
         assert pool.status == PoolStatus.ACTIVE
         assert pool.manager == info["accounts"]["pool-manager"]
         assert client.is_validator(info["accounts"]["validator"])
-        assert client.balance_of(info["accounts"]["provider-1"]) == 100_000 * ONE_TOKEN
+        provider = info["accounts"]["provider-1"]
+        balance = client.balance_of(provider)
+        assert balance + client.get_provider(provider).stake == 100_000 * ONE_TOKEN
 
         # Idempotent while running.
         again = run("devnet", "up", "--dir", str(directory), "--json")
@@ -47,12 +69,14 @@ def test_devnet_up_resume_down(tmp_path: Path) -> None:
         # Down stops anvil by pid; up resumes the same chain (same pool, same balances).
         down = run("devnet", "down", "--dir", str(directory))
         assert down.returncode == 0 and "stopped anvil" in down.stdout
-        assert not psutil.pid_exists(anvil["pid"]) or psutil.Process(anvil["pid"]).status() == "zombie"
-        resumed = json.loads(run("devnet", "up", "--dir", str(directory), "--json").stdout)
+        for proc in info["processes"]:
+            assert f"stopped {proc['name']}" in down.stdout
+            assert not psutil.pid_exists(proc["pid"]) or psutil.Process(proc["pid"]).status() == "zombie"
+        resumed = json.loads(run("devnet", "up", "--dir", str(directory), "--json", "--workers", "0").stdout)
         assert resumed["pool_id"] == info["pool_id"]
         client = LedgerClient(resumed["rpc_url"], resumed["deployment"])
         assert client.get_pool(info["pool_id"]).status == PoolStatus.ACTIVE
-        assert client.balance_of(info["accounts"]["provider-1"]) == 100_000 * ONE_TOKEN
+        assert client.balance_of(provider) == balance
     finally:
         run("devnet", "down", "--dir", str(directory), "--purge")
     assert not directory.exists()

@@ -28,9 +28,12 @@ def group_advantages(rewards: np.ndarray) -> np.ndarray:
 
 
 def proofs_for(completions: list[Completion]) -> list[bytes]:
-    from workloads.toploc import build_proof  # noqa: PLC0415 - proofs are optional
+    # One batched call: the modulus search and interpolation run once over every chunk of the batch.
+    from workloads.toploc.proof import build_proofs_batch  # noqa: PLC0415 - proofs are optional
 
-    return [build_proof(c.hidden) if c.hidden is not None and len(c.hidden) else b"" for c in completions]
+    if any(c.hidden is None for c in completions):
+        raise ValueError("proofs need hidden states: generate with capture_hidden=True")
+    return build_proofs_batch([c.hidden for c in completions])
 
 
 def make_rollouts(

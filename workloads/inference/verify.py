@@ -14,9 +14,22 @@ from transformers import PreTrainedModel
 from workloads.model import sampler
 from workloads.model.prefill import prefill_batch
 from workloads.rollouts import Rollout
+from workloads.toploc import ToplocThresholds, verify_proof
+
+
+def tiny_model_thresholds() -> ToplocThresholds:
+    """TOPLOC thresholds calibrated for the shipped 4-layer, 128-wide model.
+
+    The reference thresholds (exponent mismatches <= 38, mantissa mean < 10, median < 8) are set for
+    large models, whose bf16 rounding differences compound over dozens of layers. In the tiny model
+    an honest recompute differs by less than one mantissa unit, and so do fp32 inference or a weight
+    perturbation of a few percent: at the reference thresholds those pass. Measured on the tiny
+    model (docs/workloads.md): honest chunks mean <= 0.7, median 0, exponent mismatches <= 2."""
+    return ToplocThresholds(max_exp_mismatches=4, max_mant_err_mean=1.0, max_mant_err_median=1.0)
 
 
 class CheckSettings(BaseModel):
+    toploc: ToplocThresholds | None = None  # None: the reference thresholds
     sampling_tolerance: float = 0.25  # perturbed-score gap allowed for bf16 recompute near-ties
     logprob_tolerance: float = 0.25  # |claimed - recomputed| per token
     min_eos_logprob: float = math.log(1e-4)  # an EOS that unlikely was forced, not sampled
@@ -42,8 +55,6 @@ def check_rollouts(
     settings: CheckSettings | None = None,
     pad_token_id: int = 0,
 ) -> list[RolloutCheck]:
-    from workloads.toploc import verify_proof  # noqa: PLC0415
-
     cfg = settings or CheckSettings()
     results: list[RolloutCheck] = []
     for start in range(0, len(rollouts), cfg.prefill_batch_size):
@@ -54,7 +65,7 @@ def check_rollouts(
         )
         for offset, (r, pre) in enumerate(zip(chunk, recomputed, strict=True)):
             reasons: list[str] = []
-            verdict = verify_proof(pre.hidden, r.proofs)
+            verdict = verify_proof(pre.hidden, r.proofs, cfg.toploc)
             if not verdict.passed:
                 reasons.append(f"toploc: {verdict.reason}")
             out = torch.tensor(r.output_tokens)

@@ -1,0 +1,180 @@
+"""Group bookkeeping in SQL: dissolve broken groups, merge small idle ones, form new ones, give each a task.
+
+`reconcile(session, topologies)` is one pass in one transaction; it returns what it changed so the
+caller bumps the plan version (every replica then rebuilds its Plan). Only the leader runs it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import structlog
+from pydantic import ValidationError
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from intellect.wire.nodes import ComputeSpecs, NodeMetadata, NodeState
+from intellect.wire.tasks import TaskSpec, TaskState
+from orchestrator.groups.formation import Candidate, form_groups, merge_candidates
+from orchestrator.groups.topology import Topology, parse_topology_name
+from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
+from orchestrator.nodes import audit
+
+log = structlog.get_logger("intellect.orchestrator.groups")
+
+# A member in any other state (Dead, Ejected, Banned, re-invited...) breaks its group.
+MEMBER_OK = {NodeState.HEALTHY.value, NodeState.UNHEALTHY.value}
+NO_SPECS = ComputeSpecs(cpu_cores=0, ram_mb=0, disk_free_mb=0)
+
+
+class UnknownTopology(ValueError):
+    pass
+
+
+def resolve_topology(name: str, configured: dict[str, Topology]) -> Topology:
+    """A configured topology by name, else the name parsed ("2x640GB")."""
+    if name in configured:
+        return configured[name]
+    try:
+        return parse_topology_name(name)
+    except ValueError:
+        known = ", ".join(sorted(configured)) or "none configured"
+        raise UnknownTopology(f"unknown topology {name!r} (configured: {known}; or a name like 2x640GB)") \
+            from None
+
+
+@dataclass
+class Changes:
+    dissolved: list[tuple[str, str]] = field(default_factory=list)  # (group id, reason)
+    formed: list[str] = field(default_factory=list)
+    merged: list[tuple[str, str, str]] = field(default_factory=list)  # (a, b, new id)
+    assigned: list[tuple[str, str]] = field(default_factory=list)  # (group id, task id)
+
+    def __bool__(self) -> bool:
+        return bool(self.dissolved or self.formed or self.merged or self.assigned)
+
+
+def candidate(row: NodeRow) -> Candidate:
+    meta = None
+    if row.node_metadata:
+        try:
+            meta = NodeMetadata.model_validate(row.node_metadata)
+        except ValidationError:
+            meta = None
+    p2p = f"{row.ip_address}:{row.port}" if row.ip_address and row.port else None
+    return Candidate(address=row.address, specs=meta.compute_specs if meta else NO_SPECS,
+                     location=meta.location if meta else None, p2p_address=p2p)
+
+
+def _dissolve(session: Session, group: NodeGroupRow, reason: str, changes: Changes) -> None:
+    session.execute(delete(GroupMemberRow).where(GroupMemberRow.group_id == group.id))
+    session.delete(group)
+    audit(session, "groups", "group_dissolved", group.id, reason=reason, task=group.task_id)
+    log.info("group dissolved", group=group.id, reason=reason)
+    changes.dissolved.append((group.id, reason))
+
+
+def _create(session: Session, topology: str, members: list[Candidate], task_id: str | None) -> str:
+    gid = str(uuid.uuid4())
+    session.add(NodeGroupRow(id=gid, topology=topology, task_id=task_id, created_at=utcnow()))
+    session.flush()  # the group row first: members reference it
+    for position, member in enumerate(members):
+        session.add(GroupMemberRow(node_address=member.address, group_id=gid, position=position,
+                                   p2p_address=member.p2p_address))
+    audit(session, "groups", "group_formed", gid, topology=topology, task=task_id,
+          members=[m.address for m in members])
+    return gid
+
+
+def reconcile(session: Session, configured: dict[str, Topology]) -> Changes:
+    changes = Changes()
+    nodes = {row.address: row for row in session.scalars(select(NodeRow))}
+    tasks = list(session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None))
+                                 .order_by(TaskRow.created_at)))
+    allowed: dict[str, list[Topology]] = {}
+    for task in tasks:
+        names = TaskSpec.model_validate(task.spec).allowed_topologies
+        resolved = []
+        for name in names:
+            try:
+                resolved.append(resolve_topology(name, configured))
+            except UnknownTopology as exc:  # settings changed since the task was accepted
+                log.warning("task topology unusable", task=task.id, error=str(exc))
+        if names:
+            allowed[task.id] = resolved
+    groups = {g.id: g for g in session.scalars(select(NodeGroupRow))}
+    members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
+    for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
+        members.setdefault(member.group_id, []).append(member)
+
+    # 1. dissolve: a member died (or left the books), or the group's task is gone / no longer fits it
+    for gid, group in list(groups.items()):
+        bad = [m.node_address for m in members[gid]
+               if m.node_address not in nodes or nodes[m.node_address].state not in MEMBER_OK]
+        reason = None
+        if bad:
+            states = ", ".join(f"{a} {nodes[a].state if a in nodes else 'unknown'}" for a in bad)
+            reason = f"member lost: {states}"
+        elif group.task_id is None and not any(group.topology in {t.name for t in tops}
+                                               for tops in allowed.values()):
+            reason = f"no live task asks for topology {group.topology}"
+        elif group.task_id is not None and group.task_id not in allowed:
+            reason = f"task {group.task_id} was deleted"
+        elif group.task_id is not None and group.topology not in {t.name for t in allowed[group.task_id]}:
+            reason = f"task {group.task_id} no longer allows topology {group.topology}"
+        if reason:
+            _dissolve(session, group, reason, changes)
+            del groups[gid]
+            members.pop(gid)
+
+    # 2. merge small groups of one topology and task that have not started running yet
+    running = {(a.node_address, a.task_id) for a in session.scalars(
+        select(AssignmentRow).where(AssignmentRow.state.in_([TaskState.RUNNING.value,
+                                                              TaskState.COMPLETED.value])))}
+    for task_id, topologies in allowed.items():
+        for topology in topologies:
+            if topology.min_size == topology.max_size:
+                continue
+            idle = {gid: len(members[gid]) for gid, g in groups.items()
+                    if g.task_id == task_id and g.topology == topology.name
+                    and not any((m.node_address, task_id) in running for m in members[gid])}
+            for a, b in merge_candidates(idle, topology):
+                joined = [candidate(nodes[m.node_address]) for m in members[a] + members[b]]
+                for gid in (a, b):
+                    _dissolve(session, groups.pop(gid), "merged", changes)
+                    members.pop(gid)
+                new = _create(session, topology.name, joined, task_id)
+                changes.merged.append((a, b, new))
+                groups[new] = session.get(NodeGroupRow, new)  # type: ignore[assignment]
+                members[new] = list(session.scalars(select(GroupMemberRow).where(
+                    GroupMemberRow.group_id == new).order_by(GroupMemberRow.position)))
+
+    # 3. form groups from Healthy ungrouped nodes, for the topologies live tasks ask for
+    wanted: list[Topology] = []
+    for topologies in allowed.values():
+        wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
+    grouped = {m.node_address for ms in members.values() for m in ms}
+    free = [candidate(row) for row in nodes.values()
+            if row.state == NodeState.HEALTHY.value and row.address not in grouped]
+    for proposal in form_groups(free, wanted):
+        gid = _create(session, proposal.topology.name, proposal.members, None)
+        groups[gid] = session.get(NodeGroupRow, gid)  # type: ignore[assignment]
+        changes.formed.append(gid)
+
+    # 4. every group without a task gets the live task allowing its topology with the fewest groups
+    load = {tid: sum(1 for g in groups.values() if g.task_id == tid) for tid in allowed}
+    for gid, group in groups.items():
+        if group.task_id is not None:
+            continue
+        fits = [tid for tid, tops in allowed.items() if group.topology in {t.name for t in tops}]
+        if fits:
+            chosen = min(fits, key=lambda tid: load[tid])  # `allowed` is oldest first: ties go to the oldest
+            group.task_id = chosen
+            load[chosen] += 1
+            audit(session, "groups", "group_assigned", gid, task=chosen)
+            changes.assigned.append((gid, chosen))
+    if changes:
+        log.info("groups reconciled", dissolved=len(changes.dissolved), formed=len(changes.formed),
+                 merged=len(changes.merged), assigned=len(changes.assigned))
+    return changes

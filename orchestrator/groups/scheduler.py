@@ -1,0 +1,105 @@
+"""`GroupScheduler`: the Plan for node groups, and the loop that keeps the groups in SQL up to date.
+
+Plan (built on every replica when the task version moves; a dict lookup per heartbeat):
+- a node in a group runs its group's task with a `GroupContext` (id, index, size, next P2P address);
+- any other node runs the newest live task without `allowed_topologies` (the behaviour of
+  `OneTaskForAll`, restricted to tasks that do not ask for groups).
+The loop (leader only) runs `reconcile` every `groups_interval_seconds` or when poked (a task was
+created or deleted) and bumps the version when anything changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from intellect.wire.tasks import AssignedTask, GroupContext, Task
+from orchestrator.groups.reconcile import Changes, reconcile
+from orchestrator.groups.topology import Topology
+from orchestrator.models import GroupMemberRow, NodeGroupRow, TaskRow
+from orchestrator.scheduling import Plan, task_from_row
+
+log = structlog.get_logger("intellect.orchestrator.groups")
+
+
+class GroupPlan:
+    def __init__(self, by_node: dict[str, AssignedTask | None], default: AssignedTask | None) -> None:
+        self.by_node = by_node
+        self.default = default
+
+    def task_for(self, node_address: str) -> AssignedTask | None:
+        if node_address in self.by_node:
+            return self.by_node[node_address]
+        return self.default
+
+
+class GroupScheduler:
+    def plan(self, session: Session) -> Plan:
+        rows = list(session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None))
+                                    .order_by(TaskRow.created_at.desc())))
+        tasks: dict[str, Task] = {row.id: task_from_row(row) for row in rows}
+        plain = next((t for t in tasks.values() if not t.spec.allowed_topologies), None)
+        query = select(NodeGroupRow).where(NodeGroupRow.task_id.is_not(None))
+        groups = {g.id: g for g in session.scalars(query)}
+        members: dict[str, list[GroupMemberRow]] = {}
+        for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
+            members.setdefault(member.group_id, []).append(member)
+        # Grouped nodes never fall back to a plain task: they are reserved for their group's work.
+        by_node: dict[str, AssignedTask | None] = {m.node_address: None
+                                                   for ring in members.values() for m in ring}
+        for gid, group in groups.items():
+            task = tasks.get(group.task_id or "")
+            ring = members.get(gid, [])
+            if task is None or not ring:
+                continue
+            for i, member in enumerate(ring):
+                nxt = ring[(i + 1) % len(ring)].p2p_address if len(ring) > 1 else None
+                context = GroupContext(group_id=gid, group_index=i, group_size=len(ring),
+                                       next_p2p_address=nxt, topology=group.topology)
+                by_node[member.node_address] = AssignedTask(task=task, group=context)
+        return GroupPlan(by_node, AssignedTask(task=plain) if plain else None)
+
+
+class GroupKeeper:
+    """Runs `reconcile` on the leader: periodically and right after task changes (`poke`)."""
+
+    def __init__(self, sessions: Callable[[], Session], topologies: Callable[[], dict[str, Topology]],
+                 bump: Callable[[], Awaitable[int]], interval: float) -> None:
+        self.sessions = sessions
+        self.topologies = topologies
+        self.bump = bump
+        self.interval = interval
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def reconcile_once(self) -> Changes:
+        with self.sessions() as session, session.begin():
+            return reconcile(session, self.topologies())
+
+    async def run_once(self) -> Changes:
+        changes = await run_in_threadpool(self.reconcile_once)
+        if changes:
+            await self.bump()
+        return changes
+
+    async def loop(self, is_leader: Callable[[], Awaitable[bool]]) -> None:
+        while True:
+            started = time.monotonic()
+            self._wake.clear()
+            try:
+                if await is_leader():
+                    await self.run_once()
+            except Exception:  # a busy database must not end the loop
+                log.exception("group reconcile failed")
+            remaining = max(0.0, self.interval - (time.monotonic() - started))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=remaining)

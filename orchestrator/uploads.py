@@ -1,0 +1,270 @@
+"""Upload grants: a node asks for a signed URL to PUT one finished file; validators ask where it is.
+
+`POST /storage/request-upload` (signed by the node) checks, in order: signature and nonce, the
+per-node rate limit, the body, that the node is Healthy, the size limit, that the node is currently
+assigned the task; then renders the task's `storage_config.file_name_template`, records the upload
+in SQL and returns an expiring URL from the storage backend (local disk served here, or S3).
+
+One file content (sha256 = the on-chain work key) has one upload record:
+- same node, not yet completed → the same grant again (same upload id and name; a fresh expiry once
+  the old one passed), so a worker that lost the reply simply asks again;
+- same node, completed → 409 "already uploaded as <name>": nothing to PUT;
+- another node → 409: the work key is taken (the chain would refuse a second submission anyway).
+
+`GET /storage/files/{sha256}` (admin bearer, or signed by an address with the on-chain validator
+role) → `StoredFile` with an expiring download URL, or a 307 redirect to it with `?redirect=true`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from intellect.auth import AdminToken, RedisNonceStore, RedisRateLimiter, RequestVerifier, load_or_create_admin_token
+from intellect.wire.nodes import NodeState
+from intellect.wire.storage import UploadGrant, UploadRequest
+from intellect.wire.tasks import AssignedTask, TaskSpec
+from intellect.wire.templates import UnknownTemplateVariable, expand
+from orchestrator.context import Context
+from orchestrator.models import FileCounterRow, UploadRow, utcnow
+from orchestrator.nodes import audit
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.storage import LocalDiskStorage, ObjectInfo, StorageBackend, StorageError, UrlSigner, object_key
+
+log = structlog.get_logger("intellect.orchestrator.uploads")
+
+DEFAULT_TEMPLATE = "${TASK_ID}/${NODE_ADDRESS}/${CURRENT_FILE_INDEX}-${ORIGINAL_NAME}"
+GRANTED, COMPLETED = "granted", "completed"
+
+
+class StoredFile(BaseModel):
+    """Where a stored file (by its sha256 work key) can be downloaded, for validators and admins."""
+
+    sha256: str
+    file_name: str
+    size_bytes: int
+    work_units: int
+    node_address: str
+    task_id: str
+    url: str
+    expires_at: datetime
+
+
+def make_storage(settings: OrchestratorSettings) -> StorageBackend:
+    """S3 when a bucket is configured, else local disk served by this orchestrator."""
+    if settings.s3_bucket:
+        from orchestrator.storage.s3 import S3Storage
+
+        return S3Storage(settings.s3_bucket, settings.s3_endpoint_url, settings.s3_region, settings.s3_prefix)
+    if settings.storage_secret is not None:
+        secret = settings.storage_secret.get_secret_value()
+    else:  # generated once, mode 0600; replicas sharing a disk share it, others must configure one
+        secret = load_or_create_admin_token(settings.state_dir / "storage-secret")
+    return LocalDiskStorage(settings.effective_storage_dir, settings.effective_public_url,
+                            UrlSigner(secret.encode()))
+
+
+def aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def file_name_values(node: str, assigned: AssignedTask, index: int, original: str) -> dict[str, str]:
+    """What `${...}` in a file name template means for this upload (no group: no `${*GROUP*}`)."""
+    values = {"TASK_ID": assigned.task.id, "NODE_ADDRESS": node, "CURRENT_FILE_INDEX": str(index),
+              "ORIGINAL_NAME": original, "TIMESTAMP": str(int(time.time()))}
+    group = assigned.group
+    if group is not None:
+        for prefix in ("", "NODE_"):
+            values |= {f"{prefix}GROUP_ID": group.group_id, f"{prefix}GROUP_INDEX": str(group.group_index),
+                       f"{prefix}GROUP_SIZE": str(group.group_size)}
+        if group.next_p2p_address:
+            values["NEXT_P2P_ADDRESS"] = group.next_p2p_address
+    return values
+
+
+class UploadService:
+    def __init__(self, settings: OrchestratorSettings, storage: StorageBackend, ctx: Callable[[], Context],
+                 admin: AdminToken) -> None:
+        self.settings = settings
+        self.storage = storage
+        self.ctx = ctx
+        self.admin = admin
+        self._validators: dict[str, tuple[float, bool]] = {}
+
+    # ---- grants ----
+
+    def _grant(self, node: str, body: UploadRequest, assigned: AssignedTask) -> UploadRow:
+        s = self.settings
+        expires = utcnow() + timedelta(seconds=s.upload_url_ttl_seconds)
+        with self.ctx().sessions() as session, session.begin():
+            existing = session.scalars(select(UploadRow).where(UploadRow.sha256 == body.sha256)).first()
+            if existing is not None:
+                return self._again(session, existing, node, body, expires)
+            counter = session.get(FileCounterRow, (node, body.task_id), with_for_update=True)
+            if counter is None:
+                counter = FileCounterRow(node_address=node, task_id=body.task_id, count=0)
+                session.add(counter)
+            spec: TaskSpec = assigned.task.spec
+            template = spec.storage_config.file_name_template if spec.storage_config else DEFAULT_TEMPLATE
+            try:
+                name = expand(template, file_name_values(node, assigned, counter.count, body.original_name))
+                key = object_key(name)
+            except UnknownTemplateVariable as exc:
+                raise HTTPException(422, f"task {body.task_id}'s storage_config.file_name_template: {exc} "
+                                         "for this node") from None
+            except StorageError as exc:
+                raise HTTPException(422, f"task {body.task_id}'s storage_config.file_name_template rendered "
+                                         f"an unusable name: {exc.reason}") from None
+            if session.scalars(select(UploadRow.id).where(UploadRow.key == key)).first() is not None:
+                raise HTTPException(409, f"file name {key!r} is already taken: the task's file_name_template "
+                                         "must make names unique (use ${CURRENT_FILE_INDEX} or ${ORIGINAL_NAME})")
+            row = UploadRow(id=str(uuid.uuid4()), node_address=node, task_id=body.task_id, key=key,
+                            sha256=body.sha256, size=body.size_bytes, work_units=body.work_units,
+                            file_index=counter.count, state=GRANTED, expires_at=expires, created_at=utcnow())
+            counter.count += 1
+            session.add(row)
+            audit(session, node, "upload_granted", row.id, key=key, sha256=body.sha256, size=body.size_bytes)
+            return row
+
+    def _again(self, session: Session, row: UploadRow, node: str, body: UploadRequest,
+               expires: datetime) -> UploadRow:
+        if row.node_address != node:
+            raise HTTPException(409, f"a file with sha256 {body.sha256} was already uploaded by another node: "
+                                     "its work key is taken")
+        if row.state != COMPLETED and self.storage.stat(row.key) is not None:
+            self._complete(session, row)  # S3: no callback, the store itself is the witness
+        if row.state == COMPLETED:
+            raise HTTPException(409, f"already uploaded as {row.key}: nothing to upload")
+        if (row.size, row.work_units, row.task_id) != (body.size_bytes, body.work_units, body.task_id):
+            raise HTTPException(409, f"sha256 {body.sha256} was granted with a different size, work units or "
+                                     "task: request it exactly as before")
+        if row.expires_at <= utcnow():
+            row.expires_at = expires
+        return row
+
+    def _complete(self, session: Session, row: UploadRow) -> None:
+        row.state, row.completed_at = COMPLETED, utcnow()
+        audit(session, row.node_address, "upload_completed", row.id, key=row.key, sha256=row.sha256)
+
+    async def on_complete(self, upload_id: str, info: ObjectInfo) -> None:
+        def mark() -> None:
+            with self.ctx().sessions() as session, session.begin():
+                row = session.get(UploadRow, upload_id)
+                if row is not None and row.state != COMPLETED and row.sha256 == info.sha256:
+                    self._complete(session, row)
+
+        await run_in_threadpool(mark)
+
+    async def request_upload(self, request: Request) -> UploadGrant:
+        ctx, s = self.ctx(), self.settings
+        verifier = RequestVerifier(RedisNonceStore(ctx.redis, "orch:nonce"),
+                                   RedisRateLimiter(ctx.redis, s.upload_rate_limit_per_minute, 60,
+                                                    prefix="orch:upload-rate"),
+                                   max_skew_seconds=s.max_skew_seconds)
+        try:
+            node = await verifier.verify(request)
+        except HTTPException as exc:
+            if exc.status_code == 429:
+                raise HTTPException(429, f"more than {s.upload_rate_limit_per_minute} upload requests a "
+                                         "minute from this node: slow down") from None
+            raise
+        try:
+            body = UploadRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_url=False)) from None
+        raw_state = await ctx.redis.hget(ctx.live.state_key, node)
+        if raw_state is None:
+            raise HTTPException(404, f"node {node} is not known to this orchestrator (pool {s.pool_id})")
+        if raw_state.decode() != NodeState.HEALTHY.value:
+            raise HTTPException(403, f"node {node} is {raw_state.decode()}, not Healthy: heartbeat first")
+        if body.size_bytes > s.upload_max_bytes:
+            raise HTTPException(413, f"file is {body.size_bytes} bytes; the limit is {s.upload_max_bytes} "
+                                     "(setting upload_max_bytes)")
+        version = int(await ctx.redis.get(ctx.live.version_key) or 0)
+        assigned = (await ctx.plans.current(version)).task_for(node)
+        if assigned is None or assigned.task.id != body.task_id:
+            current = assigned.task.id if assigned else "none"
+            raise HTTPException(403, f"node {node} is not assigned task {body.task_id} (its task: {current})")
+        row = await run_in_threadpool(self._grant, node, body, assigned)
+        grant = self.storage.grant_put(row.key, row.id, row.size, row.sha256, aware(row.expires_at))
+        log.info("upload granted", node=node, task=body.task_id, key=row.key, size=row.size)
+        return grant
+
+    # ---- downloads ----
+
+    async def _is_validator(self, address: str) -> bool:
+        hit = self._validators.get(address)
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+        client: Any = getattr(self.ctx().chain, "client", None)
+        ok = bool(client is not None and await run_in_threadpool(client.is_validator, address))
+        self._validators[address] = (time.monotonic() + 15.0, ok)  # a revoked role counts within 15 s
+        return ok
+
+    async def _authorise_reader(self, request: Request) -> str:
+        if request.headers.get("authorization"):
+            await self.admin(request)
+            return "admin"
+        ctx = self.ctx()
+        verifier = RequestVerifier(RedisNonceStore(ctx.redis, "orch:nonce"),
+                                   max_skew_seconds=self.settings.max_skew_seconds)
+        caller = await verifier.verify(request)
+        if not await self._is_validator(caller):
+            raise HTTPException(403, f"{caller} has no validator role on chain (or use the admin token)")
+        return caller
+
+    async def stored_file(self, request: Request, sha256: str, redirect: bool) -> StoredFile | RedirectResponse:
+        caller = await self._authorise_reader(request)
+
+        def load() -> UploadRow | None:
+            with self.ctx().sessions() as session, session.begin():
+                row = session.scalars(select(UploadRow).where(UploadRow.sha256 == sha256)).first()
+                if row is not None and row.state != COMPLETED and self.storage.stat(row.key) is not None:
+                    self._complete(session, row)
+                return row
+
+        row = await run_in_threadpool(load)
+        if row is None:
+            raise HTTPException(404, f"no upload with sha256 {sha256}")
+        if row.state != COMPLETED:
+            raise HTTPException(404, f"{row.key} (sha256 {sha256}) was granted but is not uploaded yet")
+        expires = datetime.now(UTC) + timedelta(seconds=self.settings.download_url_ttl_seconds)
+        url = self.storage.grant_get(row.key, expires)
+        log.info("download granted", caller=caller, key=row.key)
+        if redirect:
+            return RedirectResponse(url, status_code=307)
+        return StoredFile(sha256=row.sha256, file_name=row.key, size_bytes=row.size, work_units=row.work_units,
+                          node_address=row.node_address, task_id=row.task_id, url=url, expires_at=expires)
+
+    def router(self) -> APIRouter:
+        router = APIRouter(prefix="/storage", tags=["storage"])
+        schema = {"requestBody": {"content": {"application/json": {"schema": UploadRequest.model_json_schema()}},
+                                  "required": True}}
+
+        @router.post("/request-upload", response_model=UploadGrant, openapi_extra=schema,
+                     description="Signed by the node key; the node must be Healthy and assigned the task.")
+        async def request_upload(request: Request) -> UploadGrant:
+            return await self.request_upload(request)
+
+        @router.get("/files/{sha256}", response_model=StoredFile,
+                    description="Admin bearer, or signed by a validator: where the file with this sha256 is.")
+        async def stored_file(request: Request, sha256: str,
+                              redirect: bool = Query(False, description="307 to the URL instead of JSON"),
+                              ) -> StoredFile | RedirectResponse:
+            if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+                raise HTTPException(400, "sha256 must be 64 lowercase hex characters")
+            return await self.stored_file(request, sha256, redirect)
+
+        return router

@@ -1,0 +1,155 @@
+"""Honest rollouts verify by one prefill; tampered ones fail (TOPLOC + sampling + termination)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from workloads.datasets import load_dataset
+from workloads.inference.generate import make_rollouts
+from workloads.inference.selection import plan_batch
+from workloads.inference.verify import CheckSettings, check_rollouts, tiny_model_thresholds
+from workloads.model.backends import TorchBackend
+from workloads.model.loading import load_model
+from workloads.model.train import tiny_config
+from workloads.rollouts import BatchInfo, read_rollouts, write_rollouts
+
+pytest.importorskip("workloads.toploc")
+
+NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
+MAX_NEW = 16
+REPO = Path(__file__).resolve().parents[2]
+
+
+def generate(backend, tokenizer, batch_size: int = 6, n: int = 2):
+    records = load_dataset("demo")
+    plan = plan_batch(NODE, 1, 1, len(records), batch_size, n, [8])
+    rollouts, _ = make_rollouts(
+        backend, tokenizer, records, plan, step=1, max_new_tokens=MAX_NEW, temperature=1.0, length_penalty=3e-4
+    )
+    return rollouts
+
+
+@pytest.fixture(scope="module")
+def honest(backend, tiny_tokenizer):
+    return generate(backend, tiny_tokenizer)
+
+
+def check(model, rollouts, **kw):
+    settings = CheckSettings(toploc=tiny_model_thresholds(), **kw)
+    return check_rollouts(model, rollouts, eos_token_id=1, max_new_tokens=MAX_NEW, settings=settings)
+
+
+@pytest.mark.parametrize("prefill_batch_size", [1, 5, 64])
+def test_honest_rollouts_verify_at_any_batch_size(tiny_model, honest, prefill_batch_size):
+    results = check(tiny_model, honest, prefill_batch_size=prefill_batch_size)
+    assert all(r.passed for r in results), [r.reasons for r in results if not r.passed]
+    assert all(len(r.proofs) == 258 for r in honest if len(r.output_tokens) > 1)
+
+
+def test_honest_rollouts_verify_with_reference_thresholds(tiny_model, honest):
+    results = check_rollouts(tiny_model, honest, eos_token_id=1, max_new_tokens=MAX_NEW)
+    assert all(r.passed for r in results)
+
+
+def test_generation_batch_size_does_not_matter(backend, tiny_tokenizer, tiny_model):
+    # Made in batches of 2 prompts instead of 6: same tokens, proofs still verify.
+    small = generate(backend, tiny_tokenizer, batch_size=2)
+    big = generate(backend, tiny_tokenizer, batch_size=6)
+    assert [r.output_tokens for r in small] == [r.output_tokens for r in big[:4]] or small != big
+    assert all(r.passed for r in check(tiny_model, small))
+
+
+def test_verified_in_a_second_process(tmp_path, honest):
+    path = tmp_path / "r.parquet"
+    write_rollouts(path, honest, BatchInfo(node_address=NODE, step=1, batch_counter=1, group_size=2,
+                                           max_new_tokens=MAX_NEW))
+    script = (
+        "import json, sys\n"
+        "from workloads.inference.verify import CheckSettings, check_rollouts, tiny_model_thresholds\n"
+        "from workloads.model.loading import load_model\n"
+        "from workloads.rollouts import read_rollouts\n"
+        "rows, info = read_rollouts(sys.argv[1])\n"
+        "res = check_rollouts(load_model('tiny'), rows, eos_token_id=1, max_new_tokens=info.max_new_tokens,\n"
+        "                     settings=CheckSettings(toploc=tiny_model_thresholds(), prefill_batch_size=3))\n"
+        "print(json.dumps([r.passed for r in res]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True] * len(honest)
+    assert read_rollouts(path)[0] == honest
+
+
+def _noised(model, scale: float, only: str | None = None):
+    bad = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in bad.named_parameters():
+            if p.dim() == 2 and "embed" not in name and (only is None or only in name):
+                noise = torch.randn(p.shape, generator=gen) * p.float().std() * scale
+                p.add_(noise.to(p.dtype))
+    return bad
+
+
+def _rejected(results) -> bool:
+    return any(not r.passed for r in results)
+
+
+def test_perturbed_weights_fail(tiny_model, honest):
+    # 3 % of each matrix's spread as noise, in one layer only: a tampered checkpoint.
+    results = check(_noised(tiny_model, 0.03, only="layers.1."), honest)
+    assert _rejected(results)
+    assert sum(not r.toploc for r in results) >= len(results) // 2
+
+
+def test_different_model_fails(honest):
+    torch.manual_seed(1)
+    from transformers import Qwen2ForCausalLM
+
+    other = Qwen2ForCausalLM(tiny_config(99, 1, 0)).to(torch.bfloat16).eval()
+    results = check(other, honest)
+    assert all(not r.passed and not r.toploc for r in results)
+
+
+def test_fp32_inference_fails(tiny_tokenizer, tiny_model):
+    fp32 = load_model("tiny", dtype=torch.float32)
+    rows = generate(TorchBackend(fp32, 1, 0), tiny_tokenizer)
+    assert _rejected(check(tiny_model, rows))
+
+
+def test_changed_prompt_fails(tiny_model, honest, tiny_tokenizer):
+    digit = tiny_tokenizer("7")["input_ids"][0]
+    changed = [r.model_copy(update={"input_tokens": [digit, *r.input_tokens]}) for r in honest]
+    results = check(tiny_model, changed)
+    assert sum(not r.passed for r in results) >= len(results) // 2
+
+
+def test_swapped_completions_fail(tiny_model, honest):
+    k = len(honest) // 2
+    swapped = [
+        r.model_copy(update={"output_tokens": honest[(i + k) % len(honest)].output_tokens,
+                             "output_logprobs": honest[(i + k) % len(honest)].output_logprobs})
+        for i, r in enumerate(honest)
+    ]
+    changed = [i for i, r in enumerate(swapped) if r.output_tokens != honest[i].output_tokens]
+    results = check(tiny_model, swapped)
+    assert changed and all(not results[i].passed for i in changed)
+
+
+def test_truncated_output_fails(tiny_model, honest):
+    cut = [r.model_copy(update={"output_tokens": r.output_tokens[:-1], "output_logprobs": r.output_logprobs[:-1]})
+           for r in honest if len(r.output_tokens) > 2]
+    results = check(tiny_model, cut)
+    assert cut and all(not r.passed for r in results)
+    assert all(not r.termination for r in results)
+
+
+def test_wrong_seed_fails_sampling_check(tiny_model, honest):
+    lied = [r.model_copy(update={"seed": r.seed + 1, "temperature": 2.0}) for r in honest]
+    assert _rejected(check(tiny_model, lied))
