@@ -11,6 +11,7 @@ install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcj
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	npm ci --no-audit --no-fund --loglevel=error
+	$(MAKE) --no-print-directory toploc-ref
 
 toploc-ref: ## reference TOPLOC built from source against the pinned torch (interop tests, bench)
 	$(BIN)/python -c "import toploc" 2>/dev/null || \

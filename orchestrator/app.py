@@ -27,14 +27,18 @@ from orchestrator.chain import LedgerPoolChain, PoolChain
 from orchestrator.clients import PeerError, SignedClient
 from orchestrator.context import Context, Metrics
 from orchestrator.db import make_engine, migrate, session_factory
+from orchestrator.groups.reconcile import UnknownTopology, resolve_topology
+from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
 from orchestrator.heartbeat import HeartbeatHandler
 from orchestrator.invites import invite_loop
 from orchestrator.live import LeaderLease, LiveStore
 from orchestrator.models import NodeRow, TaskRow, utcnow
 from orchestrator.monitor import monitor_loop
 from orchestrator.nodes import NodeBook, audit, to_record
-from orchestrator.scheduling import OneTaskForAll, PlanCache, Scheduler, task_from_row
+from orchestrator.scheduling import PlanCache, Scheduler, task_from_row
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.storage import LocalDiskStorage, storage_router
+from orchestrator.uploads import UploadService, make_storage
 
 log = structlog.get_logger("intellect.orchestrator")
 
@@ -61,6 +65,9 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
     admin = AdminToken(load_or_create_admin_token(settings.admin_token_file))
     holder: dict[str, Context] = {}
     handler_box: dict[str, HeartbeatHandler] = {}
+    keeper_box: dict[str, GroupKeeper] = {}
+    storage = make_storage(settings)
+    uploads = UploadService(settings, storage, lambda: holder["ctx"], admin)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,12 +84,14 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
         sessions = session_factory(engine)
         live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
         ctx = Context(settings=settings, redis=redis, sessions=sessions, live=live,
-                      book=NodeBook(sessions, live), plans=PlanCache(scheduler or OneTaskForAll(), sessions),
+                      book=NodeBook(sessions, live), plans=PlanCache(scheduler or GroupScheduler(), sessions),
                       chain=pool_chain, peers=SignedClient(key, settings.http_timeout_seconds,
                                                            settings.http_retries),
                       metrics=Metrics())
         holder["ctx"] = ctx
         handler_box["hb"] = HeartbeatHandler(ctx)
+        keeper_box["groups"] = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
+                                           settings.effective_groups_interval)
         await ctx.book.rebuild_mirror()
         await live.bump_version()  # every replica reloads its plan from SQL
         lease = LeaderLease(redis, live.leader_key, secrets.token_hex(8),
@@ -90,7 +99,8 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
         loops = []
         if settings.run_background_loops:
             loops = [asyncio.create_task(invite_loop(ctx, lease.hold)),
-                     asyncio.create_task(monitor_loop(ctx, lease.hold))]
+                     asyncio.create_task(monitor_loop(ctx, lease.hold)),
+                     asyncio.create_task(keeper_box["groups"].loop(lease.hold))]
         log.info("orchestrator started", pool=settings.pool_id, manager=key.address,
                  database=settings.effective_database_url.split("@")[-1], redis=url)
         try:
@@ -115,6 +125,13 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
     app = FastAPI(title="Intellect orchestrator", version="0.1.0", lifespan=lifespan,
                   description="Node lifecycle (invites, heartbeats, liveness) and the task API of one pool.")
     admin_only = [Depends(admin)]
+    app.include_router(uploads.router())
+    if isinstance(storage, LocalDiskStorage):  # embedded default: this service serves the signed URLs
+        app.include_router(storage_router(storage, uploads.on_complete))
+
+    def groups_changed() -> None:
+        if "groups" in keeper_box:
+            keeper_box["groups"].poke()
 
     @app.get("/health")
     async def health() -> dict[str, object]:
@@ -136,6 +153,14 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
 
     @app.post("/tasks", response_model=Task, status_code=status.HTTP_201_CREATED, dependencies=admin_only)
     async def create_task(spec: TaskSpec) -> Task:
+        configured = settings.topology_configs()
+        for name in spec.allowed_topologies:
+            try:
+                resolve_topology(name, configured)
+            except UnknownTopology as exc:
+                raise HTTPException(422, f"scheduling_config.plugins.node_groups.allowed_topologies: {exc}") \
+                    from None
+
         def insert() -> TaskRow:
             with ctx().sessions() as session, session.begin():
                 row = TaskRow(id=str(uuid.uuid4()), name=spec.name, spec=spec.model_dump(mode="json"),
@@ -146,6 +171,7 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
 
         row = await run_in_threadpool(insert)
         await ctx().live.bump_version()
+        groups_changed()
         return task_from_row(row)
 
     @app.get("/tasks", response_model=list[Task], dependencies=admin_only)
@@ -184,6 +210,7 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
 
         row = await run_in_threadpool(mark)
         await ctx().live.bump_version()
+        groups_changed()
         return task_from_row(row)
 
     # ---- nodes ----

@@ -32,7 +32,13 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from intellect.auth import AdminToken, RedisNonceStore, RedisRateLimiter, RequestVerifier, load_or_create_admin_token
+from intellect.auth import (
+    AdminToken,
+    RedisNonceStore,
+    RedisRateLimiter,
+    RequestVerifier,
+    load_or_create_admin_token,
+)
 from intellect.wire.nodes import NodeState
 from intellect.wire.storage import UploadGrant, UploadRequest
 from intellect.wire.tasks import AssignedTask, TaskSpec
@@ -41,7 +47,14 @@ from orchestrator.context import Context
 from orchestrator.models import FileCounterRow, UploadRow, utcnow
 from orchestrator.nodes import audit
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.storage import LocalDiskStorage, ObjectInfo, StorageBackend, StorageError, UrlSigner, object_key
+from orchestrator.storage import (
+    LocalDiskStorage,
+    ObjectInfo,
+    StorageBackend,
+    StorageError,
+    UrlSigner,
+    object_key,
+)
 
 log = structlog.get_logger("intellect.orchestrator.uploads")
 
@@ -128,8 +141,9 @@ class UploadService:
                 raise HTTPException(422, f"task {body.task_id}'s storage_config.file_name_template rendered "
                                          f"an unusable name: {exc.reason}") from None
             if session.scalars(select(UploadRow.id).where(UploadRow.key == key)).first() is not None:
-                raise HTTPException(409, f"file name {key!r} is already taken: the task's file_name_template "
-                                         "must make names unique (use ${CURRENT_FILE_INDEX} or ${ORIGINAL_NAME})")
+                raise HTTPException(409, f"file name {key!r} is already taken: the task's "
+                                         "file_name_template must make names unique "
+                                         "(use ${CURRENT_FILE_INDEX} or ${ORIGINAL_NAME})")
             row = UploadRow(id=str(uuid.uuid4()), node_address=node, task_id=body.task_id, key=key,
                             sha256=body.sha256, size=body.size_bytes, work_units=body.work_units,
                             file_index=counter.count, state=GRANTED, expires_at=expires, created_at=utcnow())
@@ -141,8 +155,8 @@ class UploadService:
     def _again(self, session: Session, row: UploadRow, node: str, body: UploadRequest,
                expires: datetime) -> UploadRow:
         if row.node_address != node:
-            raise HTTPException(409, f"a file with sha256 {body.sha256} was already uploaded by another node: "
-                                     "its work key is taken")
+            raise HTTPException(409, f"a file with sha256 {body.sha256} was already uploaded by another "
+                                     "node: its work key is taken")
         if row.state != COMPLETED and self.storage.stat(row.key) is not None:
             self._complete(session, row)  # S3: no callback, the store itself is the witness
         if row.state == COMPLETED:
@@ -225,7 +239,8 @@ class UploadService:
             raise HTTPException(403, f"{caller} has no validator role on chain (or use the admin token)")
         return caller
 
-    async def stored_file(self, request: Request, sha256: str, redirect: bool) -> StoredFile | RedirectResponse:
+    async def stored_file(self, request: Request, sha256: str,
+                          redirect: bool) -> StoredFile | RedirectResponse:
         caller = await self._authorise_reader(request)
 
         def load() -> UploadRow | None:
@@ -245,13 +260,14 @@ class UploadService:
         log.info("download granted", caller=caller, key=row.key)
         if redirect:
             return RedirectResponse(url, status_code=307)
-        return StoredFile(sha256=row.sha256, file_name=row.key, size_bytes=row.size, work_units=row.work_units,
-                          node_address=row.node_address, task_id=row.task_id, url=url, expires_at=expires)
+        return StoredFile(sha256=row.sha256, file_name=row.key, size_bytes=row.size,
+                          work_units=row.work_units, node_address=row.node_address, task_id=row.task_id,
+                          url=url, expires_at=expires)
 
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/storage", tags=["storage"])
-        schema = {"requestBody": {"content": {"application/json": {"schema": UploadRequest.model_json_schema()}},
-                                  "required": True}}
+        body_schema = {"application/json": {"schema": UploadRequest.model_json_schema()}}
+        schema = {"requestBody": {"content": body_schema, "required": True}}
 
         @router.post("/request-upload", response_model=UploadGrant, openapi_extra=schema,
                      description="Signed by the node key; the node must be Healthy and assigned the task.")
