@@ -1,27 +1,39 @@
 """Heartbeat load on one orchestrator: N simulated workers, real signatures, HTTP, Redis, SQLite, anvil.
 
-The orchestrator runs in its own process (uvicorn); this process plays the workers. Requests are
-signed ahead of each run (signing costs as much CPU as verifying and would otherwise compete with
-the server on the same 2 cores), then sent open-loop at N / interval per second. Reports throughput,
-p50/p99 latency, server CPU per heartbeat, and the time to detect a silent node as Dead.
+The orchestrator runs as `intellect-orchestrator serve --workers W` in its own processes; separate
+client processes play the workers. Every request is signed ahead of its run (signing costs about as
+much CPU as verifying and would otherwise compete with the server on the same 2 cores), then sent
+open-loop at N / interval per second. Latency is measured from each request's *scheduled* send time,
+so a client or server that falls behind shows up in the figures. By default each heartbeat opens a
+new TCP connection, as the worker daemon does (`--keep-alive` reuses a pool of connections instead).
 
-    .venv/bin/python bench/heartbeats.py --nodes 1000 5000 10000 --interval 10 --seconds 20
+For each N: throughput, p50/p99, CPU per heartbeat of the server processes, of Redis and of the
+clients, and the time to detect a node that went silent at the start of the load as Dead. Then a
+saturation run sends as fast as the server answers, to `/heartbeat` and to a bare `/health` on the
+same server (the raw HTTP + framework limit of this machine), and prints the ratio.
+
+    .venv/bin/python bench/heartbeats.py --nodes 1000 5000 10000 --workers 2 --seconds 30
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
+import multiprocessing
 import os
-import statistics
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
+import httpx
 import psutil
 from rich.console import Console
 from rich.table import Table
@@ -30,10 +42,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from intellect.identity import Wallet  # noqa: E402
-from intellect.net import free_port, wait_for_port  # noqa: E402
+from intellect.net import free_port  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import sign_request  # noqa: E402
 from intellect.testing import start_devnet  # noqa: E402
+
+BODY = b'{"metrics":{"tokens_per_s":123.0},"worker_version":"0.1.0"}'
 
 
 def seed_nodes(db_url: str, nodes: list[Wallet]) -> None:
@@ -49,70 +63,363 @@ def seed_nodes(db_url: str, nodes: list[Wallet]) -> None:
     engine.dispose()
 
 
-def start_orchestrator(devnet, state_dir: Path, redis_url: str, settings: dict[str, object]) -> tuple:
-    port = free_port()
-    deployment = state_dir / "deployment.json"
-    devnet.deployment.save(deployment)
-    env = {**os.environ, "INTELLECT_ORCH_MANAGER_KEY": devnet.manager.private_key_hex()}
-    for key, value in {"port": port, "pool_id": devnet.pool_id, "redis_url": redis_url,
-                       "state_dir": state_dir, "rpc_url": devnet.rpc_url, "deployment": deployment,
-                       "discovery_url": "http://127.0.0.1:9", "heartbeat_rate_limit_per_minute": 1000,
-                       **settings}.items():
-        env[f"INTELLECT_ORCH_{key.upper()}"] = str(value)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--log-level", "warning"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port("127.0.0.1", port, timeout=60)
-    return proc, f"http://127.0.0.1:{port}"
+class Server:
+    """`intellect-orchestrator serve` in its own process group, stopped by pid."""
 
-
-def presign(nodes: list[Wallet], count: int, body: bytes) -> list[dict[str, str]]:
-    return [sign_request(nodes[i % len(nodes)], "POST", "/heartbeat", body) for i in range(count)]
-
-
-async def run_load(url: str, signed: list[dict[str, str]], rate: float,
-                   body: bytes) -> tuple[list[float], int]:
-    latencies: list[float] = []
-    errors = 0
-    connector = aiohttp.TCPConnector(limit=256)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async def one(headers: dict[str, str]) -> None:
-            nonlocal errors
-            start = time.perf_counter()
+    def __init__(self, devnet, state_dir: Path, redis_url: str, port: int, workers: int, keep_alive: float,
+                 settings: dict[str, object]) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{self.port}"
+        deployment = state_dir / "deployment.json"
+        devnet.deployment.save(deployment)
+        env = {**os.environ, "INTELLECT_ORCH_MANAGER_KEY": devnet.manager.private_key_hex()}
+        for key, value in {"port": self.port, "pool_id": devnet.pool_id, "redis_url": redis_url,
+                           "state_dir": state_dir, "rpc_url": devnet.rpc_url, "deployment": deployment,
+                           "discovery_url": "http://127.0.0.1:9", "heartbeat_rate_limit_per_minute": 1000,
+                           **settings}.items():
+            env[f"INTELLECT_ORCH_{key.upper()}"] = str(value)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "serve", "--log-level", "warning",
+             "--workers", str(workers), "--keep-alive", str(keep_alive)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 90
+        while True:  # the port opens before the API processes finish start-up: wait for /health
             try:
-                async with session.post(url + "/heartbeat", data=body,
-                                        headers={**headers, "Content-Type": "application/json"}) as r:
-                    await r.read()
-                    if r.status != 200:
-                        errors += 1
-                        return
-            except aiohttp.ClientError:
-                errors += 1
-                return
-            latencies.append(time.perf_counter() - start)
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("orchestrator did not start")
+            time.sleep(0.2)
+        if workers > 1:  # every API process must be up, not just the first one
+            time.sleep(3)
+        self.token = (state_dir / "admin-token").read_text().strip()
 
-        tasks = []
-        t0 = time.perf_counter()
-        for i, headers in enumerate(signed):
-            delay = t0 + i / rate - time.perf_counter()
+    def cpu_seconds(self) -> float:
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += sum(p.cpu_times()[:2])
+        return total
+
+    def node_state(self, address: str) -> str:
+        r = httpx.get(f"{self.url}/nodes/{address}", headers={"Authorization": f"Bearer {self.token}"},
+                      timeout=10)
+        return r.json()["state"]
+
+    def stop(self) -> None:
+        self.proc.terminate()  # uvicorn's supervisor stops its API processes on SIGTERM
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ---- client processes ----
+
+
+@dataclass
+class ClientJob:
+    url: str
+    path: str
+    keys: list[str]           # private keys of the nodes this client plays
+    count: int                # requests to send (open loop) or to pre-sign (closed loop)
+    rate: float               # requests per second of this client (open loop)
+    keep_alive: bool
+    concurrency: int = 0      # > 0: closed loop for `seconds`, as fast as answers come
+    seconds: float = 0.0
+
+
+@dataclass
+class ClientResult:
+    latencies: list[float]
+    errors: dict[str, int]
+    cpu_seconds: float
+    wall_seconds: float
+
+
+def _presign(job: ClientJob) -> list[dict[str, str]]:
+    wallets = [Wallet.from_key(k) for k in job.keys]
+    base = time.time()
+    signed = []
+    for i in range(job.count):  # timestamped for about when it will be sent, as a live worker would
+        ts = int(base + (i / job.rate if job.rate else 0))
+        headers = sign_request(wallets[i % len(wallets)], "POST", "/heartbeat", BODY, timestamp=ts)
+        signed.append({"Content-Type": "application/json", **headers})
+    return signed
+
+
+class _Exchange(asyncio.Protocol):
+    """One HTTP/1.1 request/response on a connection; the reply is read to its Content-Length.
+
+    A deliberately small client: aiohttp costs the load generator ~1.6 ms of CPU per request with a new
+    connection each time, which on 2 shared cores would starve the server being measured.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[int] | None = None
+        self.closed = False
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        self.transport = transport
+
+    def send(self, payload: bytes) -> asyncio.Future[int]:
+        self.buffer.clear()
+        self.waiter = asyncio.get_running_loop().create_future()
+        assert self.transport is not None
+        self.transport.write(payload)
+        return self.waiter
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0 or self.waiter is None or self.waiter.done():
+            return
+        head = bytes(self.buffer[:head_end]).lower()
+        at = head.find(b"content-length:")
+        length = int(head[at + 15:head.find(b"\r\n", at) if head.find(b"\r\n", at) > 0 else None]) \
+            if at >= 0 else 0
+        if len(self.buffer) >= head_end + 4 + length:
+            self.waiter.set_result(int(self.buffer[9:12]))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("connection closed before the reply"))
+
+
+def _request_bytes(job: ClientJob, host: str, headers: dict[str, str]) -> bytes:
+    method, body = ("POST", BODY) if job.path == "/heartbeat" else ("GET", b"")
+    lines = [f"{method} {job.path} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    if not job.keep_alive:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def _drive(job: ClientJob, payloads: Iterable[bytes]) -> ClientResult:
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+    hostport = job.url.removeprefix("http://")
+    host, port = hostport.split(":")
+    idle: list[_Exchange] = []
+
+    async def one(payload: bytes, scheduled: float) -> None:
+        try:
+            conn = idle.pop() if idle else None
+            if conn is None or conn.closed:
+                _, conn = await loop.create_connection(_Exchange, host, int(port))
+            status = await asyncio.wait_for(conn.send(payload), 30)
+        except (OSError, TimeoutError) as exc:
+            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+            return
+        if job.keep_alive and not conn.closed:
+            idle.append(conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+        if status != 200:
+            errors[str(status)] = errors.get(str(status), 0) + 1
+            return
+        latencies.append(time.perf_counter() - scheduled)
+
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    if job.concurrency:
+        stop = t0 + job.seconds
+
+        async def lane() -> None:
+            for payload in payloads:
+                if time.perf_counter() > stop:
+                    return
+                await one(payload, time.perf_counter())
+
+        await asyncio.gather(*(lane() for _ in range(job.concurrency)))
+    else:
+        tasks: set[asyncio.Task[None]] = set()
+        for i, payload in enumerate(payloads):
+            scheduled = t0 + i / job.rate
+            delay = scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(headers)))
-        await asyncio.gather(*tasks)
-    return latencies, errors
+            task = asyncio.create_task(one(payload, scheduled))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks))
+    wall = time.perf_counter() - t0
+    for conn in idle:
+        if conn.transport is not None:
+            conn.transport.close()
+    return ClientResult(latencies, errors, time.process_time() - cpu0, wall)
 
 
-def death_detection(url: str, token: str, node: Wallet, body: bytes) -> float:
-    import httpx
+def _client_main(job: ClientJob, ready, go, results) -> None:  # type: ignore[no-untyped-def]
+    import uvloop
 
-    headers = {**sign_request(node, "POST", "/heartbeat", body), "Content-Type": "application/json"}
-    assert httpx.post(url + "/heartbeat", content=body, headers=headers).status_code == 200
-    last = time.monotonic()
-    while time.monotonic() - last < 120:
-        state = httpx.get(f"{url}/nodes/{node.address}", headers={"Authorization": f"Bearer {token}"}).json()
-        if state["state"] in ("Dead", "Ejected"):
-            return time.monotonic() - last
+    host = job.url.removeprefix("http://")
+    if job.path == "/heartbeat":  # whole requests, signed and encoded ahead
+        payloads: Iterable[bytes] = [_request_bytes(job, host, h) for h in _presign(job)]
+    else:
+        payloads = itertools.repeat(_request_bytes(job, host, {}))
+    ready.put(True)
+    go.wait()
+    results.put(uvloop.run(_drive(job, payloads)))
+
+
+class Clients:
+    """Load generator processes: they pre-sign while the server starts, then start together on `go()`."""
+
+    def __init__(self, url: str, path: str, keys: list[str], processes: int, *, rate: float = 0.0,
+                 count: int = 0, keep_alive: bool, concurrency: int = 0, seconds: float = 0.0) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.ready, self.results, self.start = ctx.Queue(), ctx.Queue(), ctx.Event()
+        self.procs = [ctx.Process(target=_client_main, daemon=True, args=(
+            ClientJob(url, path, keys[i::processes], count // processes, rate / processes, keep_alive,
+                      concurrency // processes, seconds), self.ready, self.start, self.results))
+            for i in range(processes)]
+        for proc in self.procs:
+            proc.start()
+
+    def wait_ready(self) -> None:
+        for _ in self.procs:
+            self.ready.get(timeout=600)
+
+    def go(self) -> list[ClientResult]:
+        self.start.set()
+        results = [self.results.get(timeout=900) for _ in self.procs]
+        for proc in self.procs:
+            proc.join(timeout=10)
+        return results
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1000, 1)
+
+
+# ---- runs ----
+
+
+def merged_errors(results: list[ClientResult]) -> dict[str, int]:
+    errors: dict[str, int] = {}
+    for res in results:
+        for k, v in res.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    return errors
+
+
+def start_server(devnet, redis_url: str, nodes: list[Wallet], port: int, args) -> Server:
+    state_dir = Path(tempfile.mkdtemp(prefix="bench-orch-"))
+    seed_nodes(f"sqlite:///{state_dir / 'orchestrator.db'}", nodes)
+    return Server(devnet, state_dir, redis_url, port, args.workers, args.server_keep_alive, {
+        "heartbeat_interval_seconds": args.interval, "heartbeat_ttl_seconds": args.ttl,
+        "check_interval_seconds": args.check, "miss_threshold": args.misses, "eject_dead_nodes": "false"})
+
+
+def load_run(devnet, redis: EmbeddedRedis, n: int, args, console: Console) -> dict:
+    """N nodes (one of them goes silent at the start) beating every interval for `seconds`."""
+    console.print(f"[bold]N={n}[/bold]: keys, seeding, pre-signing")
+    nodes = [Wallet.create() for _ in range(n)]
+    victim, beating = nodes[0], nodes[1:]
+    rate = n / args.interval
+    count = int(rate * args.seconds)
+    # Pre-sign while the orchestrator starts: nodes begin beating right after its start-up, as a
+    # fleet re-attaching to a restarted orchestrator would (within its one-TTL start-up grace).
+    port = free_port()
+    clients = Clients(f"http://127.0.0.1:{port}", "/heartbeat", [w.private_key_hex() for w in beating],
+                      args.clients, rate=rate, count=count, keep_alive=args.keep_alive)
+    server = start_server(devnet, redis.url, nodes, port, args)
+    try:
+        return _measure(server, redis, clients, victim, n, rate, args)
+    finally:
+        server.stop()
+
+
+def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wallet, n: int, rate: float,
+             args) -> dict:
+    clients.wait_ready()
+    # The victim beats once, then goes silent for good: the clock for death detection starts here.
+    headers = {**sign_request(victim, "POST", "/heartbeat", BODY), "Content-Type": "application/json"}
+    r = httpx.post(server.url + "/heartbeat", content=BODY, headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    silent_since = time.monotonic()
+    redis_proc = psutil.Process(redis.pid)
+    server_cpu0, redis_cpu0 = server.cpu_seconds(), sum(redis_proc.cpu_times()[:2])
+    load0 = os.getloadavg()[0]
+    results = clients.go()
+    server_cpu = server.cpu_seconds() - server_cpu0
+    redis_cpu = sum(redis_proc.cpu_times()[:2]) - redis_cpu0
+    dead_after = float("inf")
+    while time.monotonic() - silent_since < 120:
+        if server.node_state(victim.address) in ("Dead", "Ejected"):
+            dead_after = time.monotonic() - silent_since
+            break
         time.sleep(0.25)
-    return float("inf")
+    latencies = [x for r in results for x in r.latencies]
+    errors = merged_errors(results)
+    wall = max(r.wall_seconds for r in results)
+    ok = len(latencies)
+    row = {
+        "nodes": n, "target_per_s": round(rate), "achieved_per_s": round(ok / wall),
+        "errors": sum(errors.values()), "error_kinds": errors,
+        "p50_ms": ms(percentile(latencies, 0.5)), "p99_ms": ms(percentile(latencies, 0.99)),
+        "max_ms": ms(max(latencies) if latencies else None),
+        "server_cpu_ms_per_hb": round(server_cpu / max(ok, 1) * 1000, 3),
+        "redis_cpu_ms_per_hb": round(redis_cpu / max(ok, 1) * 1000, 3),
+        "client_cpu_ms_per_hb": round(sum(r.cpu_seconds for r in results) / max(ok, 1) * 1000, 3),
+        "server_cores_busy": round(server_cpu / wall, 2),
+        "dead_detected_s": round(dead_after, 1), "load_before": round(load0, 2),
+    }
+    row["holds"] = bool(row["errors"] == 0 and row["p99_ms"] is not None and row["p99_ms"] < 100
+                        and ok / wall >= 0.95 * rate and dead_after <= 30)
+    return row
+
+
+def saturation(devnet, redis: EmbeddedRedis, args, console: Console) -> dict:
+    """Closed loop, keep-alive, fresh server: the most answers a second for /health and /heartbeat."""
+    console.print("[bold]saturation[/bold]: /health vs /heartbeat on one server")
+    nodes = [Wallet.create() for _ in range(2000)]
+    count = int(3000 * args.saturate)
+    port = free_port()
+    beats = Clients(f"http://127.0.0.1:{port}", "/heartbeat", [w.private_key_hex() for w in nodes],
+                    args.clients, count=count, keep_alive=True, concurrency=args.concurrency,
+                    seconds=args.saturate)
+    server = start_server(devnet, redis.url, nodes, port, args)
+    out: dict[str, object] = {}
+    try:
+        health = Clients(server.url, "/health", [], args.clients, keep_alive=True,
+                         concurrency=args.concurrency, seconds=args.saturate)
+        for path, clients in (("/health", health), ("/heartbeat", beats)):
+            clients.wait_ready()
+            cpu0 = server.cpu_seconds()
+            results = clients.go()
+            ok = sum(len(r.latencies) for r in results)
+            wall = max(r.wall_seconds for r in results)
+            latencies = [x for r in results for x in r.latencies]
+            out[path] = {"per_s": round(ok / wall), "p50_ms": ms(percentile(latencies, 0.5)),
+                         "p99_ms": ms(percentile(latencies, 0.99)),
+                         "server_cpu_ms": round((server.cpu_seconds() - cpu0) / max(ok, 1) * 1000, 3),
+                         "client_cpu_ms": round(sum(r.cpu_seconds for r in results) / max(ok, 1) * 1000, 3),
+                         "errors": merged_errors(results)}
+    finally:
+        server.stop()
+    out["ratio"] = round(out["/heartbeat"]["per_s"] / max(out["/health"]["per_s"], 1), 2)  # type: ignore[index]
+    return out
 
 
 def main() -> None:
@@ -120,75 +427,58 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--interval", type=float, default=10.0, help="heartbeat interval per node")
-    parser.add_argument("--seconds", type=float, default=15.0, help="length of each load run")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of each load run")
+    parser.add_argument("--workers", type=int, default=2, help="orchestrator API processes")
+    parser.add_argument("--clients", type=int, default=1, help="load generator processes")
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="reuse connections (default: a new connection per heartbeat, like the worker)")
+    parser.add_argument("--server-keep-alive", type=float, default=5.0, help="serve --keep-alive")
     parser.add_argument("--ttl", type=float, default=15.0)
     parser.add_argument("--check", type=float, default=5.0)
     parser.add_argument("--misses", type=int, default=2)
+    parser.add_argument("--saturate", type=float, default=5.0,
+                        help="seconds of closed-loop /heartbeat vs /health (0: skip)")
+    parser.add_argument("--concurrency", type=int, default=32, help="saturation: requests in flight")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     console = Console(stderr=True)
-    body = b'{"metrics":{"tokens_per_s":123.0}}'
+    console.print(f"load average before: {os.getloadavg()}, {psutil.cpu_count()} cores; "
+                  f"server workers={args.workers}, client processes={args.clients}, "
+                  f"{'keep-alive' if args.keep_alive else 'new connection per heartbeat'}")
+    rows, sat = [], None
     devnet = start_devnet()
-    rows = []
     try:
         with EmbeddedRedis() as redis:
+            if args.saturate > 0:
+                sat = saturation(devnet, redis, args, console)
+                console.print(f"  {sat}")
             for n in args.nodes:
-                state_dir = Path(tempfile.mkdtemp(prefix="bench-orch-"))
-                console.print(f"[bold]N={n}[/bold]: creating keys and seeding")
-                nodes = [Wallet.create() for _ in range(n)]
-                seed_nodes(f"sqlite:///{state_dir / 'orchestrator.db'}", nodes)
-                proc, url = start_orchestrator(devnet, state_dir, redis.url, {
-                    "heartbeat_interval_seconds": args.interval, "heartbeat_ttl_seconds": args.ttl,
-                    "check_interval_seconds": args.check, "miss_threshold": args.misses,
-                    "eject_dead_nodes": "false"})
-                try:
-                    rate = n / args.interval
-                    count = int(rate * args.seconds)
-                    console.print(f"  pre-signing {count} heartbeats")
-                    signed = presign(nodes, count, body)
-                    server = psutil.Process(proc.pid)
-                    cpu0 = sum(server.cpu_times()[:2])
-                    t0 = time.perf_counter()
-                    latencies, errors = asyncio.run(run_load(url, signed, rate, body))
-                    wall = time.perf_counter() - t0
-                    cpu = sum(server.cpu_times()[:2]) - cpu0
-                    latencies.sort()
-                    token = (state_dir / "admin-token").read_text().strip()
-                    dead_after = death_detection(url, token, nodes[0], body)
-                    ok = len(latencies)
-                    row = {
-                        "nodes": n, "target_per_s": round(rate), "achieved_per_s": round(ok / wall),
-                        "errors": errors,
-                        "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
-                        "p99_ms": round(latencies[int(0.99 * (ok - 1))] * 1000, 1) if latencies else None,
-                        "server_cpu_ms_per_hb": round(cpu / max(ok, 1) * 1000, 2),
-                        "dead_detected_s": round(dead_after, 1),
-                    }
-                    row["holds"] = bool(errors == 0 and row["p99_ms"] is not None and row["p99_ms"] < 100
-                                        and row["achieved_per_s"] >= 0.95 * rate and dead_after <= 30)
-                    rows.append(row)
-                    console.print(f"  {row}")
-                finally:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=20)
-                    except subprocess.TimeoutExpired:  # stuck on in-flight requests: stop it by pid
-                        proc.kill()
-                        proc.wait()
+                row = load_run(devnet, redis, n, args, console)
+                rows.append(row)
+                console.print(f"  {row}")
     finally:
         devnet.stop()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"rows": rows, "saturation": sat, "workers": args.workers, "clients": args.clients,
+                          "keep_alive": args.keep_alive, "children_cpu_s": usage.ru_utime + usage.ru_stime},
+                         indent=2))
         return
     table = Table("nodes", "target/s", "achieved/s", "errors", "p50 ms", "p99 ms", "server CPU ms/hb",
-                  "dead detected (s)", "holds")
+                  "redis ms/hb", "client ms/hb", "dead detected (s)", "load", "holds",
+                  title=f"heartbeats, {args.workers} server process(es), interval {args.interval}s")
     for r in rows:
-        table.add_row(*(str(r[k]) for k in ("nodes", "target_per_s", "achieved_per_s", "errors", "p50_ms",
-                                            "p99_ms", "server_cpu_ms_per_hb", "dead_detected_s", "holds")))
+        table.add_row(*(str(r[k]) for k in (
+            "nodes", "target_per_s", "achieved_per_s", "errors", "p50_ms", "p99_ms", "server_cpu_ms_per_hb",
+            "redis_cpu_ms_per_hb", "client_cpu_ms_per_hb", "dead_detected_s", "load_before", "holds")))
     Console().print(table)
+    if sat:
+        Console().print(f"saturation (keep-alive, {args.concurrency} in flight): /health {sat['/health']}, "
+                        f"/heartbeat {sat['/heartbeat']}, heartbeat/health = {sat['ratio']}")
     held = [r["nodes"] for r in rows if r["holds"]]
     Console().print(f"largest N that holds at a {args.interval}s interval: {max(held) if held else 'none'}")
 
 
 if __name__ == "__main__":
     main()
+

@@ -121,14 +121,14 @@ def recover_address_bytes(message: str | bytes, signature: str | bytes) -> bytes
     data = message.encode() if isinstance(message, str) else message
     raw: bytes | None = None
     if isinstance(signature, str):
-        if len(signature) == 132 and signature[:2] in ("0x", "0X"):
+        if len(signature) == 132 and signature.startswith("0x"):
             try:
                 raw = bytes.fromhex(signature[2:])
             except ValueError:
                 raw = None
     elif isinstance(signature, bytes | bytearray) and len(signature) == 65:
         raw = bytes(signature)
-    v = _STANDARD_V.get(raw[64]) if raw is not None else None
+    v = _STANDARD_V.get(raw[64]) if raw is not None and len(raw) == 65 else None
     if raw is None or v is None:
         try:
             address = Account.recover_message(encode_defunct(primitive=data), signature=signature)

@@ -16,11 +16,12 @@ import secrets
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import httpx
 from eth_utils import is_address, to_checksum_address
 
-from intellect.identity import IdentityError, Wallet, recover_message
+from intellect.identity import IdentityError, Wallet, recover_address_bytes
 
 HEADER_ADDRESS = "X-Intellect-Address"
 HEADER_SIGNATURE = "X-Intellect-Signature"
@@ -92,6 +93,12 @@ class SignedAuth(httpx.Auth):
         yield request
 
 
+@lru_cache(maxsize=65536)
+def _checksum(raw_address: bytes) -> str:
+    # EIP-55 costs a keccak; a server sees the same few thousand node addresses over and over.
+    return to_checksum_address(raw_address)
+
+
 @dataclass(frozen=True)
 class SignedRequest:
     """A verified request's identity and replay-protection fields."""
@@ -140,9 +147,10 @@ def verify_signed_request(
         )
     message = canonical_string(method, path_with_query, body, timestamp, nonce)
     try:
-        recovered = recover_message(message, signature)
+        recovered = recover_address_bytes(message, signature)
     except IdentityError:
         raise SignatureRejected("malformed signature") from None
-    if recovered != to_checksum_address(address):
+    # The header may be checksummed or not (is_address does not insist); compare the raw bytes.
+    if recovered.hex() != address.removeprefix("0x").removeprefix("0X").lower():
         raise SignatureRejected("signature does not match the address and request")
-    return SignedRequest(address=recovered, timestamp=timestamp, nonce=nonce)
+    return SignedRequest(address=_checksum(recovered), timestamp=timestamp, nonce=nonce)

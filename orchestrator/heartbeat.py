@@ -1,9 +1,10 @@
-"""The heartbeat hot path: verify the signature, one Redis round trip to authorise, one to record.
+"""The heartbeat hot path: verify the signature, then one atomic Redis round trip, then the cached plan.
 
-Per heartbeat: an ECDSA recovery (the identity is the recovered address, never a body field), a
-pipeline claiming the nonce + counting the rate + reading the node's state and the task version, a
-pipeline writing liveness, and the task from the in-memory Plan. SQL is touched only when something
-changes (first heartbeat after an invite, a new reported task state).
+Per heartbeat: an ECDSA recovery through libsecp256k1 (the identity is the recovered address, never a
+body field), one Lua script that claims the nonce, counts the rate, reads the node's state and the task
+version and writes liveness (`LiveStore.record_beat`), and the task from the in-memory Plan. SQL is
+touched only when something changes (first heartbeat after an invite, a new reported task state).
+The reply is built as bytes here: FastAPI's response_model pass would validate it a second time.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import time
 
 import structlog
-from fastapi import HTTPException, Request
+from fastapi import HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -24,6 +25,7 @@ from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse, TaskSt
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
 from orchestrator.models import AssignmentRow, utcnow
+from orchestrator.scheduling import Plan
 
 log = structlog.get_logger("intellect.orchestrator.heartbeat")
 
@@ -45,17 +47,22 @@ def record_task_status(ctx: Context, address: str, status: TaskStatus) -> None:
         row.state, row.detail, row.updated_at = status.state.value, status.detail, utcnow()
 
 
+
+
 class HeartbeatHandler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._background: set[asyncio.Task[None]] = set()
+        # Serialized replies per plan: with one task for all nodes this is a single entry.
+        self._reply_plan: Plan | None = None
+        self._replies: dict[int, tuple[object, bytes]] = {}
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def handle(self, request: Request) -> HeartbeatResponse:
+    async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
         result = "error"
         try:
@@ -65,11 +72,27 @@ class HeartbeatHandler:
         except HTTPException as exc:
             result = str(exc.status_code)
             raise
+        except RequestValidationError:
+            result = "422"
+            raise
         finally:
             self.ctx.metrics.heartbeats.labels(result).inc()
             self.ctx.metrics.heartbeat_seconds.observe(time.perf_counter() - started)
 
-    async def _handle(self, request: Request) -> HeartbeatResponse:
+    def _reply(self, plan: Plan, address: str) -> bytes:
+        assigned = plan.task_for(address)
+        if plan is not self._reply_plan:
+            self._reply_plan, self._replies = plan, {}
+        hit = self._replies.get(id(assigned))
+        if hit is not None and hit[0] is assigned:
+            return hit[1]
+        body = HeartbeatResponse(current_task=assigned,
+                                 interval_seconds=self.ctx.settings.heartbeat_interval_seconds).model_dump_json()
+        if len(self._replies) < 20_000:  # plans that build a fresh object per call would only churn
+            self._replies[id(assigned)] = (assigned, body.encode())
+        return body.encode()
+
+    async def _handle(self, request: Request) -> Response:
         ctx, s, live = self.ctx, self.ctx.settings, self.ctx.live
         body = await request.body()
         try:
@@ -81,46 +104,33 @@ class HeartbeatHandler:
             beat = HeartbeatRequest.model_validate_json(body)
         except ValidationError as exc:
             raise RequestValidationError(exc.errors(include_url=False)) from None
-        address, now = signed.address, time.time()
-        rate_key = f"orch:rate:{address}:{int(now) // 60}"
-        pipe = ctx.redis.pipeline(transaction=False)
-        pipe.set(f"orch:nonce:{address}:{signed.nonce}", 1, nx=True, ex=2 * s.max_skew_seconds + 1)
-        pipe.incr(rate_key)
-        pipe.expire(rate_key, 120)
-        pipe.hget(live.state_key, address)
-        pipe.get(live.version_key)
-        pipe.hget(live.hb_key(address), "task")
-        claimed, count, _, raw_state, raw_version, previous_task = await pipe.execute()
-        if not claimed:
+        address = signed.address
+        task_json = beat.task.model_dump_json() if beat.task else ""
+        found = await live.record_beat(
+            address, signed.nonce, nonce_ttl=2 * s.max_skew_seconds + 1,
+            rate_limit=s.heartbeat_rate_limit_per_minute, now=time.time(), task_json=task_json,
+            metrics_json=json.dumps(beat.metrics), worker_version=beat.worker_version or "")
+        if found.outcome == "replayed":
             raise HTTPException(401, "nonce already used (replayed request)")
-        if int(count) > s.heartbeat_rate_limit_per_minute:
+        if found.outcome == "rate_limited":
             raise HTTPException(429, f"more than {s.heartbeat_rate_limit_per_minute} heartbeats a minute")
-        if raw_state is None:
+        if found.outcome == "unknown":
             raise HTTPException(404, f"node {address} is not known to this orchestrator (pool {s.pool_id}): "
                                      "wait for an invite")
-        state = NodeState(raw_state.decode())
-        if state == NodeState.BANNED:
+        if found.state == NodeState.BANNED:
             raise HTTPException(403, f"node {address} is banned from pool {s.pool_id}")
-        if state == NodeState.EJECTED:
+        if found.state == NodeState.EJECTED:
             raise HTTPException(403, f"node {address} was ejected from pool {s.pool_id}; "
                                      "it will be invited again once it is back in discovery")
-        task_json = beat.task.model_dump_json() if beat.task else ""
-        pipe = ctx.redis.pipeline(transaction=False)
-        pipe.zadd(live.seen_key, {address: now})
-        pipe.hset(live.hb_key(address), mapping={
-            "task": task_json, "metrics": json.dumps(beat.metrics), "version": beat.worker_version or "",
-        })
-        pipe.expire(live.hb_key(address), int(s.heartbeat_ttl_seconds) + 1)
-        await pipe.execute()
-        if beat.task and task_json.encode() != (previous_task or b""):
+        if beat.task and task_json.encode() != found.previous_task:
             self._spawn(run_in_threadpool(record_task_status, ctx, address, beat.task))
         if beat.leaving:
             await ctx.book.transition(address, NodeState.DEAD, "worker is shutting down", actor=address)
             await live.forget_seen(address)
-            return HeartbeatResponse(current_task=None, interval_seconds=s.heartbeat_interval_seconds)
-        if state != NodeState.HEALTHY:  # rare: first heartbeat after an invite, or a node that came back
+            reply = HeartbeatResponse(current_task=None, interval_seconds=s.heartbeat_interval_seconds)
+            return Response(reply.model_dump_json(), media_type="application/json")
+        if found.state != NodeState.HEALTHY:  # rare: first beat after an invite, or a node that came back
             await ctx.book.transition(address, NodeState.HEALTHY, None, actor=address,
                                       last_heartbeat_at=utcnow())
-        plan = await ctx.plans.current(int(raw_version or 0))
-        return HeartbeatResponse(current_task=plan.task_for(address),
-                                 interval_seconds=s.heartbeat_interval_seconds)
+        plan = await ctx.plans.current(found.version)
+        return Response(self._reply(plan, address), media_type="application/json")

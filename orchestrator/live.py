@@ -1,17 +1,21 @@
 """Redis side of the node lifecycle: what expires or changes every heartbeat, shared by replicas.
 
-Keys (all under `orch:{pool_id}:`):
+Keys (all under `orch:{<pool_id>}:`; the braces are a Redis Cluster hash tag, so one pool's keys share
+a slot and the heartbeat script may touch several of them atomically):
   state          hash  address → NodeState, for nodes allowed to heartbeat (mirror of SQL)
   seen           zset  address → unix time of the last heartbeat (liveness; one ZRANGEBYSCORE finds the stale)
   hb:{address}   hash  last task status JSON, metrics JSON, worker version; expires after the TTL
   tasks:version  int   bumped on every task or assignment change; replicas reload their plan on change
   leader         str   which replica runs the background loops
+  nonce:{address}:{nonce}   single-use request nonces (kept twice the accepted clock skew)
+  rate:{address}:{minute}   heartbeats per address per minute
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
@@ -22,15 +26,33 @@ from intellect.wire.nodes import NodeState
 class LiveStore:
     def __init__(self, redis: Redis, pool_id: int, ttl_seconds: float) -> None:
         self.redis = redis
-        self.prefix = f"orch:{pool_id}"
+        self.prefix = f"orch:{{{pool_id}}}"
         self.ttl = ttl_seconds
         self.state_key = f"{self.prefix}:state"
         self.seen_key = f"{self.prefix}:seen"
         self.version_key = f"{self.prefix}:tasks:version"
         self.leader_key = f"{self.prefix}:leader"
+        self._beat = redis.register_script(_BEAT)  # EVALSHA, reloaded by redis-py on NOSCRIPT
 
     def hb_key(self, address: str) -> str:
         return f"{self.prefix}:hb:{address}"
+
+    async def record_beat(self, address: str, nonce: str, *, nonce_ttl: int, rate_limit: int, now: float,
+                          task_json: str, metrics_json: str, worker_version: str) -> Beat:
+        """Claim the nonce, count the rate, check the state, write liveness: one atomic round trip.
+
+        Nothing is written for a replayed, rate-limited, unknown, banned or ejected caller.
+        """
+        minute = int(now) // 60
+        keys = [f"{self.prefix}:nonce:{address}:{nonce}", f"{self.prefix}:rate:{address}:{minute}",
+                self.state_key, self.version_key, self.hb_key(address), self.seen_key]
+        reply = await self._beat(keys=keys, args=[address, nonce_ttl, rate_limit, repr(now), task_json,
+                                                  metrics_json, worker_version, int(self.ttl) + 1])
+        outcome = reply[0].decode()
+        state = NodeState(reply[1].decode()) if len(reply) > 1 and reply[1] else None
+        if outcome != "ok":
+            return Beat(outcome, state)
+        return Beat(outcome, state, int(reply[2] or 0), reply[3] or b"")
 
     async def set_state(self, address: str, state: NodeState | None) -> None:
         if state is None:
@@ -64,6 +86,34 @@ class LiveStore:
         task = TaskStatus.model_validate_json(data["task"]) if data.get("task") else None
         metrics = json.loads(data["metrics"]) if data.get("metrics") else {}
         return task, metrics, data.get("version") or None
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What the heartbeat script found: outcome ok | replayed | rate_limited | unknown | refused."""
+
+    outcome: str
+    state: NodeState | None
+    version: int = 0
+    previous_task: bytes = b""
+
+
+# KEYS: nonce, rate, state, version, hb, seen. ARGV: address, nonce ttl, rate limit, now, task JSON,
+# metrics JSON, worker version, hb ttl. Checks in the order a caller should learn about them.
+_BEAT = """
+if not redis.call('set', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then return {'replayed'} end
+local count = redis.call('incr', KEYS[2])
+if count == 1 then redis.call('expire', KEYS[2], 120) end
+if count > tonumber(ARGV[3]) then return {'rate_limited'} end
+local state = redis.call('hget', KEYS[3], ARGV[1])
+if not state then return {'unknown'} end
+if state == 'Banned' or state == 'Ejected' then return {'refused', state} end
+local previous = redis.call('hget', KEYS[5], 'task') or ''
+redis.call('zadd', KEYS[6], ARGV[4], ARGV[1])
+redis.call('hset', KEYS[5], 'task', ARGV[5], 'metrics', ARGV[6], 'version', ARGV[7])
+redis.call('expire', KEYS[5], ARGV[8])
+return {'ok', state, redis.call('get', KEYS[4]) or '0', previous}
+"""
 
 
 class LeaderLease:

@@ -28,7 +28,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -40,7 +40,7 @@ from intellect.auth import (
     load_or_create_admin_token,
 )
 from intellect.wire.nodes import NodeState
-from intellect.wire.storage import UploadGrant, UploadRequest
+from intellect.wire.storage import StoredFile, UploadGrant, UploadRequest
 from intellect.wire.tasks import AssignedTask, TaskSpec
 from intellect.wire.templates import UnknownTemplateVariable, expand
 from orchestrator.context import Context
@@ -60,19 +60,6 @@ log = structlog.get_logger("intellect.orchestrator.uploads")
 
 DEFAULT_TEMPLATE = "${TASK_ID}/${NODE_ADDRESS}/${CURRENT_FILE_INDEX}-${ORIGINAL_NAME}"
 GRANTED, COMPLETED = "granted", "completed"
-
-
-class StoredFile(BaseModel):
-    """Where a stored file (by its sha256 work key) can be downloaded, for validators and admins."""
-
-    sha256: str
-    file_name: str
-    size_bytes: int
-    work_units: int
-    node_address: str
-    task_id: str
-    url: str
-    expires_at: datetime
 
 
 def make_storage(settings: OrchestratorSettings) -> StorageBackend:

@@ -101,13 +101,12 @@ def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> obj
         return RecordingRuntime()
     if kind not in ("auto", "docker", "process"):
         raise CliError(f"unknown --runtime {kind!r}: use auto, docker, process or recording")
-    from worker.runtime import RuntimeConfig, make_runtime
+    from worker.runtime import start_runtime
 
-    config = RuntimeConfig(node_address=node_address, storage_root=settings.state_dir / "data",
-                           state_dir=settings.state_dir / "runtime")
-    runtime = make_runtime(kind, config)  # type: ignore[arg-type]
-    runtime.adopt()  # take over a task a previous worker process left running
-    return runtime
+    # The bridge (files ready → uploader) comes with it; a task a previous worker process left
+    # running is adopted. Task data lives where `check` measured the free disk.
+    return start_runtime(kind, node_address, settings.state_dir,  # type: ignore[arg-type]
+                         storage_root=settings.state_dir / "data")
 
 
 # ---- start ----

@@ -27,8 +27,10 @@ from worker.heartbeat import Heartbeater
 from worker.keys import WorkerKeys
 from worker.settings import WorkerSettings
 from worker.state import StateStore
+from worker.uploader import LedgerWork, Uploader
 
 log = logging.getLogger("intellect.worker")
+UPLOAD_INTERVAL = 2.0  # seconds between passes over the bridge's file queue
 
 
 class _QuietServer(uvicorn.Server):
@@ -68,6 +70,12 @@ class WorkerDaemon:
             initial_status=self.state.last_task, on_status=self._save_status,
             metrics=getattr(runtime, "metrics", None),
         )
+        # Runtimes with a task bridge (worker.runtime) announce files: upload them and submit the work.
+        bridge = getattr(runtime, "bridge", None)
+        self.uploader = Uploader(
+            keys.node, bridge.queue, LedgerWork(chain.provider_client, settings.pool_id, keys.node.address),
+            settings.state_dir, self._orchestrator_url, timeout=max(30.0, settings.request_timeout),
+        ) if bridge is not None else None
 
     # ---- state helpers ----
 
@@ -84,6 +92,10 @@ class WorkerDaemon:
             if tx:
                 self.state.join_tx = tx
             self.store.save(self.state)
+
+    def _orchestrator_url(self) -> str | None:
+        with self._lock:
+            return self.state.orchestrator_url if self.state.pool_joined else None
 
     def _poke(self, delay: float = 0.0) -> None:
         if self._loop:
@@ -166,6 +178,18 @@ class WorkerDaemon:
             self._wake.clear()
             await self._sleep(self._wake, delay)
 
+    async def _upload_loop(self) -> None:
+        assert self.uploader is not None
+        while not self._stop.is_set():
+            try:
+                report = await asyncio.to_thread(self.uploader.run_once)
+                if report.submitted or report.rejected:
+                    log.info("uploads: %d submitted, %d rejected, %d to retry", len(report.submitted),
+                             len(report.rejected), len(report.retry_later))
+            except Exception as exc:  # the ledger or the orchestrator is down: the queue keeps the files
+                log.warning("upload pass failed: %s", exc)
+            await self._sleep(self._stop, UPLOAD_INTERVAL)
+
     async def _sleep(self, event: asyncio.Event, seconds: float) -> None:
         stop = asyncio.ensure_future(self._stop.wait())
         other = asyncio.ensure_future(event.wait())
@@ -220,6 +244,8 @@ class WorkerDaemon:
                  self.keys.node.address)
         await self._resume()
         loops = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop())]
+        if self.uploader is not None:
+            loops.append(asyncio.create_task(self._upload_loop()))
         await self._stop.wait()
         log.info("stopping: last heartbeat with leaving=true")
         for task in loops:
@@ -228,6 +254,9 @@ class WorkerDaemon:
         await self._goodbye()
         server.should_exit = True
         await server_task
+        close = getattr(self.runtime, "close", None)
+        if close is not None:
+            close()  # stops the bridge; a running task keeps running for the next worker process
 
     async def _goodbye(self) -> None:
         with self._lock:

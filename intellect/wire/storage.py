@@ -24,3 +24,16 @@ class UploadGrant(WireModel):
     method: str = "PUT"
     headers: dict[str, str] = Field(default_factory=dict)
     expires_at: datetime
+
+
+class StoredFile(WireModel):
+    """Where a stored file (by its sha256 work key) can be downloaded, for validators and admins."""
+
+    sha256: str
+    file_name: str
+    size_bytes: int
+    work_units: int
+    node_address: str
+    task_id: str
+    url: str
+    expires_at: datetime

@@ -70,7 +70,10 @@ def good_table() -> pa.Table:
     [
         (lambda t: t.drop_columns(["seed"]), "columns"),
         (lambda t: t.append_column("extra", pa.array([1, 2])), "columns"),
-        (lambda t: t.set_column(t.schema.get_field_index("step"), "step", t["step"].cast(pa.int64())), "step"),
+        (
+            lambda t: t.set_column(t.schema.get_field_index("step"), "step", t["step"].cast(pa.int64())),
+            "step",
+        ),
         (
             lambda t: t.set_column(
                 t.schema.get_field_index("output_logprobs"),
@@ -106,8 +109,21 @@ def test_not_parquet_is_rejected(tmp_path):
 
 
 def test_schema_constant_has_reference_columns():
-    for name in ["input_tokens", "output_tokens", "output_logprobs", "advantages", "rewards", "task_rewards",
-                 "length_penalties", "proofs", "step", "target_lengths", "task_type", "seed", "temperature"]:
+    for name in [
+        "input_tokens",
+        "output_tokens",
+        "output_logprobs",
+        "advantages",
+        "rewards",
+        "task_rewards",
+        "length_penalties",
+        "proofs",
+        "step",
+        "target_lengths",
+        "task_type",
+        "seed",
+        "temperature",
+    ]:
         assert name in ROLLOUT_SCHEMA.names
     assert ROLLOUT_SCHEMA.field("input_tokens").type == pa.list_(pa.int32())
     assert ROLLOUT_SCHEMA.field("proofs").type == pa.binary()

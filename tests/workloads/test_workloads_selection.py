@@ -11,7 +11,9 @@ NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
 
 
 def test_matches_the_formula():
-    plan = plan_batch(NODE, step=7, batch_counter=3, dataset_size=512, batch_size=8, n=4, target_lengths=[8, 16])
+    plan = plan_batch(
+        NODE, step=7, batch_counter=3, dataset_size=512, batch_size=8, n=4, target_lengths=[8, 16]
+    )
     rng = np.random.default_rng(int(NODE, 16) * 3 + 7)
     assert plan.indexes == rng.integers(0, 512, 8).tolist()
     assert plan.seeds == rng.integers(0, SEED_HIGH, 32, dtype=np.int64).tolist()

@@ -70,7 +70,9 @@ def test_fork_bomb_is_contained():
     before = len(psutil.pids())
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     started = time.monotonic()
-    record = SQUARE.model_copy(update={"verification_info": {**SQUARE.verification_info, "limits": FAST.model_dump()}})
+    record = SQUARE.model_copy(
+        update={"verification_info": {**SQUARE.verification_info, "limits": FAST.model_dump()}}
+    )
     assert score(record, bomb) == 0.0
     assert time.monotonic() - started < 20
     deadline = time.monotonic() + 5  # the kernel tears the PID namespace down asynchronously

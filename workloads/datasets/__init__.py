@@ -45,7 +45,9 @@ def load_dataset(source: str | Path) -> list[TaskRecord]:
             raise ValueError(f"dataset directory {path} holds no .jsonl or .parquet files")
         return [r for f in files for r in load_dataset(f)]
     if not path.exists():
-        raise ValueError(f"dataset {source!r} not found: give a shipped name {sorted(SHIPPED)} or a file path")
+        raise ValueError(
+            f"dataset {source!r} not found: give a shipped name {sorted(SHIPPED)} or a file path"
+        )
     if path.suffix == ".parquet":
         rows = pq.read_table(path).to_pylist()
     elif path.suffix == ".jsonl":

@@ -63,14 +63,18 @@ class CheckpointStore:
             if not path.exists():
                 return None
             if not sidecar.exists():
-                raise CheckpointError(f"checkpoint {path} has no {sidecar.name} next to it; refusing unverified weights")
+                raise CheckpointError(
+                    f"checkpoint {path} has no {sidecar.name} next to it; refusing unverified weights"
+                )
             expected = sidecar.read_text()
             shutil.copyfile(path, tmp)
         want = expected.split()[0].strip().lower() if expected.strip() else ""
         got = _sha256(tmp)
         if got != want:
             tmp.unlink(missing_ok=True)
-            raise CheckpointError(f"checkpoint for step {step} from {source}: sha256 {got} != expected {want}")
+            raise CheckpointError(
+                f"checkpoint for step {step} from {source}: sha256 {got} != expected {want}"
+            )
         tmp.replace(target)
         self._prune(step)
         log.info("checkpoint step %d fetched from %s", step, source)

@@ -53,7 +53,11 @@ def make_rollouts(
     rows_prompt = [p for p in prompts for _ in range(plan.n)]
     t0 = time.perf_counter()
     completions = backend.generate(
-        rows_prompt, plan.seeds, max_new_tokens=max_new_tokens, temperature=temperature, capture_hidden=with_proofs
+        rows_prompt,
+        plan.seeds,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        capture_hidden=with_proofs,
     )
     t1 = time.perf_counter()
     task_rewards = np.array(

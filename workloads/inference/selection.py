@@ -30,7 +30,9 @@ def batch_rng(node_address: str, batch_counter: int, step: int) -> np.random.Gen
     try:
         node = int(node_address, 16)
     except ValueError:
-        raise ValueError(f"node address {node_address!r} is not hex (expected 0x followed by 40 hex digits)") from None
+        raise ValueError(
+            f"node address {node_address!r} is not hex (expected 0x followed by 40 hex digits)"
+        ) from None
     return np.random.default_rng(node * batch_counter + step)
 
 

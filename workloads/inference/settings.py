@@ -14,14 +14,19 @@ from intellect.settings import IntellectSettings
 
 class InferenceSettings(IntellectSettings):
     model_config = SettingsConfigDict(
-        env_prefix="INTELLECT_INFER_", env_file=".env", extra="ignore", cli_kebab_case=True,
+        env_prefix="INTELLECT_INFER_",
+        env_file=".env",
+        extra="ignore",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
         cli_prog_name="python -m workloads.inference",
-    )  # fmt: skip
+    )
 
     model: str = Field("tiny", description="model name (hub) or path; 'tiny' is the shipped model")
     dataset: str = Field("demo", description="shipped set name (demo, math, code) or a .jsonl/.parquet path")
     node_address: str = Field(
-        "0x0000000000000000000000000000000000000001", description="this node's address (seeds the data sampling)"
+        "0x0000000000000000000000000000000000000001",
+        description="this node's address (seeds the data sampling)",
     )
     output_dir: Path = Field(Path("rollouts"), description="where rollout files are written")
     batch_size: int = Field(8, ge=1, description="prompts per batch (file)")

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from transformers import PreTrainedModel
 
 from workloads.model import sampler
-from workloads.model.prefill import prefill_batch
+from workloads.model.prefill import PrefillResult, prefill_batch
 from workloads.rollouts import Rollout
 from workloads.toploc import ToplocThresholds, verify_proof
 
@@ -56,30 +56,29 @@ def check_rollouts(
     pad_token_id: int = 0,
 ) -> list[RolloutCheck]:
     cfg = settings or CheckSettings()
+    thresholds = cfg.toploc or ToplocThresholds()
     results: list[RolloutCheck] = []
     for start in range(0, len(rollouts), cfg.prefill_batch_size):
         chunk = rollouts[start : start + cfg.prefill_batch_size]
-        # Temperature is per row; prefill logits do not depend on it, logprobs are rescaled below.
+        # Prefill logits do not depend on temperature; it only rescales them below, per row.
         recomputed = prefill_batch(
             model, [r.input_tokens for r in chunk], [r.output_tokens for r in chunk], 1.0, pad_token_id
         )
+        gaps, logprobs = _token_checks(chunk, recomputed)
         for offset, (r, pre) in enumerate(zip(chunk, recomputed, strict=True)):
             reasons: list[str] = []
-            verdict = verify_proof(pre.hidden, r.proofs, cfg.toploc)
+            verdict = verify_proof(pre.hidden, r.proofs, thresholds)
             if not verdict.passed:
                 reasons.append(f"toploc: {verdict.reason}")
-            out = torch.tensor(r.output_tokens)
-            gaps = sampler.sampling_gaps(pre.logits, out, r.seed, r.temperature)
-            sampling_ok = bool((gaps <= cfg.sampling_tolerance).all())
-            if not sampling_ok:
-                reasons.append(f"sampling: {int((gaps > cfg.sampling_tolerance).sum())} tokens not reproduced by seed")
-            lp = sampler.token_logprobs(pre.logits, out, r.temperature)
+            bad = int((gaps[offset] > cfg.sampling_tolerance).sum())
+            if bad:
+                reasons.append(f"sampling: {bad} tokens not reproduced by the seed")
+            lp = logprobs[offset]
             claimed = torch.tensor(r.output_logprobs, dtype=torch.float32)
-            logprobs_ok = claimed.shape == lp.shape and bool(((claimed - lp).abs() <= cfg.logprob_tolerance).all())
+            logprobs_ok = bool(((claimed - lp).abs() <= cfg.logprob_tolerance).all())
             if not logprobs_ok:
                 reasons.append("logprobs: claimed logprobs differ from the recomputed ones")
-            ends_eos = r.output_tokens[-1] == eos_token_id
-            if ends_eos:
+            if r.output_tokens[-1] == eos_token_id:
                 termination_ok = float(lp[-1]) >= cfg.min_eos_logprob
             else:
                 termination_ok = len(r.output_tokens) == max_new_tokens
@@ -93,10 +92,30 @@ def check_rollouts(
                     row=start + offset,
                     passed=not reasons,
                     toploc=verdict.passed,
-                    sampling=sampling_ok,
+                    sampling=not bad,
                     logprobs=logprobs_ok,
                     termination=termination_ok,
                     reasons=reasons,
                 )
             )
     return results
+
+
+def _token_checks(
+    rows: list[Rollout], recomputed: list[PrefillResult]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Sampling gaps and logprobs of every output token of a chunk of rows, in one vectorised pass
+    (per-row small tensor ops would cost more than the prefill itself)."""
+    lengths = [len(r.output_tokens) for r in rows]
+    logits = torch.cat([p.logits for p in recomputed]).float()
+    tokens = torch.tensor([t for r in rows for t in r.output_tokens]).view(-1, 1)
+    temps = torch.tensor([r.temperature for r, n in zip(rows, lengths, strict=True) for _ in range(n)])
+    sampled = temps > 0
+    scaled = logits / torch.where(sampled, temps, torch.ones_like(temps)).view(-1, 1)
+    seeds = [r.seed for r, n in zip(rows, lengths, strict=True) for _ in range(n)]
+    positions = [i for n in lengths for i in range(n)]
+    noise = sampler.noise_matrix(seeds, positions, logits.shape[-1]) * sampled.view(-1, 1)
+    scores = scaled + noise
+    gaps = scores.max(dim=-1).values - scores.gather(-1, tokens).squeeze(-1)
+    logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens).squeeze(-1)
+    return list(gaps.split(lengths)), list(logprobs.split(lengths))

@@ -71,7 +71,9 @@ class InferenceWorkload:
         resp.raise_for_status()
         step = resp.json().get("step")
         if not isinstance(step, int) or step < 0:
-            raise ValueError(f"step counter at {self.s.step_url} returned {resp.text[:200]!r}; expected {{'step': int}}")
+            raise ValueError(
+                f"step counter at {self.s.step_url} returned {resp.text[:200]!r}; expected {{'step': int}}"
+            )
         return step
 
     def ensure_checkpoint(self, step: int) -> bool:

@@ -162,10 +162,14 @@ class VLLMBackend:
         self.eos_token_id = self.llm.get_tokenizer().eos_token_id
         self._engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
 
-    def _processor(self, seed: int, temperature: float):
+    def _processor(self, seed: int, temperature: float, logprobs: list[float]):
+        # Sees the model's real logits, records the chosen token's logprob, then forces that token.
         def force(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
             pos = len(output_ids)
             chosen = int(sampler.scores(logits.view(1, -1), [seed], [pos], temperature).argmax())
+            lp = sampler.token_logprobs(logits.view(1, -1), torch.tensor([chosen]), temperature)
+            del logprobs[pos:]  # a recomputed step (preemption) replaces, never appends twice
+            logprobs.append(float(lp))
             forced = torch.full_like(logits, float("-inf"))
             forced[chosen] = 0.0
             return forced
@@ -183,18 +187,21 @@ class VLLMBackend:
     ) -> list[Completion]:
         from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
 
+        recorded: list[list[float]] = [[] for _ in seeds]
         params = [
             SamplingParams(
-                max_tokens=max_new_tokens, temperature=1.0, logits_processors=[self._processor(s, temperature)]
+                max_tokens=max_new_tokens,
+                temperature=1.0,
+                logits_processors=[self._processor(s, temperature, recorded[i])],
             )
-            for s in seeds
+            for i, s in enumerate(seeds)
         ]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         results = []
-        for prompt, out in zip(prompts, outs, strict=True):
+        for prompt, out, lps in zip(prompts, outs, recorded, strict=True):
             toks = list(out.outputs[0].token_ids)
             hid = self._prefill_hidden(prompt, toks) if capture_hidden else None
-            results.append(Completion(toks, [], hid, toks[-1] == self.eos_token_id))
+            results.append(Completion(toks, lps[: len(toks)], hid, toks[-1] == self.eos_token_id))
         return results
 
     def _prefill_hidden(self, prompt: list[int], output: list[int]) -> torch.Tensor:

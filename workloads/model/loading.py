@@ -61,6 +61,8 @@ def load_weights(model: PreTrainedModel, safetensors_path: str | Path) -> PreTra
     # Tied embeddings legitimately omit lm_head.weight; anything else missing is a wrong checkpoint.
     missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     if missing or unexpected:
-        raise ValueError(f"checkpoint {safetensors_path} does not fit the model: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"checkpoint {safetensors_path} does not fit the model: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
     return model.eval()

@@ -23,7 +23,9 @@ def score(record: TaskRecord, completion: str) -> float:
     try:
         verifier = VERIFIERS[record.task_type]
     except KeyError:
-        raise ValueError(f"no verifier for task type {record.task_type!r}; known: {sorted(VERIFIERS)}") from None
+        raise ValueError(
+            f"no verifier for task type {record.task_type!r}; known: {sorted(VERIFIERS)}"
+        ) from None
     return float(verifier(record, completion))
 
 

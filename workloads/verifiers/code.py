@@ -14,6 +14,7 @@ too), RLIMIT_NOFILE, a wall-clock timeout, a scrubbed environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -123,10 +124,8 @@ def run_program(source: str, stdin: str, limits: SandboxLimits | None = None) ->
 def _kill_group(proc: subprocess.Popen) -> None:
     # Kills the whole session; in the namespace sandbox killing `unshare` already takes every
     # process of the PID namespace with it.
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
@@ -153,8 +152,10 @@ def verify_code(record: TaskRecord, completion: str, limits: SandboxLimits | Non
     passed = 0
     for case in cases:
         result = run_program(source, str(case["input"]), limits)
-        if not result.timed_out and result.returncode == 0 and _normalise(result.stdout) == _normalise(
-            str(case["output"])
+        if (
+            not result.timed_out
+            and result.returncode == 0
+            and _normalise(result.stdout) == _normalise(str(case["output"]))
         ):
             passed += 1
     return passed / len(cases)

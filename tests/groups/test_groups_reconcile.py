@@ -1,0 +1,105 @@
+"""`reconcile` on a real (SQLite, migrated) database: nearest-first formation from discovery locations,
+merging small idle groups, dissolving on death, and the Plan built from what is stored."""
+
+from __future__ import annotations
+
+import uuid
+
+from intellect.identity import Wallet
+from intellect.wire.nodes import ComputeSpecs, GpuSpec, Location, NodeMetadata
+from intellect.wire.tasks import TaskSpec
+from orchestrator.db import make_engine, migrate, session_factory
+from orchestrator.groups.reconcile import reconcile
+from orchestrator.groups.scheduler import GroupScheduler
+from orchestrator.groups.topology import Topology
+from orchestrator.models import NodeRow, TaskRow, utcnow
+
+CITIES = {"berlin": (52.52, 13.40), "paris": (48.86, 2.35), "tokyo": (35.68, 139.69),
+          "osaka": (34.69, 135.50)}
+
+
+def sessions(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'o.db'}")
+    migrate(engine)
+    return session_factory(engine)
+
+
+def add_node(session, city: str | None, gpu_mb: int = 0, state: str = "Healthy", port: int = 9000) -> str:
+    address = Wallet.create().address
+    gpus = [GpuSpec(model="H100", count=1, memory_mb=gpu_mb)] if gpu_mb else []
+    where = Location(latitude=CITIES[city][0], longitude=CITIES[city][1]) if city else None
+    specs = ComputeSpecs(gpus=gpus, cpu_cores=8, ram_mb=1, disk_free_mb=1)
+    meta = NodeMetadata(node_address=address, provider_address=Wallet.create().address, ip_address="10.0.0.1",
+                        port=port, compute_specs=specs, location=where)
+    session.add(NodeRow(address=address, state=state, misses=0, in_pool=True, invite_attempts=0,
+                        ip_address="10.0.0.1", port=port, node_metadata=meta.model_dump(mode="json"),
+                        state_changed_at=utcnow(), created_at=utcnow()))
+    return address
+
+
+def add_task(session, topologies: list[str] | None) -> str:
+    spec = {"name": "t", "image": "i"}
+    if topologies:
+        spec["scheduling_config"] = {"plugins": {"node_groups": {"allowed_topologies": topologies}}}
+    tid = str(uuid.uuid4())
+    session.add(TaskRow(id=tid, name="t", spec=TaskSpec.model_validate(spec).model_dump(mode="json"),
+                        config_hash="x", created_at=utcnow()))
+    return tid
+
+
+def test_nearest_first_requirements_and_plan(tmp_path) -> None:
+    make = sessions(tmp_path)
+    with make() as s, s.begin():
+        berlin, tokyo = add_node(s, "berlin", 80_000, port=1), add_node(s, "tokyo", 80_000, port=2)
+        paris, osaka = add_node(s, "paris", 80_000, port=3), add_node(s, "osaka", 80_000, port=4)
+        small = add_node(s, "berlin", 16_000)  # too little GPU memory for "2x64GB"
+        plain = add_task(s, None)
+        grouped = add_task(s, ["2x64GB"])
+    with make() as s, s.begin():
+        changes = reconcile(s, {})
+    assert len(changes.formed) == 2 and len(changes.assigned) == 2
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    placed = {a: plan.task_for(a) for a in (berlin, tokyo, paris, osaka)}
+    by_group: dict[str, set[str]] = {}
+    for address, assigned in placed.items():
+        assert assigned is not None and assigned.task.id == grouped and assigned.group is not None
+        by_group.setdefault(assigned.group.group_id, set()).add(address)
+    assert sorted(map(sorted, by_group.values())) == sorted([sorted([berlin, paris]), sorted([tokyo, osaka])])
+    # the ring: each member's next P2P address is its partner's advertised address
+    for assigned in placed.values():
+        assert assigned.group.group_size == 2 and assigned.group.next_p2p_address.startswith("10.0.0.1:")
+    assert plan.task_for(small).task.id == plain and plan.task_for(small).group is None
+    # nothing changes on a second pass
+    with make() as s, s.begin():
+        assert not reconcile(s, {})
+
+
+def test_merge_small_idle_groups_and_dissolve_on_death(tmp_path) -> None:
+    make = sessions(tmp_path)
+    flexible = {"flex": Topology(name="flex", min_size=1, max_size=3)}
+    with make() as s, s.begin():
+        first = add_node(s, None)
+        task = add_task(s, ["flex"])
+    with make() as s, s.begin():
+        assert len(reconcile(s, flexible).formed) == 1  # a group of one (min_size 1)
+    with make() as s, s.begin():
+        second = add_node(s, None)
+    with make() as s, s.begin():
+        assert len(reconcile(s, flexible).formed) == 1  # the newcomer alone: another group of one
+    with make() as s, s.begin():
+        changes = reconcile(s, flexible)  # two idle groups of one that fit in 3: merged
+    assert len(changes.merged) == 1
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    a, b = plan.task_for(first), plan.task_for(second)
+    assert a.group.group_id == b.group.group_id and a.group.group_size == 2 and a.task.id == task
+    # a member dies: the group dissolves, the survivor forms a new group of one for the same task
+    with make() as s, s.begin():
+        s.get(NodeRow, second).state = "Dead"
+    with make() as s, s.begin():
+        changes = reconcile(s, flexible)
+    assert changes.dissolved and "Dead" in changes.dissolved[0][1] and len(changes.formed) == 1
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    assert plan.task_for(first).group.group_size == 1 and plan.task_for(second) is None

@@ -1,0 +1,302 @@
+"""From the bridge queue to storage and the chain: upload each announced file, then `submitWork` once.
+
+Per file (`FileQueue` of the task bridge):
+1. upload: `POST /storage/request-upload` signed by the node key → `UploadGrant` → PUT the file to
+   the signed URL (tenacity retries on network errors and 5xx; a 4xx is never retried). A 409
+   "already uploaded" means an earlier run finished the PUT: the file counts as uploaded.
+2. submit: `ComputePool.submitWork(pool, node, sha256, units)` sent with the **provider key** (the
+   contract accepts the provider or the node; the provider holds the gas, the node key only signs).
+   Exactly once, even across worker restarts: an intent is written to `<state_dir>/uploader.sqlite`
+   before the transaction is sent. An intent without a result means "maybe sent": the chain is asked
+   (`getWork`) before anything is sent again, and a `WorkAlreadySubmitted` revert for a key the chain
+   records under our node is success (its transaction hash is read from the `WorkSubmitted` event).
+A file that can never succeed (the orchestrator refuses it for good, the key belongs to another node,
+zero work units) is recorded as `rejected` with the reason and is not retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from eth_utils import to_checksum_address
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from intellect.identity import Wallet
+from intellect.signing import SignedAuth
+from intellect.wire.storage import UploadGrant, UploadRequest
+from ledger.errors import ContractRevert, LedgerError
+from worker.bridge import FileQueue, PendingFile
+
+log = logging.getLogger("intellect.worker.uploader")
+
+# Reverts that will never turn into success by retrying.
+FINAL_REVERTS = {"WorkKeyInvalidated", "ZeroWorkUnits"}
+
+
+class UploadRefused(Exception):
+    """The orchestrator or the store said no with a 4xx: `final` when asking again cannot help."""
+
+    def __init__(self, reason: str, final: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.final = final
+
+
+class WorkChain(Protocol):
+    """What the uploader needs from the ledger (a `LedgerClient` with the provider key, see `LedgerWork`)."""
+
+    node: str
+    pool_id: int
+
+    def submit(self, work_key: str, units: int) -> str: ...
+    def owner_of(self, work_key: str) -> str | None: ...
+    def submission_tx(self, work_key: str) -> str | None: ...
+
+
+class LedgerWork:
+    """`WorkChain` over the ledger client: submits as the client's wallet (the provider)."""
+
+    def __init__(self, client: Any, pool_id: int, node: str) -> None:
+        self.client = client
+        self.pool_id = pool_id
+        self.node = to_checksum_address(node)
+
+    def submit(self, work_key: str, units: int) -> str:
+        return self.client.submit_work(self.pool_id, self.node, "0x" + work_key, units).tx_hash
+
+    def owner_of(self, work_key: str) -> str | None:
+        record = self.client.get_work(self.pool_id, "0x" + work_key)
+        return to_checksum_address(record.node) if record else None
+
+    def submission_tx(self, work_key: str) -> str | None:
+        from ledger.events import EventReader
+
+        reader = EventReader(self.client, pool_id=self.pool_id, kinds=("WorkSubmitted",))
+        for event in reader.read(self.client.deployment.block).events:
+            if event.work_key == "0x" + work_key and event.node == self.node:  # type: ignore[union-attr]
+                return event.tx_hash
+        return None
+
+
+@dataclass
+class PassReport:
+    uploaded: list[str] = field(default_factory=list)  # sha256
+    submitted: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    retry_later: list[str] = field(default_factory=list)
+
+
+class Journal:
+    """Intents and outcomes per work key, in SQLite next to the bridge queue (survives restarts)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS submissions (sha256 TEXT PRIMARY KEY, state TEXT NOT NULL,"
+                       " attempts INTEGER NOT NULL DEFAULT 0, tx_hash TEXT, reason TEXT, updated_at TEXT)")
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30)
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def get(self, sha256: str) -> tuple[str, int, str | None, str | None] | None:
+        with self._db() as db:
+            return db.execute("SELECT state, attempts, tx_hash, reason FROM submissions WHERE sha256 = ?",
+                              (sha256,)).fetchone()
+
+    def set(self, sha256: str, state: str, *, tx_hash: str | None = None, reason: str | None = None,
+            attempt: bool = False) -> None:
+        now = datetime.now(UTC).isoformat()
+        with self._db() as db:
+            db.execute("INSERT INTO submissions (sha256, state, attempts, tx_hash, reason, updated_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(sha256) DO UPDATE SET state = excluded.state,"
+                       " attempts = attempts + ?, tx_hash = COALESCE(excluded.tx_hash, tx_hash),"
+                       " reason = excluded.reason, updated_at = excluded.updated_at",
+                       (sha256, state, int(attempt), tx_hash, reason, now, int(attempt)))
+
+    def states(self) -> dict[str, str]:
+        with self._db() as db:
+            return dict(db.execute("SELECT sha256, state FROM submissions").fetchall())
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, httpx.HTTPStatusError) and (exc.response.status_code >= 500
+                                                       or exc.response.status_code == 429)
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail") or response.text)
+    except ValueError:
+        return response.text[:500]
+
+
+class Uploader:
+    def __init__(self, node: Wallet, queue: FileQueue, chain: WorkChain, state_dir: Path,
+                 orchestrator_url: Callable[[], str | None], *, timeout: float = 30.0, attempts: int = 4,
+                 backoff: float = 0.5) -> None:
+        self.node = node
+        self.queue = queue
+        self.chain = chain
+        self.journal = Journal(state_dir / "uploader.sqlite")
+        self.orchestrator_url = orchestrator_url
+        self.timeout = timeout
+        self.retrying = dict(retry=retry_if_exception(_retryable), stop=stop_after_attempt(attempts),
+                             wait=wait_exponential(multiplier=backoff, max=10), reraise=True)
+
+    # ---- upload ----
+
+    def _request_grant(self, client: httpx.Client, base: str, item: PendingFile) -> UploadGrant | None:
+        body = UploadRequest(task_id=item.task_id, original_name=item.relative_path,
+                             size_bytes=item.size_bytes, sha256=item.sha256,
+                             work_units=item.work_units).model_dump_json()
+
+        def ask() -> httpx.Response:
+            response = client.post(f"{base}/storage/request-upload", content=body, auth=SignedAuth(self.node),
+                                   headers={"Content-Type": "application/json"})
+            if response.status_code >= 500 or response.status_code == 429:
+                response.raise_for_status()
+            return response
+
+        response = Retrying(**self.retrying)(ask)  # type: ignore[arg-type]
+        if response.status_code == 409 and _detail(response).startswith("already uploaded"):
+            return None
+        if response.status_code >= 400:
+            # 403 (not Healthy / not assigned: may change) and 404 are worth asking again later.
+            final = response.status_code in (400, 409, 413, 422)
+            reason = f"upload request refused ({response.status_code}): {_detail(response)}"
+            raise UploadRefused(reason, final)
+        return UploadGrant.model_validate(response.json())
+
+    def _put(self, client: httpx.Client, grant: UploadGrant, item: PendingFile) -> None:
+        def put() -> None:
+            with item.path.open("rb") as handle:
+                response = client.request(grant.method, grant.url, content=handle,
+                                          headers={**grant.headers, "Content-Length": str(item.size_bytes)})
+            if response.status_code == 409 and "already used" in _detail(response):
+                return  # an earlier PUT of ours completed (its reply was lost)
+            if response.status_code >= 400:
+                if response.status_code >= 500:
+                    response.raise_for_status()
+                raise UploadRefused(f"storage refused the PUT ({response.status_code}): {_detail(response)}",
+                                    final=response.status_code not in (403, 408))  # 403: expired URL
+
+        Retrying(**self.retrying)(put)  # type: ignore[arg-type]
+
+    def upload(self, client: httpx.Client, base: str, item: PendingFile) -> None:
+        if not item.path.is_file():
+            raise UploadRefused(f"{item.path} is gone from the data directory", final=True)
+        grant = self._request_grant(client, base, item)
+        if grant is not None:
+            self._put(client, grant, item)
+            ref = grant.file_name
+        else:
+            ref = None
+        self.queue.mark_uploaded(item.id, ref)
+        log.info("uploaded %s (%s, %d bytes) as %s", item.relative_path, item.sha256[:12], item.size_bytes,
+                 ref)
+
+    # ---- submit ----
+
+    def submit(self, item: PendingFile) -> str | None:
+        """Exactly-once `submitWork`: the tx hash ("" when on chain but its tx is not found), or None
+        when the file was rejected for good (reason in the journal)."""
+        key = item.sha256
+        entry = self.journal.get(key)
+        if entry and entry[0] == "submitted":
+            return entry[2] or ""
+        if item.work_units == 0:
+            self.journal.set(key, "rejected", reason="zero work units: nothing to submit on chain")
+            return None
+        if entry and entry[0] == "sending":  # a previous run may have sent it: the chain decides
+            found, tx = self._on_chain(key)
+            if found:
+                return tx
+        self.journal.set(key, "sending", attempt=True)  # the intent, before anything leaves
+        try:
+            tx = self.chain.submit(key, item.work_units)
+        except ContractRevert as exc:
+            if exc.error_name == "WorkAlreadySubmitted":
+                found, tx = self._on_chain(key)
+                if found:
+                    return tx
+            if exc.error_name in FINAL_REVERTS:
+                self.journal.set(key, "rejected", reason=str(exc))
+                return None
+            raise
+        self.journal.set(key, "submitted", tx_hash=tx)
+        log.info("submitted work %s (%d units): tx %s", key[:12], item.work_units, tx)
+        return tx
+
+    def _on_chain(self, key: str) -> tuple[bool, str | None]:
+        """(False, None): not on chain. (True, tx hash or ""): ours. (True, None): another node's."""
+        owner = self.chain.owner_of(key)
+        if owner is None:
+            return False, None
+        if owner != to_checksum_address(self.chain.node):
+            self.journal.set(key, "rejected", reason=f"work key already submitted by node {owner}")
+            return True, None
+        tx = self.chain.submission_tx(key) or ""
+        self.journal.set(key, "submitted", tx_hash=tx or None)
+        log.info("work %s was already on chain for this node (tx %s)", key[:12], tx or "unknown")
+        return True, tx
+
+    # ---- one pass ----
+
+    def run_once(self) -> PassReport:
+        report = PassReport()
+        base = self.orchestrator_url()
+        rejected = {k for k, state in self.journal.states().items() if state == "rejected"}
+        if base:
+            with httpx.Client(timeout=self.timeout) as client:
+                for item in self.queue.pending_upload():
+                    if item.sha256 in rejected:
+                        continue
+                    try:
+                        self.upload(client, base.rstrip("/"), item)
+                        report.uploaded.append(item.sha256)
+                    except UploadRefused as exc:
+                        log.warning("%s: %s", item.relative_path, exc.reason)
+                        if exc.final:
+                            self.journal.set(item.sha256, "rejected", reason=exc.reason)
+                            report.rejected.append(item.sha256)
+                        else:
+                            report.retry_later.append(item.sha256)
+                    except httpx.HTTPError as exc:
+                        log.warning("upload of %s failed, retrying later: %s", item.relative_path, exc)
+                        report.retry_later.append(item.sha256)
+        for item in self.queue.pending_submission():
+            if item.sha256 in rejected:
+                continue
+            try:
+                tx = self.submit(item)
+            except LedgerError as exc:
+                log.warning("submitWork for %s failed, retrying later: %s", item.sha256[:12], exc)
+                report.retry_later.append(item.sha256)
+                continue
+            if tx is None:
+                state = self.journal.get(item.sha256)
+                log.error("work %s not submitted: %s", item.sha256[:12], state[3] if state else "?")
+                report.rejected.append(item.sha256)
+                self.queue.mark_submitted(item.id, "")  # leaves the queue; the reason is in the journal
+            else:
+                self.queue.mark_submitted(item.id, tx)
+                report.submitted.append(item.sha256)
+        return report
