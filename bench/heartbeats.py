@@ -234,10 +234,10 @@ async def _drive(job: ClientJob, payloads: Iterable[bytes]) -> ClientResult:
 
     cpu0, t0 = time.process_time(), time.perf_counter()
     if job.concurrency:
-        stop = t0 + job.seconds
+        stop, shared = t0 + job.seconds, iter(payloads)  # one iterator: each request is sent once
 
         async def lane() -> None:
-            for payload in payloads:
+            for payload in shared:
                 if time.perf_counter() > stop:
                     return
                 await one(payload, time.perf_counter())
