@@ -40,6 +40,7 @@ compile: ## recompile the contracts with the pinned solcjs and refresh the commi
 bench:
 	$(BIN)/python bench/gas.py
 	$(BIN)/python bench/toploc.py --quick
+	$(BIN)/python bench/inference.py
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache

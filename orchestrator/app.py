@@ -29,7 +29,7 @@ from orchestrator.context import Context, Metrics
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.groups.reconcile import UnknownTopology, resolve_topology
 from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
-from orchestrator.heartbeat import HeartbeatHandler
+from orchestrator.heartbeat import HeartbeatHandler, heartbeat_route
 from orchestrator.invites import invite_loop
 from orchestrator.live import LeaderLease, LiveStore
 from orchestrator.models import NodeRow, TaskRow, utcnow
@@ -148,6 +148,10 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
               description="Signed by the node key (X-Intellect-* headers); the reply carries its task.")
     async def heartbeat(request: Request) -> HeartbeatResponse:
         return await handler_box["hb"].handle(request)
+
+    # Served by a raw ASGI route placed first (skips routing and dependency solving, ~18% of the
+    # path's CPU); the FastAPI route above stays for the OpenAPI document.
+    app.router.routes.insert(0, heartbeat_route(lambda: handler_box["hb"]))
 
     # ---- tasks ----
 

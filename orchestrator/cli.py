@@ -86,11 +86,27 @@ def serve(
     if workers == 1:
         uvicorn.run(create_app(settings), **server_options)  # type: ignore[arg-type]
         return
+    loops = settings.run_background_loops
     embedded = _prepare_replicas(settings, log_level)
+    background = None
+    if loops:
+        # The invite, liveness and group loops get a process of their own: in an API process their
+        # SQL passes (thousands of rows in a thread) would hold the GIL and stall heartbeats.
+        import multiprocessing
+
+        os.environ["INTELLECT_ORCH_RUN_BACKGROUND_LOOPS"] = "false"
+        background = multiprocessing.get_context("spawn").Process(
+            target=_background_main, name="orchestrator-loops", daemon=False)
+        background.start()
     try:
         uvicorn.run("orchestrator.cli:app_from_environment", factory=True, workers=workers,
                     **server_options)  # type: ignore[arg-type]
     finally:
+        if background is not None and background.is_alive():
+            background.terminate()  # SIGTERM by pid: it leaves its lifespan cleanly
+            background.join(timeout=30)
+            if background.is_alive():
+                background.kill()
         if embedded is not None:
             embedded.stop()
 
@@ -134,6 +150,26 @@ def _prepare_replicas(settings: OrchestratorSettings, log_level: str):  # type: 
         os.environ[f"INTELLECT_ORCH_{name.upper()}"] = str(value)
     os.environ[_LOG_LEVEL_ENV] = log_level
     return embedded
+
+
+def _background_main() -> None:
+    """The loops-only process of `serve --workers N`: the app's lifespan without an HTTP server."""
+    import asyncio
+    import signal
+
+    from orchestrator.app import create_app
+
+    _configure_logging(os.environ.get(_LOG_LEVEL_ENV, "info"))
+    app = create_app(OrchestratorSettings(run_background_loops=True))
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        async with app.router.lifespan_context(app):
+            await stop.wait()
+
+    asyncio.run(run())
 
 
 def app_from_environment():  # type: ignore[no-untyped-def]

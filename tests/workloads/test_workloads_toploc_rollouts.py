@@ -191,3 +191,14 @@ def test_truncated_output_fails(tiny_model, honest):
 def test_wrong_seed_fails_sampling_check(tiny_model, honest):
     lied = [r.model_copy(update={"seed": r.seed + 1, "temperature": 2.0}) for r in honest]
     assert _rejected(check(tiny_model, lied))
+
+
+def test_one_token_completions_have_empty_proofs_and_verify(backend, tiny_tokenizer, tiny_model):
+    records = load_dataset("demo")
+    plan = plan_batch(NODE, 1, 1, len(records), 3, 2, [8])
+    rows, _ = make_rollouts(
+        backend, tiny_tokenizer, records, plan, step=1, max_new_tokens=1, temperature=1.0, length_penalty=3e-4
+    )
+    assert all(len(r.output_tokens) == 1 and r.proofs == b"" for r in rows)
+    results = check_rollouts(tiny_model, rows, eos_token_id=1, max_new_tokens=1)
+    assert all(r.passed for r in results)

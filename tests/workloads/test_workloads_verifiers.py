@@ -163,3 +163,14 @@ def test_loader_parquet_jsonl_and_errors(tmp_path):
         load_dataset(bad)
     with pytest.raises(ValueError, match="not found"):
         load_dataset(tmp_path / "missing.jsonl")
+
+
+def test_math_works_off_the_main_thread():
+    import threading
+
+    record = rec("math", r"\frac{3}{4}")
+    out: list[float] = []
+    worker = threading.Thread(target=lambda: out.append(score(record, r"\boxed{0.75}")))
+    worker.start()
+    worker.join()
+    assert out == [1.0]

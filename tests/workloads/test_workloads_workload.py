@@ -174,8 +174,11 @@ def test_follows_step_counter_and_loads_http_checkpoints(tmp_path, http_dir, mon
     _publish(root, 5, 1.04)
     (root / "step").write_text('{"step": 5}')
     assert work.run_batch().checkpoint_step == 5
-    assert work.store.versions() == [3, 4, 5][-3:] or len(work.store.versions()) <= 3  # async level + 1 kept
-    assert len(work.store.versions()) <= 3
+    assert work.store.versions() == [1, 3, 5]
+    _publish(root, 6, 1.05)
+    (root / "step").write_text('{"step": 6}')
+    assert work.run_batch().checkpoint_step == 6
+    assert work.store.versions() == [3, 5, 6]  # at most async level + 1 versions kept
 
 
 def test_step_beyond_async_level_waits(tmp_path, http_dir):
@@ -249,3 +252,16 @@ def test_cli_runs_standalone_with_json(tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["rows"] == 4 and Path(report["path"]).exists()
+
+
+def test_waits_for_an_unavailable_step_counter(tmp_path, http_dir, monkeypatch):
+    monkeypatch.delenv("INTELLECT_SOCKET_PATH", raising=False)
+    root, url = http_dir  # /step answers 404 until the trainer publishes it
+    timer = threading.Timer(0.5, lambda: (root / "step").write_text('{"step": 2}'))
+    timer.start()
+    reports = []
+    InferenceWorkload(settings(tmp_path, step_url=f"{url}/step", poll_seconds=0.1, max_batches=1)).run(
+        reports.append
+    )
+    timer.join()
+    assert [r.step for r in reports] == [2]

@@ -13,7 +13,7 @@ import httpx
 from pydantic import BaseModel
 
 from workloads.datasets import load_dataset
-from workloads.inference.checkpoints import CheckpointStore
+from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.inference.generate import DTYPES, make_rollouts
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings
@@ -156,7 +156,13 @@ class InferenceWorkload:
     def run(self, on_batch: Callable[[BatchReport], None] = lambda _r: None) -> int:
         done = 0
         while self.s.max_batches == 0 or done < self.s.max_batches:
-            report = self.run_batch()
+            try:
+                report = self.run_batch()
+            except (httpx.HTTPError, CheckpointError, ValueError) as exc:
+                # Trainer or relay unreachable, or a corrupt checkpoint (dropped, fetched again
+                # later): wait and retry instead of dying, as a long-running worker should.
+                log.warning("batch not started: %s; retrying in %.1f s", exc, self.s.poll_seconds)
+                report = None
             if report is None:
                 time.sleep(self.s.poll_seconds)
                 continue

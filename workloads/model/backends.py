@@ -128,16 +128,16 @@ class TorchBackend:
             if hook:
                 hook.__exit__(None, None, None)
 
-        stacked = torch.stack(hidden_steps, dim=1).cpu() if hidden_steps else None  # [batch, steps, H]
+        hidden_size = self.model.config.hidden_size
+        stacked = (  # [batch, decode steps, hidden]; zero steps when every sequence stopped at once
+            torch.stack(hidden_steps, dim=1).cpu()
+            if hidden_steps
+            else torch.empty((batch, 0, hidden_size), dtype=self.model.dtype)
+        )
         results = []
         for i in range(batch):
             n = len(tokens[i])
-            if capture_hidden:
-                hid = stacked[i, : n - 1] if stacked is not None else torch.empty(0, 0)
-                if stacked is None or n - 1 == 0:
-                    hid = torch.empty((0, self.model.config.hidden_size), dtype=self.model.dtype)
-            else:
-                hid = None
+            hid = stacked[i, : n - 1].clone() if capture_hidden else None  # own storage per sequence
             results.append(Completion(tokens[i], logprobs[i], hid, tokens[i][-1] == self.eos_token_id))
         self.stats.seconds += time.perf_counter() - started
         self.stats.output_tokens += sum(len(t) for t in tokens)

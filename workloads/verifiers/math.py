@@ -4,6 +4,7 @@ equivalence with the reference answer through `math-verify` (sympy underneath)."
 from __future__ import annotations
 
 import logging
+import threading
 
 from workloads.verifiers.records import TaskRecord
 
@@ -23,15 +24,23 @@ def last_boxed(text: str) -> str | None:
     return text[i : j - 1] if depth == 0 else None
 
 
+MAX_ANSWER_CHARS = 512  # longer "answers" are wrong; also bounds sympy's work without a timeout
+
+
 def equivalent(answer: str, reference: str) -> bool:
     if answer.strip() == reference.strip():
         return True
+    if len(answer) > MAX_ANSWER_CHARS:
+        return False
     try:
         from math_verify import parse, verify  # noqa: PLC0415 - heavy import, only when needed
 
-        gold = parse(f"${reference}$")
-        pred = parse(f"${answer}$")
-        return bool(gold and pred and verify(gold, pred))
+        # math-verify's timeouts use SIGALRM, which only works in the main thread; elsewhere (a
+        # thread pool) run without them rather than fail every answer.
+        timeout = 5 if threading.current_thread() is threading.main_thread() else None
+        gold = parse(f"${reference}$", parsing_timeout=timeout)
+        pred = parse(f"${answer}$", parsing_timeout=timeout)
+        return bool(gold and pred and verify(gold, pred, timeout_seconds=timeout))
     except Exception as exc:  # a malformed answer is wrong, not a crash of the workload
         log.debug("math-verify failed on %r vs %r: %s", answer, reference, exc)
         return False
