@@ -30,7 +30,7 @@ if ! engine_up; then
   else
     log "starting dockerd in the background (log: /var/log/dockerd.log)"
     # Plain nohup rather than systemd: CI containers and VMs here have no init system.
-    $SUDO sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &'
+    $SUDO setsid sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &' </dev/null
   fi
   for _ in $(seq 1 60); do
     engine_up && break
