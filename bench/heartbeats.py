@@ -96,17 +96,24 @@ class Server:
             time.sleep(3)
         self.token = (state_dir / "admin-token").read_text().strip()
 
-    def cpu_seconds(self) -> float:
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds so far of the API processes (they hold the listening socket) and the rest
+        (the loops process of `--workers N`, uvicorn's supervisor)."""
+        out = {"api": 0.0, "other": 0.0}
         try:
             root = psutil.Process(self.proc.pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return 0.0
-        total = 0.0
+            return out
         for p in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
-                total += sum(p.cpu_times()[:2])
-        return total
+                listening = any(c.status == psutil.CONN_LISTEN for c in p.net_connections("tcp"))
+                serving = listening and (p is not root or len(procs) == 1)
+                out["api" if serving else "other"] += sum(p.cpu_times()[:2])
+        return out
+
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu_by_role().values())
 
     def node_state(self, address: str) -> str:
         r = httpx.get(f"{self.url}/nodes/{address}", headers={"Authorization": f"Bearer {self.token}"},
@@ -359,10 +366,11 @@ def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wal
     assert r.status_code == 200, r.text
     silent_since = time.monotonic()
     redis_proc = psutil.Process(redis.pid)
-    server_cpu0, redis_cpu0 = server.cpu_seconds(), sum(redis_proc.cpu_times()[:2])
+    roles0, redis_cpu0 = server.cpu_by_role(), sum(redis_proc.cpu_times()[:2])
     load0 = os.getloadavg()[0]
     results = clients.go()
-    server_cpu = server.cpu_seconds() - server_cpu0
+    roles = {k: v - roles0[k] for k, v in server.cpu_by_role().items()}
+    server_cpu = sum(roles.values())
     redis_cpu = sum(redis_proc.cpu_times()[:2]) - redis_cpu0
     dead_after = float("inf")
     while time.monotonic() - silent_since < 120:
@@ -383,6 +391,8 @@ def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wal
         "redis_cpu_ms_per_hb": round(redis_cpu / max(ok, 1) * 1000, 3),
         "client_cpu_ms_per_hb": round(sum(r.cpu_seconds for r in results) / max(ok, 1) * 1000, 3),
         "server_cores_busy": round(server_cpu / wall, 2),
+        "api_cpu_ms_per_hb": round(roles["api"] / max(ok, 1) * 1000, 3),
+        "loops_cores_busy": round(roles["other"] / wall, 2),
         "dead_detected_s": round(dead_after, 1), "load_before": round(load0, 2),
     }
     row["holds"] = bool(row["errors"] == 0 and row["p99_ms"] is not None and row["p99_ms"] < 100

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from intellect.redis_server import EmbeddedRedis
 from intellect.testing import start_devnet
 
 REQUIREMENTS = '{"requirements": {"cpu_cores": 2, "ram_mb": 1000, "gpu": {"count": 0}}}'
@@ -10,12 +9,8 @@ REQUIREMENTS = '{"requirements": {"cpu_cores": 2, "ram_mb": 1000, "gpu": {"count
 
 @pytest.fixture(scope="module")
 def devnet():
+    """Overrides the shared fixture: this pool has hardware requirements to check uploads against."""
     net = start_devnet(pool_data_uri=REQUIREMENTS)
     yield net
     net.stop()
 
-
-@pytest.fixture(scope="module")
-def redis_url():
-    with EmbeddedRedis() as redis:
-        yield redis.url

@@ -90,7 +90,7 @@ def test_fast_route_answers_and_refuses_like_the_documented_one(orchestrator) ->
     bad = httpx.post(url + "/heartbeat", content=forged, auth=SignedAuth(healthy), timeout=30)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "node_address"
     # over the body limit: 413 before any signature work
-    huge = HeartbeatRequest(metrics={f"m{i}": 1.0 for i in range(5000)}).model_dump_json().encode()
+    huge = HeartbeatRequest(metrics={f"metric_{i}": 1.0 for i in range(8000)}).model_dump_json().encode()
     too_big = beat(url, healthy, body=huge)
     assert too_big.status_code == 413 and "over" in too_big.json()["detail"]
     # the per-minute rate limit (5 here) is counted in Redis: the next heartbeats are 429
