@@ -66,8 +66,6 @@ def record_task_status(ctx: Context, address: str, status: TaskStatus) -> None:
         row.state, row.detail, row.updated_at = status.state.value, status.detail, utcnow()
 
 
-
-
 class HeartbeatHandler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

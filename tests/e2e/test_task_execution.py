@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -80,17 +81,9 @@ def stop_task(kind: str, cluster: Cluster) -> None:
         runtime.close()
 
 
-@pytest.fixture(scope="module", params=["docker", "process"])
-def stack(request: pytest.FixtureRequest,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cluster]]:
-    kind = request.param
-    if kind == "docker":
-        problem = docker_problem()
-        if problem:
-            if os.environ.get("INTELLECT_REQUIRE_DOCKER") == "1":
-                pytest.fail(f"Docker required (INTELLECT_REQUIRE_DOCKER=1) but {problem}")
-            pytest.skip(f"DOCKER END-TO-END SKIPPED: {problem}")
-    tmp = tmp_path_factory.mktemp(f"exec-{kind}")
+@contextmanager
+def running_stack(kind: str, tmp: Path) -> Iterator[Cluster]:
+    """anvil + Redis + discovery + orchestrator + one worker with runtime `kind`, all stopped after."""
     anvil = Anvil.start(accounts=5)
     redis = EmbeddedRedis().start()
     cluster: Cluster | None = None
@@ -109,7 +102,7 @@ def stack(request: pytest.FixtureRequest,
         cluster.start_discovery()
         cluster.start_orchestrator()
         cluster.workers = [worker_service(cluster, kind).start()]
-        yield kind, cluster
+        yield cluster
     except BaseException:
         if cluster:
             print(cluster.logs())
@@ -127,6 +120,20 @@ def stack(request: pytest.FixtureRequest,
         else:
             redis.stop()
             anvil.stop()
+
+
+@pytest.fixture(scope="module", params=["docker", "process"])
+def stack(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cluster]]:
+    kind = request.param
+    if kind == "docker":
+        problem = docker_problem()
+        if problem:
+            if os.environ.get("INTELLECT_REQUIRE_DOCKER") == "1":
+                pytest.fail(f"Docker required (INTELLECT_REQUIRE_DOCKER=1) but {problem}")
+            pytest.skip(f"DOCKER END-TO-END SKIPPED: {problem}")
+    with running_stack(kind, tmp_path_factory.mktemp(f"exec-{kind}")) as cluster:
+        yield kind, cluster
 
 
 def worker_service(cluster: Cluster, kind: str) -> Service:
