@@ -78,10 +78,12 @@ class Server:
                            "discovery_url": "http://127.0.0.1:9", "heartbeat_rate_limit_per_minute": 1000,
                            **settings}.items():
             env[f"INTELLECT_ORCH_{key.upper()}"] = str(value)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "serve", "--log-level", "warning",
-             "--workers", str(workers), "--keep-alive", str(keep_alive)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log = state_dir / "server.log"
+        with self.log.open("wb") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "serve", "--log-level", "warning",
+                 "--workers", str(workers), "--keep-alive", str(keep_alive)],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 90
         while True:  # the port opens before the API processes finish start-up: wait for /health
             try:
@@ -121,12 +123,20 @@ class Server:
         return r.json()["state"]
 
     def stop(self) -> None:
-        self.proc.terminate()  # uvicorn's supervisor stops its API processes on SIGTERM
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        self.proc.terminate()  # uvicorn's supervisor stops its API processes and the loops process
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        _, alive = psutil.wait_procs(children, timeout=25)
+        for p in alive:  # whatever outlived its parent, by pid
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
 
 
 # ---- client processes ----
@@ -395,6 +405,8 @@ def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wal
         "loops_cores_busy": round(roles["other"] / wall, 2),
         "dead_detected_s": round(dead_after, 1), "load_before": round(load0, 2),
     }
+    if any(k.startswith("5") for k in errors):
+        row["server_log"] = str(server.log)
     row["holds"] = bool(row["errors"] == 0 and row["p99_ms"] is not None and row["p99_ms"] < 100
                         and ok / wall >= 0.95 * rate and dead_after <= 30)
     return row

@@ -158,18 +158,33 @@ def _background_main() -> None:
     """The loops-only process of `serve --workers N`: the app's lifespan without an HTTP server."""
     import asyncio
     import signal
+    import threading
 
     from orchestrator.app import create_app
 
     _configure_logging(os.environ.get(_LOG_LEVEL_ENV, "info"))
     app = create_app(OrchestratorSettings(run_background_loops=True))
 
+    parent = os.getppid()
+
     async def run() -> None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+
+        async def orphaned() -> None:  # the supervisor was killed outright: do not linger, holding the lease
+            while os.getppid() == parent:
+                await asyncio.sleep(1)
+            stop.set()
+
+        watch = asyncio.create_task(orphaned())
         async with app.router.lifespan_context(app):
             await stop.wait()
+            # Shutdown may wait on a peer or a chain call in a thread: bound it.
+            deadline = threading.Timer(20, os._exit, (0,))
+            deadline.daemon = True  # a clean exit does not wait for it
+            deadline.start()
+        watch.cancel()
 
     asyncio.run(run())
 

@@ -146,8 +146,10 @@ class HeartbeatHandler:
             await live.forget_seen(address)
             reply = HeartbeatResponse(current_task=None, interval_seconds=s.heartbeat_interval_seconds)
             return Response(reply.model_dump_json(), media_type="application/json")
-        if found.state != NodeState.HEALTHY:  # rare: first beat after an invite, or a node that came back
-            await ctx.book.transition(address, NodeState.HEALTHY, None, actor=address,
+        # Unhealthy → Healthy is left to the liveness check, which reads the same Redis liveness at its
+        # next pass: after a stall, thousands of late nodes must not each cost an SQL write here.
+        if found.state not in (NodeState.HEALTHY, NodeState.UNHEALTHY):  # first beat after an invite,
+            await ctx.book.transition(address, NodeState.HEALTHY, None, actor=address,  # or back from Dead
                                       last_heartbeat_at=utcnow())
         plan = await ctx.plans.current(found.version)
         return Response(self._reply(plan, address), media_type="application/json")

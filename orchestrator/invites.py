@@ -87,6 +87,7 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
     if error is None:
         ctx.metrics.invites.labels("accepted").inc()
         await ctx.book.transition(row.address, NodeState.WAITING_FOR_HEARTBEAT, "invited", actor="invites",
+                                  only_from=NodeState(row.state),
                                   invited_at=utcnow(), invite_attempts=0, next_invite_at=None)
         return
     ctx.metrics.invites.labels("failed").inc()

@@ -13,6 +13,7 @@ a slot and the heartbeat script may touch several of them atomically):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ class LiveStore:
         self.version_key = f"{self.prefix}:tasks:version"
         self.leader_key = f"{self.prefix}:leader"
         self._beat = redis.register_script(_BEAT)  # EVALSHA, reloaded by redis-py on NOSCRIPT
+        # redis-py's asyncio pool raises (not waits) past its 100 connections: under a burst, heartbeats
+        # queue here for a connection instead of failing with a 500, leaving room for the other users.
+        self._beat_slots = asyncio.Semaphore(64)
 
     def hb_key(self, address: str) -> str:
         return f"{self.prefix}:hb:{address}"
@@ -46,8 +50,9 @@ class LiveStore:
         minute = int(now) // 60
         keys = [f"{self.prefix}:nonce:{address}:{nonce}", f"{self.prefix}:rate:{address}:{minute}",
                 self.state_key, self.version_key, self.hb_key(address), self.seen_key]
-        reply = await self._beat(keys=keys, args=[address, nonce_ttl, rate_limit, repr(now), task_json,
-                                                  metrics_json, worker_version, int(self.ttl) + 1])
+        async with self._beat_slots:
+            reply = await self._beat(keys=keys, args=[address, nonce_ttl, rate_limit, repr(now), task_json,
+                                                      metrics_json, worker_version, int(self.ttl) + 1])
         outcome = reply[0].decode()
         state = NodeState(reply[1].decode()) if len(reply) > 1 and reply[1] else None
         if outcome != "ok":

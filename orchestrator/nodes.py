@@ -58,12 +58,18 @@ class NodeBook:
         await self.live.set_state(row.address, NodeState(row.state) if may_heartbeat(row) else None)
 
     async def transition(self, address: str, state: NodeState, reason: str | None = None,
-                         actor: str = "orchestrator", **fields: Any) -> NodeRow | None:
+                         actor: str = "orchestrator", only_from: NodeState | None = None,
+                         **fields: Any) -> NodeRow | None:
+        """Move a node to `state`; with `only_from`, only if it is still in that state (compare-and-set
+        in one transaction, so a slow invite cannot overwrite the Healthy its first heartbeat set)."""
+
         def apply() -> NodeRow | None:
             with self.sessions() as session, session.begin():
                 row = session.get(NodeRow, address)
                 if row is None:
                     return None
+                if only_from is not None and row.state != only_from.value:
+                    return row
                 self._set(session, row, state, reason, actor)
                 for key, value in fields.items():
                     setattr(row, key, value)

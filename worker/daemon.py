@@ -267,3 +267,5 @@ class WorkerDaemon:
             await self.heartbeater.beat(url, leaving=True)
         except Exception as exc:
             log.warning("final heartbeat failed: %s", exc)
+        finally:
+            await self.heartbeater.aclose()

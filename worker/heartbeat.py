@@ -58,15 +58,30 @@ class Heartbeater:
         self.on_status = on_status
         self.metrics = metrics or (lambda: {})
         self.stats = HeartbeatStats()
+        self._client: httpx.AsyncClient | None = None
+
+    def _client_for(self, orchestrator_url: str) -> httpx.AsyncClient:
+        """One keep-alive connection per orchestrator: a new TCP connection per beat costs the server."""
+        base = orchestrator_url.rstrip("/")
+        if self._client is None or str(self._client.base_url).rstrip("/") != base:
+            old, self._client = self._client, httpx.AsyncClient(
+                base_url=base, timeout=self.timeout, auth=SignedAuth(self.node)
+            )
+            if old is not None:
+                asyncio.get_running_loop().create_task(old.aclose())
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def beat(self, orchestrator_url: str, *, leaving: bool = False) -> HeartbeatResponse:
         request = HeartbeatRequest(task=self.status, metrics=self.metrics(), worker_version=__version__,
                                    leaving=leaving)
         body = request.model_dump_json().encode()
-        async with httpx.AsyncClient(base_url=orchestrator_url.rstrip("/"), timeout=self.timeout,
-                                     auth=SignedAuth(self.node)) as client:
-            response = await client.post("/heartbeat", content=body,
-                                         headers={"Content-Type": "application/json"})
+        client = self._client_for(orchestrator_url)
+        response = await client.post("/heartbeat", content=body, headers={"Content-Type": "application/json"})
         if response.status_code >= 400:
             try:
                 reason = response.json().get("detail", response.text)
