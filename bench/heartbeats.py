@@ -5,7 +5,7 @@ client processes play the workers. Every request is signed ahead of its run (sig
 much CPU as verifying and would otherwise compete with the server on the same 2 cores), then sent
 open-loop at N / interval per second. Latency is measured from each request's *scheduled* send time,
 so a client or server that falls behind shows up in the figures. By default each heartbeat opens a
-new TCP connection, as the worker daemon does (`--keep-alive` reuses a pool of connections instead).
+new TCP connection (the worst case); `--keep-alive` reuses connections, as the worker daemon does.
 
 For each N: throughput, p50/p99, CPU per heartbeat of the server processes, of Redis and of the
 clients, and the time to detect a node that went silent at the start of the load as Dead. Then a
@@ -453,7 +453,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="orchestrator API processes")
     parser.add_argument("--clients", type=int, default=1, help="load generator processes")
     parser.add_argument("--keep-alive", action="store_true",
-                        help="reuse connections (default: a new connection per heartbeat, like the worker)")
+                        help="reuse connections (default: a new connection per heartbeat, the worst case)")
     parser.add_argument("--server-keep-alive", type=float, default=5.0, help="serve --keep-alive")
     parser.add_argument("--ttl", type=float, default=15.0)
     parser.add_argument("--check", type=float, default=5.0)
