@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 
@@ -27,14 +26,9 @@ def _settings(**overrides: object) -> OrchestratorSettings:
 
 
 def _configure_logging(level: str) -> None:
-    import structlog
+    from intellect.logs import configure_logging
 
-    logging.basicConfig(level=level.upper(), format="%(message)s")
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
-                    structlog.processors.JSONRenderer()],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
-    )
+    configure_logging(level)
 
 
 @app.command()
