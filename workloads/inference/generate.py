@@ -31,6 +31,8 @@ def proofs_for(completions: list[Completion]) -> list[bytes]:
     # One batched call: the modulus search and interpolation run once over every chunk of the batch.
     from workloads.toploc.proof import build_proofs_batch  # noqa: PLC0415 - proofs are optional
 
+    if completions and all(c.proof is not None for c in completions):
+        return [c.proof for c in completions]  # built while decoding (stream_proofs)
     if any(c.hidden is None for c in completions):
         raise ValueError("proofs need hidden states: generate with capture_hidden=True")
     return build_proofs_batch([c.hidden for c in completions])
@@ -47,7 +49,10 @@ def make_rollouts(
     temperature: float,
     length_penalty: float,
     with_proofs: bool = True,
+    stream_proofs: bool = False,
 ) -> tuple[list[Rollout], BatchTimings]:
+    """`stream_proofs` (TorchBackend) builds proofs on a background thread while decoding; otherwise
+    they are built after decoding in one batched call. Same bytes either way."""
     tasks = [records[i] for i in plan.indexes]
     prompts = [tokenizer(t.prompt)["input_ids"] for t in tasks]
     rows_prompt = [p for p in prompts for _ in range(plan.n)]
@@ -58,6 +63,7 @@ def make_rollouts(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         capture_hidden=with_proofs,
+        **({"stream_proofs": True} if with_proofs and stream_proofs else {}),
     )
     t1 = time.perf_counter()
     task_rewards = np.array(

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 from workloads.model import sampler
 from workloads.model.prefill import PrefillResult, prefill_batch
 from workloads.rollouts import Rollout
-from workloads.toploc import ToplocThresholds, verify_proof
+from workloads.toploc import ToplocThresholds, verify_proofs_batch
 
 
 def tiny_model_thresholds() -> ToplocThresholds:
@@ -65,9 +65,10 @@ def check_rollouts(
             model, [r.input_tokens for r in chunk], [r.output_tokens for r in chunk], 1.0, pad_token_id
         )
         gaps, logprobs = _token_checks(chunk, recomputed)
-        for offset, (r, pre) in enumerate(zip(chunk, recomputed, strict=True)):
+        # TOPLOC for every row at once: grouped top-k and one polynomial evaluation for all chunks.
+        verdicts = verify_proofs_batch([p.hidden for p in recomputed], [r.proofs for r in chunk], thresholds)
+        for offset, (r, verdict) in enumerate(zip(chunk, verdicts, strict=True)):
             reasons: list[str] = []
-            verdict = verify_proof(pre.hidden, r.proofs, thresholds)
             if not verdict.passed:
                 reasons.append(f"toploc: {verdict.reason}")
             bad = int((gaps[offset] > cfg.sampling_tolerance).sum())

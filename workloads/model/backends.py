@@ -28,6 +28,7 @@ class Completion:
     logprobs: list[float]
     hidden: torch.Tensor | None  # [len(tokens) - 1, hidden_size] in the model dtype, or None
     finished: bool  # ended with EOS (else it hit max_new_tokens)
+    proof: bytes | None = None  # TOPLOC proof, when the backend built it while decoding
 
 
 @dataclass
@@ -68,7 +69,12 @@ class TorchBackend:
         max_new_tokens: int,
         temperature: float,
         capture_hidden: bool = True,
+        stream_proofs: bool = False,
     ) -> list[Completion]:
+        """Decode a batch. `stream_proofs` also builds each completion's TOPLOC proof, chunk by
+        chunk on a background thread while decoding goes on (`Completion.proof`)."""
+        if stream_proofs and not capture_hidden:
+            raise ValueError("stream_proofs needs capture_hidden=True")
         if len(prompts) != len(seeds):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         if not prompts:
@@ -95,6 +101,11 @@ class TorchBackend:
         cache = None
         hook = capture_final_norm(self.model, last_only=True) if capture_hidden else None
         captured = hook.__enter__() if hook else []
+        stream = None
+        if stream_proofs:
+            from workloads.toploc.stream import ProofStream  # noqa: PLC0415 - proofs are optional
+
+            stream = ProofStream()
         try:
             for step in range(max_new_tokens):
                 out = self.model(
@@ -115,6 +126,11 @@ class TorchBackend:
                     if not done[i]:
                         tokens[i].append(int(next_tok[i]))
                         logprobs[i].append(float(next_lp[i]))
+                if stream and step and step % stream.chunk_size == 0:
+                    # Rows that sampled token `step` have decode rows 0..step-1: chunk step/32 - 1 is final.
+                    rows = [i for i in range(batch) if len(tokens[i]) > step]
+                    block = torch.stack(hidden_steps[step - stream.chunk_size : step], dim=1)
+                    stream.add_chunk(step // stream.chunk_size - 1, rows, block[rows].cpu())
                 done |= next_tok == self.eos_token_id
                 if bool(done.all()) or step == max_new_tokens - 1:
                     break
@@ -124,6 +140,10 @@ class TorchBackend:
                 ids = feed.view(-1, 1).to(device)
                 mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
                 positions = positions[:, -1:] + 1
+        except BaseException:
+            if stream:
+                stream.close()
+            raise
         finally:
             if hook:
                 hook.__exit__(None, None, None)
@@ -139,6 +159,9 @@ class TorchBackend:
             n = len(tokens[i])
             hid = stacked[i, : n - 1].clone() if capture_hidden else None  # own storage per sequence
             results.append(Completion(tokens[i], logprobs[i], hid, tokens[i][-1] == self.eos_token_id))
+        if stream:
+            for completion, proof in zip(results, stream.finish([c.hidden for c in results]), strict=True):
+                completion.proof = proof
         self.stats.seconds += time.perf_counter() - started
         self.stats.output_tokens += sum(len(t) for t in tokens)
         return results

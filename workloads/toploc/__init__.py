@@ -25,6 +25,7 @@ from workloads.toploc.proof import (
     build_proofs_batch,
     chunk_layout,
     verify_proof,
+    verify_proofs_batch,
 )
 from workloads.toploc.settings import ToplocThresholds
 
@@ -49,5 +50,6 @@ __all__ = [
     "verify_proof",
     "verify_proofs",
     "verify_proofs_base64",
+    "verify_proofs_batch",
     "verify_proofs_bytes",
 ]

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, Field
 
-from workloads.toploc.codec import decode_rows, encode_rows
+from workloads.toploc.codec import encode_rows
 from workloads.toploc.core import as_bf16, measure_block, prove_points, top_points
 from workloads.toploc.settings import ToplocThresholds
 
@@ -89,29 +89,43 @@ def build_proof(hidden: torch.Tensor, chunk_size: int = CHUNK_SIZE, topk: int = 
 
 
 def build_proofs_batch(
-    hiddens: Sequence[torch.Tensor], chunk_size: int = CHUNK_SIZE, topk: int = TOPK
+    hiddens: Sequence[torch.Tensor],
+    chunk_size: int = CHUNK_SIZE,
+    topk: int = TOPK,
+    *,
+    parallel: bool = True,
 ) -> list[bytes]:
     """`build_proof` for many samples at once: one proof per sample, same bytes as one by one.
 
-    Top-k runs per block; the modulus search and interpolation run once over the chunks of
-    every sample (grouped by point count), which is what makes batches cheap.
+    Chunks of every sample are grouped by chunk length (normally two groups: full chunks and
+    last partial chunks): the top-k runs over each group in a few large row slices, and the
+    modulus search and interpolation run once over all chunks with the same point count.  `parallel` spreads a
+    large top-k over OS threads, briefly setting torch's intra-op threads to 1 (process-wide):
+    pass False while other threads run torch work that should keep its threads.
     """
     _check_params(chunk_size, topk)
-    # points -> [(sample, first chunk index, indices, bits)]
-    jobs: dict[int, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
+    # width of a chunk (rows x hidden) -> [(sample, first chunk index, block)]
+    groups: dict[int, list[tuple[int, int, torch.Tensor]]] = {}
     for sample, hidden in enumerate(hiddens):
         for first, block in _blocks(_check_hidden(hidden), chunk_size):
-            indices, bits = top_points(block, topk)
-            jobs.setdefault(indices.shape[1], []).append((sample, first, indices, bits))
+            groups.setdefault(block.shape[1], []).append((sample, first, block))
+    # point count -> [(indices, bits, [(sample, first, rows)])]
+    points: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, int, int]]]]] = {}
+    for group in groups.values():
+        blocks = [b for _, _, b in group]
+        indices, bits = top_points(blocks, topk, parallel)
+        places = [(sample, first, b.shape[0]) for sample, first, b in group]
+        points.setdefault(indices.shape[1], []).append((indices, bits, places))
     parts: list[dict[int, bytes]] = [{} for _ in hiddens]
-    for group in jobs.values():
+    for jobs in points.values():
         moduli, coeffs = prove_points(
-            np.concatenate([j[2] for j in group]), np.concatenate([j[3] for j in group])
+            np.concatenate([j[0] for j in jobs]), np.concatenate([j[1] for j in jobs])
         )
         rows = iter(encode_rows(moduli, coeffs))
-        for sample, first, indices, _ in group:
-            for r in range(indices.shape[0]):
-                parts[sample][first + r] = next(rows)
+        for _, _, places in jobs:
+            for sample, first, count in places:
+                for r in range(count):
+                    parts[sample][first + r] = next(rows)
     return [b"".join(p[i] for i in sorted(p)) for p in parts]
 
 
@@ -170,48 +184,145 @@ def verify_proof(
     topk: int = TOPK,
 ) -> Verdict:
     """Check a sample's proof against recomputed hidden states [n_positions, hidden_size]."""
+    return verify_proofs_batch([hidden], [proof], thresholds, chunk_size, topk)[0]
+
+
+class _Slot:
+    """Where one block of one sample goes: its chunks' rows in the stacked group arrays."""
+
+    __slots__ = ("count", "first", "sample", "start")
+
+    def __init__(self, sample: int, first: int, start: int, count: int) -> None:
+        self.sample, self.first, self.start, self.count = sample, first, start, count
+
+
+def verify_proofs_batch(
+    hiddens: Sequence[torch.Tensor],
+    proofs: Sequence[bytes],
+    thresholds: ToplocThresholds | None = None,
+    chunk_size: int = CHUNK_SIZE,
+    topk: int = TOPK,
+    *,
+    parallel: bool = True,
+) -> list[Verdict]:
+    """`verify_proof` for many samples at once: one verdict per sample, the same verdicts.
+
+    The chunks of every sample are grouped by chunk length (normally two groups: full chunks and
+    last partial chunks); per group the top-k runs in a few large row slices of
+    [chunks, chunk_size x hidden], and the proof bytes are decoded and the polynomials evaluated
+    in one vectorised step, instead of that work per sample.  Pass/fail is decided on arrays;
+    Python runs per chunk only to make the result models.  `parallel` as in `build_proofs_batch`.
+    """
     _check_params(chunk_size, topk)
+    if len(hiddens) != len(proofs):
+        raise ValueError(f"{len(hiddens)} hidden-state tensors but {len(proofs)} proofs")
     thresholds = thresholds or ToplocThresholds()
-    hidden = _check_hidden(hidden)
-    n, width = hidden.shape
-    layout = chunk_layout(n, width, chunk_size, topk)
-    offsets = np.concatenate([[0], np.cumsum(layout)]).astype(int)
-    proof = bytes(proof)
-    reasons: list[str] = []
-    if len(proof) != offsets[-1]:
-        reasons.append(
-            f"proof is {len(proof)} bytes but {n} positions x hidden {width} need {offsets[-1]} "
+    checked = [_check_hidden(h) for h in hiddens]
+    proofs = [bytes(p) for p in proofs]
+    # width of a chunk (rows x hidden) -> blocks to stack, their proof words, where they go
+    groups: dict[int, tuple[list[torch.Tensor], list[np.ndarray], list[_Slot]]] = {}
+    counts = [0] * len(checked)  # chunks per sample
+    length_errors: list[str | None] = []
+    for sample, (hidden, proof) in enumerate(zip(checked, proofs, strict=True)):
+        n, width = hidden.shape
+        layout = chunk_layout(n, width, chunk_size, topk)
+        counts[sample] = len(layout)
+        offsets = np.concatenate([[0], np.cumsum(layout)]).astype(int)
+        length_errors.append(
+            None
+            if len(proof) == offsets[-1]
+            else f"proof is {len(proof)} bytes but {n} positions x hidden {width} need {offsets[-1]} "
             f"({len(layout)} chunk proofs)"
         )
-    chunks: list[ChunkResult] = []
-    for first, block in _blocks(hidden, chunk_size):
-        rows = block.shape[0]
-        spans = [(offsets[first + r], offsets[first + r + 1]) for r in range(rows)]
-        present = [end <= len(proof) for _, end in spans]
-        pieces = [proof[s:e] for (s, e), ok in zip(spans, present, strict=True) if ok]
-        stats = None
-        if pieces:
-            moduli, coeffs = decode_rows(pieces)
-            stats = measure_block(block[: len(pieces)], moduli, coeffs, topk)
-        for r in range(rows):
-            index = first + r
-            span = (index * chunk_size, min((index + 1) * chunk_size, n))
-            if not present[r]:
-                chunks.append(_missing(index, span))
+        for first, block in _blocks(hidden, chunk_size):
+            rows, size = block.shape[0], layout[first]
+            # Chunk proofs of one block have one size, so the present ones are a contiguous run.
+            present = min(rows, max(0, (len(proof) - offsets[first]) // size))
+            if not present:
                 continue
+            words = np.frombuffer(proof, dtype=">u2", count=present * size // 2, offset=offsets[first])
+            blocks, tables, slots = groups.setdefault(block.shape[1], ([], [], []))
+            slots.append(_Slot(sample, first, sum(b.shape[0] for b in blocks), present))
+            blocks.append(block[:present])
+            tables.append(words.reshape(present, size // 2).astype(np.int64))
+    # Per sample, per chunk figures; chunks missing from the proof keep NaN points.
+    figures = [np.full((c, 5), np.nan) for c in counts]  # points, exp, mean, median, modulus
+    for blocks, tables, slots in groups.values():
+        table = np.concatenate(tables)
+        stats = measure_block(blocks, table[:, 0], table[:, 1:], topk, parallel)
+        columns = np.stack(
+            [
+                np.full(table.shape[0], stats.points, dtype=np.float64),
+                stats.exp_mismatches.astype(np.float64),
+                stats.mant_err_mean,
+                stats.median_upper,  # sorted[n // 2], as the reference's C++ path
+                table[:, 0].astype(np.float64),
+            ],
+            axis=1,
+        )
+        for slot in slots:
+            figures[slot.sample][slot.first : slot.first + slot.count] = columns[
+                slot.start : slot.start + slot.count
+            ]
+    return [
+        _verdict(fig, len(h), length_error, thresholds, chunk_size, topk)
+        for fig, h, length_error in zip(figures, checked, length_errors, strict=True)
+    ]
+
+
+def _verdict(
+    figures: np.ndarray,
+    positions: int,
+    length_error: str | None,
+    limits: ToplocThresholds,
+    chunk_size: int,
+    topk: int,
+) -> Verdict:
+    points, exp, mean, median, modulus = figures.T
+    present = ~np.isnan(points)
+    full = points >= topk
+    partial_limit = (limits.max_exp_mismatches * np.nan_to_num(points)) // topk  # as exp_limit()
+    exp_limit = np.where(full, limits.max_exp_mismatches, partial_limit)
+    passed = (
+        present
+        & (modulus > 0)
+        & (exp <= exp_limit)
+        & (mean < limits.max_mant_err_mean)
+        & (median < limits.max_mant_err_median)
+    )
+    chunks: list[ChunkResult] = []
+    for index, ok in enumerate(passed.tolist()):
+        span = (index * chunk_size, min((index + 1) * chunk_size, positions))
+        if not present[index]:
+            chunks.append(_missing(index, span))
+        elif ok:  # the common case: no validation or reason building per chunk
+            chunks.append(
+                ChunkResult.model_construct(
+                    index=index,
+                    positions=span,
+                    points=int(points[index]),
+                    exp_mismatches=int(exp[index]),
+                    mant_err_mean=float(mean[index]),
+                    mant_err_median=float(median[index]),
+                    passed=True,
+                    reason=None,
+                )
+            )
+        else:
             chunks.append(
                 _judge(
                     index,
                     span,
-                    points=stats.points,
-                    exp=int(stats.exp_mismatches[r]),
-                    mean=float(stats.mant_err_mean[r]),
-                    median=float(stats.median_upper[r]),  # sorted[n // 2], as the reference's C++ path
-                    null=bool(moduli[r] == 0),
-                    limits=thresholds,
+                    points=int(points[index]),
+                    exp=int(exp[index]),
+                    mean=float(mean[index]),
+                    median=float(median[index]),
+                    null=bool(modulus[index] == 0),
+                    limits=limits,
                     topk=topk,
                 )
             )
+    reasons = [length_error] if length_error else []
     failing = [c.index for c in chunks if not c.passed]
     if failing:
         reasons.append(
@@ -220,7 +331,7 @@ def verify_proof(
         )
     return Verdict(
         passed=not reasons,
-        positions=n,
+        positions=positions,
         chunks=chunks,
         failing_chunks=failing,
         reason="; ".join(reasons) or None,
