@@ -181,7 +181,7 @@ def main(
     ),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     threads: int = typer.Option(
-        1, min=0, help="torch threads (1 leaves the second core to proofs; 0: torch's default)"
+        1, min=0, help="torch threads (1: steadier figures on a shared 2-core machine; 0: torch's default)"
     ),
     seed: int = typer.Option(0, help="seed of the random-weight models"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),

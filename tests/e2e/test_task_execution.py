@@ -191,8 +191,11 @@ def test_task_output_is_uploaded_and_submitted_once(stack: tuple[str, Cluster]) 
     wait_until("the queue entry marked submitted", lambda: queue.all() and queue.all()[0].tx_hash, 10)
     [entry] = queue.all()
     assert entry.sha256 == key and entry.tx_hash == event.tx_hash and entry.upload_ref == info["file_name"]
-    node_record = cluster.node_states()[node.address]
-    assert node_record["task"]["task_id"] == task_id and node_record["task"]["state"] == "running"
+    # the task's state reaches the orchestrator with the worker's heartbeats
+    reported = wait_until("the task reported running", lambda: (
+        cluster.node_states()[node.address].get("task") or {}).get("state") == "running"
+        and cluster.node_states()[node.address]["task"], 30)
+    assert reported["task_id"] == task_id
 
 
 def test_duplicates_are_refused_and_nothing_is_half_written(stack: tuple[str, Cluster]) -> None:
