@@ -66,6 +66,8 @@ def up(
 
     if not 0 <= workers <= MAX_WORKERS:
         raise DevnetError(f"--workers must be between 0 and {MAX_WORKERS}")
+    if runtime not in ("process", "docker", "auto"):
+        raise DevnetError(f"--runtime {runtime!r}: use process, docker or auto")
     state = _chain_up(directory, port, progress)
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state

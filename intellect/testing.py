@@ -139,3 +139,24 @@ def start_devnet(pool_data_uri: str = "", accounts: int = 20) -> Devnet:
     except BaseException:
         anvil.stop()
         raise
+
+
+def docker_problem(image: str) -> str | None:
+    """Why Docker tests cannot run here (no SDK, no engine, no `image`), or None when they can."""
+    try:
+        import docker
+        from docker.errors import DockerException, ImageNotFound
+    except ImportError:
+        return "the docker SDK is not installed"
+    try:
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except DockerException as exc:
+        return f"no Docker engine reachable ({exc}); run scripts/ci-docker.sh"
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return f"test image {image} missing; run images/build.sh"
+    finally:
+        client.close()
+    return None

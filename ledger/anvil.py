@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -12,18 +11,13 @@ from types import TracebackType
 import httpx
 from eth_account import Account
 
+from intellect.net import free_port
 from intellect.settings import PROJECT_ROOT
 from ledger.errors import LedgerError
 
 ANVIL_BIN = PROJECT_ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEFAULT_ACCOUNTS = 10
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dev_keys(count: int = DEFAULT_ACCOUNTS, mnemonic: str = DEV_MNEMONIC) -> list[str]:

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_control_plane import Cluster, Service, wait_until  # noqa: E402
 
+from intellect import testing  # noqa: E402
 from intellect.identity import Wallet  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import SignedAuth  # noqa: E402
@@ -50,23 +51,7 @@ UNITS = 7
 
 
 def docker_problem() -> str | None:
-    try:
-        import docker
-        from docker.errors import DockerException, ImageNotFound
-    except ImportError:
-        return "the docker SDK is not installed"
-    try:
-        client = docker.from_env(timeout=5)
-        client.ping()
-    except DockerException as exc:
-        return f"no Docker engine reachable ({exc}); run scripts/ci-docker.sh"
-    try:
-        client.images.get(IMAGE)
-    except ImageNotFound:
-        return f"test image {IMAGE} missing; run images/build.sh"
-    finally:
-        client.close()
-    return None
+    return testing.docker_problem(IMAGE)
 
 
 def stop_task(kind: str, cluster: Cluster) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from intellect import testing
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.tasks import AssignedTask, GroupContext, Task, TaskSpec, TaskState
 from worker.bridge import TaskBridge
@@ -26,24 +27,7 @@ WORKLOAD = REPO / "images" / "test" / "workload.py"
 
 
 def docker_problem() -> str | None:
-    """Why Docker tests cannot run here, or None."""
-    try:
-        import docker
-        from docker.errors import DockerException, ImageNotFound
-    except ImportError:
-        return "the docker SDK is not installed"
-    try:
-        client = docker.from_env(timeout=5)
-        client.ping()
-    except DockerException as exc:
-        return f"no Docker engine reachable ({exc}); run scripts/ci-docker.sh"
-    try:
-        client.images.get(TEST_IMAGE)
-    except ImageNotFound:
-        return f"test image {TEST_IMAGE} missing; run images/build.sh"
-    finally:
-        client.close()
-    return None
+    return testing.docker_problem(TEST_IMAGE)
 
 
 class Harness:

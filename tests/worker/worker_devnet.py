@@ -4,18 +4,15 @@
 from __future__ import annotations
 
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-
-import uvicorn
 
 # pytest puts tests/ on sys.path (tests/shared is a package), where tests/worker would shadow the real
 # `worker` package as a namespace package; the project root must come first.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from intellect.identity import Wallet
-from intellect.net import free_port, wait_for_port
+from intellect.testing import ServerThread  # noqa: F401  (re-exported for conftest)
 from ledger.anvil import Anvil
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
@@ -50,24 +47,3 @@ class Devnet:
         return wallet
 
 
-class ServerThread:
-    """A real uvicorn server on a free loopback port, in a thread of the test process."""
-
-    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
-        self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        wait_for_port("127.0.0.1", self.port)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
