@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint devnet down compile bench clean toploc-ref docker
+.PHONY: install test test-fast lint devnet down compile bench clean toploc-ref docker images compose-env browser
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,16 +20,27 @@ toploc-ref: ## reference TOPLOC built from source against the pinned torch (inte
 docker: ## a Docker engine (apt docker.io + dockerd) and the local test image, built without a registry
 	scripts/ci-docker.sh
 
-test: ## the full test suite (starts its own anvil, Redis and servers)
-	$(BIN)/ruff check .
+browser: ## Debian chromium + chromedriver for the dashboard's browser test (apt)
+	scripts/install-browser.sh
+
+images: ## the RL images (runtime, workload, service) built offline; cached by content hash
+	images/build-rl.sh
+
+compose-env: ## compose.env for docker-compose.yml: a fresh chain mnemonic, role keys, ports (never committed)
+	$(BIN)/intellect compose env --out compose.env
+
+test: lint ## the full test suite (starts its own anvil, Redis and servers)
 	$(BIN)/pytest
 
-lint:
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+test-fast: ## pure functions and in-process apps over one Redis: no chain, no containers (< 60 s)
+	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider
 
-devnet: ## the local network on embedded defaults
-	$(BIN)/intellect devnet up
+lint: ## ruff check + mypy (strict on intellect/; the tree is not ruff-formatted yet, so no format check)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+devnet: ## the main job: a whole decentralized RL run on this machine (reward rising, a cheater slashed)
+	$(BIN)/intellect devnet up --demo
 
 down:
 	$(BIN)/intellect devnet down

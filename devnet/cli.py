@@ -9,17 +9,29 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from devnet import demo as demo_mod
 from devnet import network
+from devnet.compose_cli import app as compose_app
 from devnet.state import DevnetState
+from devnet.task_cli import app as task_app
+from intellect.logs import setup_logging
 
 app = typer.Typer(help="Intellect: decentralized compute for reinforcement learning.", no_args_is_help=True)
+
+@app.callback()
+def _set_up_logging() -> None:
+    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
+    setup_logging()
+
 devnet_app = typer.Typer(
     help="A local network on embedded defaults (anvil, contracts, pool).", no_args_is_help=True
 )
 app.add_typer(devnet_app, name="devnet")
+app.add_typer(task_app, name="task")
+app.add_typer(compose_app, name="compose")
 
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
 DirOption = typer.Option(
     Path(".devnet"),
@@ -74,21 +86,136 @@ def _print(state: DevnetState, as_json: bool) -> None:
 def up(
     directory: Path = DirOption,
     port: int | None = typer.Option(None, help="anvil port (default: a free one)"),
-    workers: int = typer.Option(2, min=0, max=3, help="worker processes to start (0-3)"),
+    workers: int | None = typer.Option(
+        None, min=0, max=network.MAX_WORKERS, help="worker processes to start (default 2; 4 with --demo)"
+    ),
     runtime: str = typer.Option("process", help="worker task runtime: process | docker | auto"),
+    demo: bool = typer.Option(
+        False, "--demo", help="run a whole RL run: trainer, validators with a quorum, a cheating worker"
+    ),
+    steps: int = typer.Option(40, min=1, help="--demo: trainer steps to run"),
+    validators: int = typer.Option(3, min=1, max=3, help="--demo: validator processes"),
+    quorum: int = typer.Option(2, min=1, max=3, help="--demo: votes needed to slash"),
+    cheat: str = typer.Option(
+        "forged-reward", help="--demo: what the last worker does: forged-reward | perturbed-model | "
+        "inflated-units | none",
+    ),
+    timeout: float = typer.Option(3600, help="--demo: give up after this many seconds"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
-    then Redis, discovery, the orchestrator and workers that join the pool."""
+    then Redis, discovery, the orchestrator and workers that join the pool. With --demo, also the
+    trainer and validators, post the RL task and watch the reward rise and the cheater get slashed."""
+    plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout)
+    count = workers if workers is not None else (4 if demo else 2)
+    worker_env: dict[int, dict[str, str]] = {}
     try:
+        if demo:
+            plan.check()
+            if count < 2:
+                raise demo_mod.DemoError("--demo needs at least 2 workers (one of them cheats)")
+            running = DevnetState.load(directory.resolve())
+            if running is not None and any(p.name != "anvil" and p.alive() for p in running.processes):
+                raise demo_mod.DemoError(
+                    f"a devnet is already running in {directory}: `intellect devnet down` first "
+                    "(the demo starts its own workers, one of them cheating)"
+                )
+            if plan.cheat != "none":
+                worker_env[count] = {
+                    "INTELLECT_WORKER_TASK_ENV": json.dumps({"INTELLECT_INFER_CHEAT": plan.cheat})
+                }
         with console.status("bringing the devnet up") as status:
             state = network.up(
-                directory, port, progress=lambda msg: status.update(msg), workers=workers, runtime=runtime
-            )
+                directory, port, progress=lambda msg: status.update(msg), workers=count, runtime=runtime,
+                worker_env=worker_env,
+            )  # fmt: skip
+            if demo:
+                if state.process("trainer") is not None:
+                    raise demo_mod.DemoError(
+                        f"a demo already ran in {directory}: `intellect devnet down --purge` first"
+                    )
+                status.update("recording the validators and the slashing quorum on chain")
+                demo_mod.configure_chain(state, plan)
+                trainer, broadcast, vals, task_file = demo_mod.start_learning_services(
+                    state, plan, runtime, lambda msg: status.update(msg)
+                )
+                state.processes.extend([trainer, *broadcast, *vals])
+                state.save()
+                status.update("posting the RL task with the Python SDK")
+                task_id = demo_mod.submit(state, task_file)
     except Exception as exc:  # one clean line for the user; details are in the logs
         err.print(f"[red]devnet up failed:[/red] {exc}")
         raise typer.Exit(1) from None
-    _print(state, as_json)
+    if not demo:
+        _print(state, as_json)
+        if not as_json:
+            console.print("A whole RL run (trainer, validators, a cheater): [bold]make devnet[/bold]")
+        return
+    if not as_json:
+        _print(state, False)
+        console.print(f"RL task [bold]{task_id}[/bold] posted; workers pick it up at their next heartbeat.")
+    report = _watch_demo(state, plan, trainer, vals, count if plan.cheat != "none" else None, as_json)
+    try:
+        demo_mod.finish(state, task_id)
+    except Exception as exc:  # the report matters more; say what is left behind
+        err.print(f"[yellow]could not delete the RL task {task_id}:[/yellow] {exc}")
+    demo_mod.write_curve(report, Path(state.directory) / "demo")
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print_report(report)
+    if report.steps < plan.steps or (plan.cheat != "none" and not report.cheater_ejected):
+        raise typer.Exit(1)
+
+
+def _watch_demo(state, plan, trainer, vals, cheater, quiet):  # noqa: ANN001, ANN202
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("[bold]trainer"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.description}"), TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=err, disable=quiet) as bar:
+        job = bar.add_task("waiting for validated rollouts", total=plan.steps)
+
+        def on_step(step: int, reward: float | None) -> None:
+            text = f"reward {reward:.3f}" if reward is not None else "waiting for validated rollouts"
+            bar.update(job, completed=min(step, plan.steps), description=text)
+
+        try:
+            return demo_mod.watch(state, plan, trainer, vals, cheater, on_step, bar.console.print)
+        except demo_mod.DemoError as exc:
+            err.print(f"[red]demo failed:[/red] {exc}")
+            raise typer.Exit(1) from None
+
+
+def _print_report(report: demo_mod.DemoReport) -> None:
+    table = Table(title="Intellect devnet demo: the RL run", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("result")
+    curve = report.curve
+    table.add_row("trainer steps", str(report.steps))
+    if curve:
+        k = min(5, max(1, len(curve) // 2))
+        table.add_row(
+            "mean task reward",
+            f"first {k} steps {sum(curve[:k]) / k:.3f} → last {k} steps {sum(curve[-k:]) / k:.3f} "
+            f"({report.rise:+.3f})",
+        )
+    table.add_row("files judged / accepted", f"{report.files_judged} / {report.files_accepted}")
+    table.add_row("output tokens judged", str(report.tokens_generated))
+    if report.cheater:
+        status = "slashed and ejected" if report.cheater_ejected else "[red]still in the pool[/red]"
+        table.add_row("cheater", f"{report.cheater}: {status}")
+        before, after = report.cheater_stake_before / 1e18, report.cheater_stake_after / 1e18
+        table.add_row("cheater's stake", f"{before:g} → {after:g} tokens")
+        for vote in report.slash_votes[:6]:
+            reasons = "; ".join(vote["reasons"])[:80]
+            table.add_row(f"vote by {vote['validator']}", f"{vote['tx_hash']}  ({reasons})")
+    for node, amount in report.claimable.items():
+        locked = report.pending.get(node, 0)
+        table.add_row(f"rewards: {node[:10]}…", f"{amount / 1e18:g} claimable, {locked / 1e18:g} locked")
+    table.add_row("reward curve", f"{report.curve_png or report.curve_csv}")
+    table.add_row("wall time", f"{report.wall_seconds:.0f} s")
+    console.print(table)
 
 
 @devnet_app.command("down")

@@ -5,36 +5,18 @@ Later stages (discovery, orchestrator, workers, validator, trainer) are appended
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
+from devnet.bootstrap import ROLES, bootstrap
 from devnet.state import DevAccount, DevnetState, ManagedProcess
 from intellect.identity import Wallet
 from ledger.anvil import Anvil
 from ledger.client import LedgerClient
-from ledger.deploy import DeployParams, deploy_all
-from ledger.models import ONE_TOKEN
 
-# Roles of anvil's funded dev accounts, in mnemonic order.
-ROLES = (
-    "deployer",
-    "pool-manager",
-    "validator",
-    "trainer",
-    "provider-1",
-    "provider-2",
-    "provider-3",
-    "node-1",
-    "node-2",
-    "node-3",
-)
-MAX_WORKERS = 3
-DEMO_TOKENS = 100_000
-# Parsed by intellect.wire.requirements (see docs/orchestrator.md): CPU-only demo hosts qualify.
-DEMO_POOL_REQUIREMENTS = {"requirements": {"ram_mb": 1024, "disk_free_mb": 1024}}
+MAX_WORKERS = 4
 
 Progress = Callable[[str], None]
 
@@ -60,6 +42,7 @@ def up(
     progress: Progress = print,
     workers: int = 2,
     runtime: str = "process",
+    worker_env: dict[int, dict[str, str]] | None = None,
 ) -> DevnetState:
     """Start (or resume) the devnet in `directory`; idempotent while it is running."""
     from devnet.services import start_services
@@ -72,7 +55,7 @@ def up(
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state
     state.processes = [p for p in state.processes if p.name == "anvil"]
-    return start_services(state, workers, runtime, progress)
+    return start_services(state, workers, runtime, progress, worker_env)
 
 
 def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetState:
@@ -87,42 +70,22 @@ def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetSt
         return _resume(directory, state, progress)
 
     progress("starting anvil")
-    chain = Anvil.start(port, state_path=directory / "anvil-state.json", log_path=directory / "anvil.log")
+    chain = Anvil.start(
+        port, accounts=len(ROLES), state_path=directory / "anvil-state.json", log_path=directory / "anvil.log"
+    )
     try:
-        keys = chain.dev_keys
-        wallets = {role: Wallet.from_key(keys[i]) for i, role in enumerate(ROLES)}
-        progress("deploying contracts")
-        deployment = deploy_all(
-            chain.rpc_url, wallets["deployer"], DeployParams(validators=[wallets["validator"].address])
-        )
-        deployment_path = deployment.save(directory / "deployment.json")
-        admin = LedgerClient(chain.rpc_url, deployment, wallets["deployer"])
-        progress("funding demo accounts")
-        for role in ROLES[1:]:
-            admin.mint(wallets[role].address, DEMO_TOKENS * ONE_TOKEN)
-            if role.startswith("provider-"):
-                admin.whitelist_provider(wallets[role].address)
-        progress("creating the demo domain and pool")
-        domain_id = admin.create_domain("demo-rl", 'data:application/json,{"task":"synthetic"}')
-        manager = admin.with_wallet(wallets["pool-manager"])
-        pool_id = manager.create_pool(
-            domain_id,
-            wallets["pool-manager"].address,
-            "demo-pool",
-            "data:application/json," + json.dumps(DEMO_POOL_REQUIREMENTS, separators=(",", ":")),
-            compute_limit=0,
-        )
-        manager.start_pool(pool_id)
+        wallets = {role: Wallet.from_key(chain.dev_keys[i]) for i, role in enumerate(ROLES)}
+        done = bootstrap(chain.rpc_url, wallets, directory, progress)
     except Exception:
         chain.stop()
         raise
     state = DevnetState(
         directory=str(directory),
         rpc_url=chain.rpc_url,
-        chain_id=deployment.chain_id,
-        deployment_path=str(deployment_path),
-        domain_id=domain_id,
-        pool_id=pool_id,
+        chain_id=done.chain_id,
+        deployment_path=done.deployment_path,
+        domain_id=done.domain_id,
+        pool_id=done.pool_id,
         accounts=[
             DevAccount(role=role, address=w.address, private_key=w.private_key_hex())
             for role, w in wallets.items()
@@ -145,7 +108,9 @@ def _resume(directory: Path, state: DevnetState, progress: Progress) -> DevnetSt
     """Restart anvil from its dumped state (same port), keeping every on-chain record."""
     port = int(state.rpc_url.rsplit(":", 1)[1])
     progress("resuming anvil from its saved chain state")
-    chain = Anvil.start(port, state_path=directory / "anvil-state.json", log_path=directory / "anvil.log")
+    chain = Anvil.start(
+        port, accounts=len(ROLES), state_path=directory / "anvil-state.json", log_path=directory / "anvil.log"
+    )
     client = LedgerClient(chain.rpc_url, Path(state.deployment_path), check=False)
     try:
         client.check()

@@ -66,7 +66,12 @@ def _base_env(directory: Path) -> dict[str, str]:
     return env | {"INTELLECT_HOME": str(directory / "home"), "PYTHONUNBUFFERED": "1"}
 
 
-def start_services(state: DevnetState, workers: int, runtime: str, progress: Progress) -> DevnetState:
+def start_services(
+    state: DevnetState, workers: int, runtime: str, progress: Progress,
+    worker_env: dict[int, dict[str, str]] | None = None,
+) -> DevnetState:  # fmt: skip
+    """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
+    environment (the demo's cheating operator sets its task environment there)."""
     directory = Path(state.directory)
     env = _base_env(directory)
     procs: list[ManagedProcess] = []
@@ -157,7 +162,11 @@ def start_services(state: DevnetState, workers: int, runtime: str, progress: Pro
                 "INTELLECT_WORKER_STATE_DIR": str(directory / f"worker-{index}"),
                 "INTELLECT_WORKER_METADATA_REFRESH": "5",
                 "INTELLECT_WORKER_MIN_DISK_MB": "0",
-            },
+                "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1",  # `devnet down` leaves no task behind
+                # Everything here listens on loopback: task containers share the host's network.
+                "INTELLECT_WORKER_TASK_NETWORK": "host",
+            }
+            | (worker_env or {}).get(index, {}),
             directory,
             f"http://127.0.0.1:{port}",
         )

@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 from discovery.chain import ChainView
+from intellect.errors import PeerRefused
 from intellect.wire.nodes import NodeMetadata, OnChainFlags
 from intellect.wire.requirements import parse_pool_requirements
-
-
-class Refused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 def read_flags(chain: ChainView, node_address: str, provider_address: str,
@@ -36,29 +30,31 @@ def read_flags(chain: ChainView, node_address: str, provider_address: str,
 
 def admit(chain: ChainView, metadata: NodeMetadata, *, require_whitelisted: bool,
           pool_id: int | None) -> OnChainFlags:
-    """The node's on-chain flags, or Refused naming what the node's owner has to fix."""
+    """The node's on-chain flags, or PeerRefused naming what the node's owner has to fix."""
     node = chain.node(metadata.node_address)
     if node is None:
-        raise Refused(403, f"node {metadata.node_address} is not registered on chain: "
+        raise PeerRefused(403, f"node {metadata.node_address} is not registered on chain: "
                            "the provider must add it (ComputeRegistry.addNode)")
     if node.provider != metadata.provider_address:
-        raise Refused(403, f"node {metadata.node_address} is registered under provider {node.provider}, "
+        raise PeerRefused(403, f"node {metadata.node_address} is registered under provider {node.provider}, "
                            f"not {metadata.provider_address}")
     flags = read_flags(chain, metadata.node_address, metadata.provider_address, pool_id)
     provider = chain.provider(node.provider)
     if provider is None or not provider.registered:
-        raise Refused(403, f"provider {node.provider} is not registered on chain")
+        raise PeerRefused(403, f"provider {node.provider} is not registered on chain")
     if provider.blacklisted:
-        raise Refused(403, f"provider {node.provider} is blacklisted")
+        raise PeerRefused(403, f"provider {node.provider} is blacklisted")
     if flags.blacklisted:
-        raise Refused(403, f"node {metadata.node_address} is blacklisted in pool {node.pool_id or pool_id}")
+        raise PeerRefused(403, f"node {metadata.node_address} is blacklisted in pool "
+                                f"{node.pool_id or pool_id}")
     if require_whitelisted and not provider.whitelisted:
-        raise Refused(403, f"provider {node.provider} is not whitelisted: ask the pool owner to whitelist it")
+        raise PeerRefused(403, f"provider {node.provider} is not whitelisted: "
+                                "ask the pool owner to whitelist it")
     if pool_id is not None:
         pool = chain.pool(pool_id)
         if pool is not None:
             problems = parse_pool_requirements(pool.data_uri).mismatches(metadata.compute_specs)
             if problems:
-                raise Refused(422, f"node does not meet pool {pool_id}'s hardware requirements: "
+                raise PeerRefused(422, f"node does not meet pool {pool_id}'s hardware requirements: "
                                    + "; ".join(problems))
     return flags

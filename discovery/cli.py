@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from discovery.settings import DiscoverySettings
+from intellect.logs import setup_logging
 
 app = typer.Typer(help="Intellect discovery service: signed node metadata, checked on chain.",
                   no_args_is_help=True)
+
+@app.callback()
+def _set_up_logging() -> None:
+    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
+    setup_logging()
+
 console = Console()
 
 
@@ -48,7 +54,7 @@ def serve(
                          state_dir=state_dir, pool_id=pool_id, max_nodes_per_ip=max_nodes_per_ip,
                          require_whitelisted_provider=require_whitelisted_provider,
                          sync_interval_seconds=sync_interval)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(log_level)
     console.print(f"discovery on http://{settings.host}:{settings.port} "
                   f"(admin token in {settings.admin_token_file})")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)

@@ -1,26 +1,76 @@
-"""Structured logs for every service: JSON lines on stderr (stdout stays clean for `--json` output)."""
+"""Logging set-up for every service: one function, called by each entry point, never on import.
+
+The choice: structlog over stdlib. Modules log with `structlog.get_logger(name)`; modules that still
+use `logging.getLogger(name)` (and third-party libraries: uvicorn, httpx, web3) are routed through the
+same stdlib handler and rendered by the same structlog processors, so every line on stderr has one
+shape. stdout stays clean for `--json` output.
+
+The format comes from `INTELLECT_LOG_FORMAT` (`json`, the default, or `console`), the level from
+`INTELLECT_LOG_LEVEL` (default `info`); an entry point's explicit flag wins over the environment.
+`import intellect` configures nothing (tests check it): a library user keeps their own logging.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Literal
 
 import structlog
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogFormat = Literal["json", "console"]
+
+_HANDLER_NAME = "intellect"
 
 
-def configure_logging(level: str = "info", json_lines: bool = True) -> None:
-    logging.basicConfig(level=level.upper(), format="%(message)s", stream=sys.stderr)
-    renderer = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer()
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+class LogSettings(BaseSettings):
+    """`INTELLECT_LOG_FORMAT` and `INTELLECT_LOG_LEVEL`, from the environment or `.env`."""
+
+    model_config = SettingsConfigDict(env_prefix="INTELLECT_LOG_", env_file=".env", extra="ignore")
+
+    format: LogFormat = "json"
+    level: str = "info"
+
+
+def setup_logging(level: str | None = None, fmt: LogFormat | None = None) -> None:
+    """Route structlog and stdlib logs to stderr as JSON lines or console text; safe to call twice."""
+    settings = LogSettings()
+    level_name = (level or settings.level).upper()
+    numeric = logging.getLevelName(level_name)
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level_name!r}: use debug, info, warning or error")
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer() if (fmt or settings.format) == "console"
+        else structlog.processors.JSONRenderer()
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, *shared,
+                    structlog.stdlib.PositionalArgumentsFormatter(),
+                    structlog.processors.format_exc_info,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))  # one line per request is noise
 
 
-def default_to_stderr() -> None:
-    """Before any CLI configures logging (library use, tests), structlog still writes to stderr."""
-    if not structlog.is_configured():
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+configure_logging = setup_logging
+"""Former name, kept for callers on other branches."""

@@ -99,6 +99,24 @@ def _checksum(raw_address: bytes) -> str:
     return to_checksum_address(raw_address)
 
 
+# Half the order of secp256k1: a signature (r, s) and (r, n - s) both verify, so only the low-s
+# form is accepted (EIP-2), and v must be 27 or 28 as personal_sign produces. Otherwise one signed
+# request has several valid encodings, and a replay filter keyed on the signature could be dodged.
+SECP256K1_HALF_ORDER = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0
+SIGNATURE_PATTERN = re.compile(r"0x[0-9a-fA-F]{130}")
+
+
+def require_canonical_signature(signature: str) -> None:
+    """Refuse every encoding of a signature but the canonical one: 0x + 130 hex, v 27/28, low s."""
+    if not SIGNATURE_PATTERN.fullmatch(signature):
+        raise SignatureRejected(f"{HEADER_SIGNATURE} must be 0x followed by 130 hex characters", 400)
+    raw = bytes.fromhex(signature[2:])
+    if raw[64] not in (27, 28):
+        raise SignatureRejected(f"{HEADER_SIGNATURE} must have v = 27 or 28 (personal_sign)", 400)
+    if int.from_bytes(raw[32:64], "big") > SECP256K1_HALF_ORDER:
+        raise SignatureRejected(f"{HEADER_SIGNATURE} is not canonical: its s value is in the upper half", 400)
+
+
 @dataclass(frozen=True)
 class SignedRequest:
     """A verified request's identity and replay-protection fields."""
@@ -145,6 +163,7 @@ def verify_signed_request(
         raise SignatureRejected(
             f"timestamp is {int(current - timestamp)}s off the server clock (max skew {max_skew_seconds}s)"
         )
+    require_canonical_signature(signature)
     message = canonical_string(method, path_with_query, body, timestamp, nonce)
     try:
         recovered = recover_address_bytes(message, signature)

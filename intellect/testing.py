@@ -73,7 +73,7 @@ class Devnet:
 
     @property
     def rpc_url(self) -> str:
-        return self.anvil.rpc_url
+        return str(self.anvil.rpc_url)
 
     def client(self, wallet: Wallet | None = None) -> Any:
         from ledger.client import LedgerClient

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from intellect.identity import IdentityError
+from intellect.logs import setup_logging
 from ledger.client import LedgerClient
 from ledger.deploy import DeployParams, deploy_all
 from ledger.errors import LedgerError
@@ -37,8 +38,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+
+@app.callback()
+def _set_up_logging() -> None:
+    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
+    setup_logging()
+
+out = Console(soft_wrap=True)  # messages never break inside an address or hash
+err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
 RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM JSON-RPC URL [env INTELLECT_RPC_URL]")]
 DeploymentPath = Annotated[
@@ -578,6 +585,15 @@ def claim_rewards(
     ev = result.event("RewardsClaimed")
     tx_done(result, as_json, f"claimed {fmt_tokens(ev.args['amount']) if ev else '?'} tokens")
 
+
+# Registered last: the sub-app reuses this module's option types and helpers.
+from ledger.slashing_cli import app as slashing_app  # noqa: E402
+
+app.add_typer(slashing_app, name="slashing")
+
+from ledger.audit_cli import audit  # noqa: E402
+
+app.command("audit")(audit)
 
 if __name__ == "__main__":
     app()

@@ -30,6 +30,7 @@ from ledger.models import (
     WorkRecord,
     WorkStatus,
 )
+from ledger.slashing import Slashing, work_key_bytes
 from ledger.tx import TxSender, call_view
 
 VALIDATOR_ROLE = role("VALIDATOR_ROLE")
@@ -37,15 +38,6 @@ FEDERATOR_ROLE = role("FEDERATOR_ROLE")
 MINTER_ROLE = role("MINTER_ROLE")
 POOL_ROLE = role("POOL_ROLE")
 DEFAULT_ADMIN_ROLE = b"\x00" * 32
-
-
-def work_key_bytes(work_key: bytes | str) -> bytes:
-    """Accept 32 raw bytes or 0x-hex; a workKey is sha256 of the submitted file."""
-    if isinstance(work_key, str):
-        work_key = bytes.fromhex(work_key.removeprefix("0x"))
-    if len(work_key) != 32:
-        raise LedgerError("work key must be 32 bytes (the sha256 of the file)")
-    return work_key
 
 
 def _work(pool_id: int, t: Sequence[Any]) -> WorkRecord:
@@ -139,7 +131,7 @@ class LedgerClient:
             )
         return self.wallet
 
-    def _tx(self, contract: Contract, fn: str, *args: Any) -> TxResult:
+    def _tx(self, contract: Contract, fn: str, *args: Any, min_gas: int | None = None) -> TxResult:
         if self._sender is None:
             self._sender = TxSender(
                 self.w3,
@@ -147,7 +139,7 @@ class LedgerClient:
                 chain_key=f"{self.deployment.chain_id}:{self.rpc_url}",
                 timeout=self.timeout,
             )
-        receipt = self._sender.send(contract.address, contract.encode_abi(fn, list(args)))
+        receipt = self._sender.send(contract.address, contract.encode_abi(fn, list(args)), min_gas=min_gas)
         return TxResult(
             tx_hash="0x" + bytes(receipt["transactionHash"]).hex(),
             block_number=receipt["blockNumber"],
@@ -420,6 +412,11 @@ class LedgerClient:
         return self._tx(
             self.pools, "submitWork", pool_id, to_checksum_address(node), work_key_bytes(work_key), units
         )
+
+    @property
+    def slashing(self) -> Slashing:
+        """Quorum slashing: policy, pool validators, votes, pardon (see ledger/slashing.py)."""
+        return Slashing(self)
 
     def invalidate_work(self, pool_id: int, work_key: bytes | str) -> TxResult:
         return self._tx(self.pools, "invalidateWork", pool_id, work_key_bytes(work_key))

@@ -94,8 +94,11 @@ class TxSender:
         except ContractLogicError as exc:
             raise revert_from(exc) from None
 
-    def send(self, to: str | None, data: str, value: int = 0, gas: int | None = None) -> dict[str, Any]:
-        """Send and wait for the receipt; raises ContractRevert if it reverts (before or after mining)."""
+    def send(
+        self, to: str | None, data: str, value: int = 0, gas: int | None = None, min_gas: int | None = None
+    ) -> dict[str, Any]:
+        """Send and wait for the receipt; raises ContractRevert if it reverts (before or after mining).
+        `min_gas`: estimate as usual (a revert still names its error), but send at least this much."""
         if gas is None:
             if to is None:
                 gas = int(
@@ -104,6 +107,8 @@ class TxSender:
             else:
                 gas = self.estimate(to, data, value)
             gas = int(gas * 1.2) + 10_000
+            if min_gas is not None:
+                gas = max(gas, min_gas)
         state = {"attempt": 0}
 
         def once() -> bytes:

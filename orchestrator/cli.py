@@ -4,16 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from intellect.logs import setup_logging
+from orchestrator.context import MULTIPROC_ENV
 from orchestrator.settings import OrchestratorSettings
+
+if TYPE_CHECKING:  # the server stack is imported by the commands that run it, so --help stays fast
+    from fastapi import FastAPI
+
+    from intellect.redis_server import EmbeddedRedis
 
 app = typer.Typer(help="Intellect orchestrator: invites, heartbeats, liveness and the task API of one pool.",
                   no_args_is_help=True)
+
+@app.callback()
+def _set_up_logging() -> None:
+    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
+    setup_logging()
+
 console = Console()
 
 
@@ -26,9 +42,7 @@ def _settings(**overrides: object) -> OrchestratorSettings:
 
 
 def _configure_logging(level: str) -> None:
-    from intellect.logs import configure_logging
-
-    configure_logging(level)
+    setup_logging(level)
 
 
 @app.command()
@@ -84,6 +98,7 @@ def serve(
         return
     loops = settings.run_background_loops
     embedded = _prepare_replicas(settings, log_level)
+    metrics_dir = _multiprocess_metrics_dir()
     background = None
     if loops:
         # The invite, liveness and group loops get a process of their own: in an API process their
@@ -105,12 +120,26 @@ def serve(
                 background.kill()
         if embedded is not None:
             embedded.stop()
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _multiprocess_metrics_dir() -> Path | None:
+    """Prometheus multiprocess mode for `serve --workers N`: every process writes its samples under
+    PROMETHEUS_MULTIPROC_DIR and `/metrics`, whichever process answers, sums them all. The spawned
+    processes read the variable when they import prometheus_client, so it is set before they start.
+    Returns the directory made here (removed on exit); None when the operator set their own."""
+    if os.environ.get(MULTIPROC_ENV):
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="intellect-prometheus-"))
+    os.environ[MULTIPROC_ENV] = str(directory)
+    return directory
 
 
 _LOG_LEVEL_ENV = "INTELLECT_ORCH_SERVE_LOG_LEVEL"
 
 
-def _prepare_replicas(settings: OrchestratorSettings, log_level: str):  # type: ignore[no-untyped-def]
+def _prepare_replicas(settings: OrchestratorSettings, log_level: str) -> EmbeddedRedis | None:
     """Before forking API processes: one embedded Redis, migrations once, settings in the environment.
 
     The processes are spawned, so they rebuild the settings from `INTELLECT_ORCH_*` variables; the
@@ -183,7 +212,7 @@ def _background_main() -> None:
     asyncio.run(run())
 
 
-def app_from_environment():  # type: ignore[no-untyped-def]
+def app_from_environment() -> FastAPI:
     """uvicorn factory for each API process of `serve --workers N`."""
     from orchestrator.app import create_app
 

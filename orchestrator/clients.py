@@ -9,33 +9,17 @@ from __future__ import annotations
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from intellect.errors import PeerRefused, PeerUnreachable
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
 from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import DiscoveredNode
 
 
-class PeerError(Exception):
-    """A peer refused (4xx, with its reason) or could not be reached."""
-
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError):
         return True
     return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
-
-
-def _reason(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
-    return detail if isinstance(detail, str) else str(detail)
 
 
 class SignedClient:
@@ -54,13 +38,11 @@ class SignedClient:
                     if response.status_code >= 500:
                         response.raise_for_status()
         except httpx.HTTPStatusError as exc:
-            raise PeerError(f"{url} answered {exc.response.status_code}: {_reason(exc.response)}",
-                            exc.response.status_code) from None
+            raise PeerRefused.from_response(exc.response, url) from None
         except httpx.HTTPError as exc:
-            raise PeerError(f"{url} unreachable: {type(exc).__name__} {exc}") from None
+            raise PeerUnreachable(url, f"{type(exc).__name__} {exc}") from None
         if response.status_code >= 400:
-            raise PeerError(f"{url} refused ({response.status_code}): {_reason(response)}",
-                            response.status_code)
+            raise PeerRefused.from_response(response, url)
         return response
 
     async def pool_nodes(self, discovery_url: str, pool_id: int) -> list[DiscoveredNode]:

@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import structlog
 from fastapi import HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from intellect.auth import raw_path_with_query
 from intellect.signing import SignatureRejected, verify_signed_request
@@ -74,7 +77,7 @@ class HeartbeatHandler:
         self._reply_plan: Plan | None = None
         self._replies: dict[int, tuple[object, bytes]] = {}
 
-    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -156,19 +159,22 @@ class HeartbeatHandler:
 
 
 class HeartbeatEndpoint:
-    """`POST /heartbeat` as a raw ASGI app (a Starlette Route treats a callable object as one)."""
+    """`POST /heartbeat` as a raw ASGI app (a Starlette Route treats a callable object as one).
 
-    def __init__(self, handler: Callable[[], HeartbeatHandler]) -> None:
+    Without `handler` it answers with the app's own `app.state.heartbeat` (set by the server's
+    lifespan), so one route object serves whichever app it is placed in.
+    """
+
+    def __init__(self, handler: Callable[[], HeartbeatHandler] | None = None) -> None:
         self.handler = handler
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        response = await self.handler().handle(request)
+        handler: HeartbeatHandler = self.handler() if self.handler else request.app.state.heartbeat
+        response = await handler.handle(request)
         await response(scope, receive, send)
 
 
-def heartbeat_route(handler: Callable[[], HeartbeatHandler]):  # type: ignore[no-untyped-def]
+def heartbeat_route(handler: Callable[[], HeartbeatHandler] | None = None) -> Route:
     """The fast route; insert it first in the app's routes (the documented FastAPI route stays)."""
-    from starlette.routing import Route
-
     return Route("/heartbeat", HeartbeatEndpoint(handler), methods=["POST"], include_in_schema=False)

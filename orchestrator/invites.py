@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, timedelta
 
 import structlog
 from fastapi.concurrency import run_in_threadpool
 
+from intellect.errors import PeerError
 from intellect.wire.invites import InviteRequest
 from intellect.wire.nodes import DiscoveredNode, NodeState
-from orchestrator.clients import PeerError
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
-from orchestrator.nodes import audit
+from orchestrator.store.nodes import audit
 
 log = structlog.get_logger("intellect.orchestrator.invites")
 MAX_CONCURRENT_INVITES = 16
@@ -73,6 +74,11 @@ def reconcile(ctx: Context, records: list[DiscoveredNode], on_chain: set[str]) -
 
 async def invite_one(ctx: Context, row: NodeRow) -> None:
     settings = ctx.settings
+    if await run_in_threadpool(ctx.chain.is_blacklisted, row.address):
+        # Slashed for invalid work (or banned by the owner): the chain would refuse its join anyway.
+        await ctx.book.transition(row.address, NodeState.BANNED, "blacklisted in the pool on chain",
+                                  actor="invites", only_from=NodeState(row.state))
+        return
     invite = await run_in_threadpool(ctx.chain.invite, row.address, settings.invite_valid_seconds)
     request = InviteRequest(
         domain_id=invite.domain_id, pool_id=invite.pool_id, node_address=row.address,
@@ -83,7 +89,7 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
         reply = await ctx.peers.invite(row.worker_url or "", request)
         error = None if reply.accepted else f"worker declined the invite: {reply.detail}"
     except PeerError as exc:
-        error = exc.reason
+        error = str(exc)
     if error is None:
         ctx.metrics.invites.labels("accepted").inc()
         await ctx.book.transition(row.address, NodeState.WAITING_FOR_HEARTBEAT, "invited", actor="invites",
@@ -102,7 +108,7 @@ async def invite_pass(ctx: Context) -> None:
     try:
         records = await ctx.peers.pool_nodes(ctx.settings.discovery_url, ctx.settings.pool_id)
     except PeerError as exc:
-        log.warning("discovery unavailable", error=exc.reason)
+        log.warning("discovery unavailable", error=str(exc))
         records = []
     on_chain = set(await run_in_threadpool(ctx.chain.pool_nodes))
     rows = await run_in_threadpool(reconcile, ctx, records, on_chain)
@@ -120,7 +126,7 @@ async def invite_pass(ctx: Context) -> None:
     await asyncio.gather(*(bounded(r) for r in due))
 
 
-async def invite_loop(ctx: Context, is_leader) -> None:  # type: ignore[no-untyped-def]
+async def invite_loop(ctx: Context, is_leader: Callable[[], Awaitable[bool]]) -> None:
     while True:
         started = time.monotonic()
         try:

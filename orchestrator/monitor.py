@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import structlog
@@ -18,8 +19,8 @@ from sqlalchemy import select
 
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
-from orchestrator.models import NodeRow, TaskRow, utcnow
-from orchestrator.nodes import audit, may_heartbeat
+from orchestrator.models import NodeRow, utcnow
+from orchestrator.store.nodes import audit, may_heartbeat
 
 log = structlog.get_logger("intellect.orchestrator.monitor")
 WATCHED = [NodeState.HEALTHY, NodeState.UNHEALTHY, NodeState.WAITING_FOR_HEARTBEAT, NodeState.DEAD]
@@ -79,8 +80,7 @@ def apply_checks(
 
 
 def live_task_count(ctx: Context) -> int:
-    with ctx.sessions() as session:
-        return len(session.scalars(select(TaskRow.id).where(TaskRow.deleted_at.is_(None))).all())
+    return ctx.tasks.count_live()
 
 
 async def eject_dead(ctx: Context) -> None:
@@ -110,7 +110,7 @@ async def check_pass(ctx: Context, grace_until: float = 0.0) -> None:
     ctx.metrics.tasks.set(await run_in_threadpool(live_task_count, ctx))
 
 
-async def monitor_loop(ctx: Context, is_leader) -> None:  # type: ignore[no-untyped-def]
+async def monitor_loop(ctx: Context, is_leader: Callable[[], Awaitable[bool]]) -> None:
     grace_until = time.time() + ctx.settings.heartbeat_ttl_seconds
     while True:
         started = time.monotonic()

@@ -1,8 +1,8 @@
 """Which task each node should run. The heartbeat path asks a cached `Plan`; SQL is read only on change.
 
-`Scheduler.plan(session)` builds a Plan from SQL. The default, `OneTaskForAll`, hands the newest live
-task to every node. Node groups (topologies, `${GROUP_*}`) plug in here as another Scheduler whose
-Plan answers per node with a GroupContext.
+`Scheduler.plan(session)` builds a Plan from SQL. The one in use is `GroupScheduler`
+(orchestrator/groups/scheduler.py): grouped nodes get their group's task with a GroupContext, the
+others the newest live task that asks for no groups. Tests may pass their own Scheduler to create_app.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from datetime import UTC
 from typing import Protocol
 
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from intellect.wire.tasks import AssignedTask, Task, TaskSpec
@@ -39,16 +38,6 @@ class SameTaskPlan:
 
     def task_for(self, node_address: str) -> AssignedTask | None:
         return self.assigned
-
-
-class OneTaskForAll:
-    """Every node that heartbeats runs the most recently created task that is not deleted."""
-
-    def plan(self, session: Session) -> Plan:
-        row = session.scalars(
-            select(TaskRow).where(TaskRow.deleted_at.is_(None)).order_by(TaskRow.created_at.desc()).limit(1)
-        ).first()
-        return SameTaskPlan(AssignedTask(task=task_from_row(row)) if row else None)
 
 
 class PlanCache:

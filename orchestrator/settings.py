@@ -39,6 +39,10 @@ class OrchestratorSettings(IntellectSettings):
     http_timeout_seconds: float = Field(default=10.0, gt=0)
     http_retries: int = Field(default=3, ge=1)
     max_skew_seconds: int = 60
+    admin_signers: list[str] = Field(
+        default_factory=list, description="addresses whose signed requests may use the admin API (besides "
+        "the pool manager's key), e.g. a trainer's; JSON list in INTELLECT_ORCH_ADMIN_SIGNERS",
+    )
     heartbeat_rate_limit_per_minute: int = Field(default=120, ge=1)
     run_background_loops: bool = Field(default=True, description="off for extra API-only replicas")
 

@@ -13,6 +13,9 @@ One file content (sha256 = the on-chain work key) has one upload record:
 
 `GET /storage/files/{sha256}` (admin bearer, or signed by an address with the on-chain validator
 role) → `StoredFile` with an expiring download URL, or a 307 redirect to it with `?redirect=true`.
+
+The routes themselves are in `orchestrator/api/routes/storage.py`; they reach the service through
+`app.state.uploads`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
@@ -43,9 +46,9 @@ from intellect.wire.nodes import NodeState
 from intellect.wire.storage import StoredFile, UploadGrant, UploadRequest
 from intellect.wire.tasks import AssignedTask, TaskSpec
 from intellect.wire.templates import UnknownTemplateVariable, expand
+from orchestrator.access import AdminAccess
 from orchestrator.context import Context
 from orchestrator.models import FileCounterRow, UploadRow, utcnow
-from orchestrator.nodes import audit
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.storage import (
     LocalDiskStorage,
@@ -55,6 +58,7 @@ from orchestrator.storage import (
     UrlSigner,
     object_key,
 )
+from orchestrator.store.nodes import audit
 
 log = structlog.get_logger("intellect.orchestrator.uploads")
 
@@ -95,8 +99,12 @@ def file_name_values(node: str, assigned: AssignedTask, index: int, original: st
 
 
 class UploadService:
+    """Upload grants and file lookups. Built with the app (the storage routes need its `on_complete`
+    before anything runs), so it gets the Context through `ctx`, a getter called at use time: the
+    server passes one reading `app.state.ctx`, which the lifespan fills."""
+
     def __init__(self, settings: OrchestratorSettings, storage: StorageBackend, ctx: Callable[[], Context],
-                 admin: AdminToken) -> None:
+                 admin: AdminToken | AdminAccess) -> None:
         self.settings = settings
         self.storage = storage
         self.ctx = ctx
@@ -144,7 +152,7 @@ class UploadService:
         if row.node_address != node:
             raise HTTPException(409, f"a file with sha256 {body.sha256} was already uploaded by another "
                                      "node: its work key is taken")
-        if row.state != COMPLETED and self.storage.stat(row.key) is not None:
+        if row.state != COMPLETED and self._stored_as_granted(row):
             self._complete(session, row)  # S3: no callback, the store itself is the witness
         if row.state == COMPLETED:
             raise HTTPException(409, f"already uploaded as {row.key}: nothing to upload")
@@ -154,6 +162,10 @@ class UploadService:
         if row.expires_at <= utcnow():
             row.expires_at = expires
         return row
+
+    def _stored_as_granted(self, row: UploadRow) -> bool:
+        info = self.storage.stat(row.key)
+        return info is not None and info.matches(row.size, row.sha256)
 
     def _complete(self, session: Session, row: UploadRow) -> None:
         row.state, row.completed_at = COMPLETED, utcnow()
@@ -233,7 +245,7 @@ class UploadService:
         def load() -> UploadRow | None:
             with self.ctx().sessions() as session, session.begin():
                 row = session.scalars(select(UploadRow).where(UploadRow.sha256 == sha256)).first()
-                if row is not None and row.state != COMPLETED and self.storage.stat(row.key) is not None:
+                if row is not None and row.state != COMPLETED and self._stored_as_granted(row):
                     self._complete(session, row)
                 return row
 
@@ -250,24 +262,3 @@ class UploadService:
         return StoredFile(sha256=row.sha256, file_name=row.key, size_bytes=row.size,
                           work_units=row.work_units, node_address=row.node_address, task_id=row.task_id,
                           url=url, expires_at=expires)
-
-    def router(self) -> APIRouter:
-        router = APIRouter(prefix="/storage", tags=["storage"])
-        body_schema = {"application/json": {"schema": UploadRequest.model_json_schema()}}
-        schema = {"requestBody": {"content": body_schema, "required": True}}
-
-        @router.post("/request-upload", response_model=UploadGrant, openapi_extra=schema,
-                     description="Signed by the node key; the node must be Healthy and assigned the task.")
-        async def request_upload(request: Request) -> UploadGrant:
-            return await self.request_upload(request)
-
-        @router.get("/files/{sha256}", response_model=StoredFile,
-                    description="Admin bearer, or signed by a validator: where the file with this sha256 is.")
-        async def stored_file(request: Request, sha256: str,
-                              redirect: bool = Query(False, description="307 to the URL instead of JSON"),
-                              ) -> StoredFile | RedirectResponse:
-            if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-                raise HTTPException(400, "sha256 must be 64 lowercase hex characters")
-            return await self.stored_file(request, sha256, redirect)
-
-        return router

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a Docker engine available and build the local test image. Idempotent: each step is skipped
 # when already done, so `.ci/run` can call it on every run.
-#   1. install docker.io (+ debootstrap for the base image) via apt when no engine binary exists
+#   1. install docker.io (+ debootstrap for the base image, docker-compose) via apt when missing
 #   2. start dockerd in the background when the engine does not answer, and wait for it
 #   3. build the test image (images/build.sh caches the base image)
 # Exits non-zero with a message naming the failed step; the Docker tests then skip loudly.
@@ -15,6 +15,8 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 need_pkgs=()
 command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
+# Debian's compose (1.29) for docker-compose.yml and its CI test; `docker compose` works too where present.
+command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || need_pkgs+=(docker-compose)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing ${need_pkgs[*]} via apt"
   export DEBIAN_FRONTEND=noninteractive

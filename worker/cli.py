@@ -4,31 +4,47 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import httpx
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from intellect.identity import IdentityError, Wallet, resolve_passphrase
+from intellect.logs import setup_logging
+from intellect.net import free_port
+from intellect.wire.requirements import parse_pool_requirements
+from ledger.client import LedgerClient
+from ledger.deploy import Deployment
+from ledger.errors import LedgerError
 from worker import __version__
+from worker.chain import ChainAuthorizer, RegistrationDeclined, RegistrationPlan, WorkerChain, tokens, when
+from worker.daemon import WorkerDaemon
 from worker.hardware import Check, blocking_failures, detect, run_checks
-from worker.keys import keystore_path, load_key, load_keys
+from worker.keys import WorkerKeys, keystore_path, load_key, load_keys
+from worker.pidfile import running_daemon, stop_daemon
+from worker.runtime import RecordingRuntime, Runtime, start_runtime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
 
 app = typer.Typer(help="Intellect worker: contribute compute to a pool.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
+
+@app.callback()
+def _set_up_logging() -> None:
+    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
+    setup_logging()
+
 wallet_app = typer.Typer(help="Create, import and show the provider and node keys.", no_args_is_help=True)
 app.add_typer(wallet_app, name="wallet")
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
 # ---- shared options (each maps to a WorkerSettings field; unset means env or default) ----
 RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM RPC URL [env INTELLECT_WORKER_RPC_URL]")]
@@ -57,9 +73,6 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ledger.errors import LedgerError
-        from worker.chain import RegistrationDeclined
-
         try:
             return fn(*args, **kwargs)
         except (CliError, IdentityError, FileNotFoundError, LedgerError, RegistrationDeclined,
@@ -86,27 +99,21 @@ def _checks_table(checks: list[Check]) -> Table:
     return table
 
 
-def _chain(settings: WorkerSettings, create_keys: bool = False):
-    from worker.chain import WorkerChain
-
+def _chain(settings: WorkerSettings, create_keys: bool = False) -> tuple[WorkerKeys, WorkerChain]:
     keys = load_keys(settings, create=create_keys)
     return keys, WorkerChain(settings.rpc_url, settings.resolved_deployment(), keys)
 
 
-def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> object:
+def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> Runtime:
     """`recording` only records the desired task (no execution); the others run it (worker.runtime)."""
     if kind == "recording":
-        from worker.runtime_stub import RecordingRuntime
-
         return RecordingRuntime()
     if kind not in ("auto", "docker", "process"):
         raise CliError(f"unknown --runtime {kind!r}: use auto, docker, process or recording")
-    from worker.runtime import start_runtime
-
     # The bridge (files ready → uploader) comes with it; a task a previous worker process left
     # running is adopted. Task data lives where `check` measured the free disk.
-    return start_runtime(kind, node_address, settings.state_dir,  # type: ignore[arg-type]
-                         storage_root=settings.state_dir / "data")
+    return start_runtime(kind, node_address, settings.state_dir, storage_root=settings.state_dir / "data",
+                         task_env=settings.task_env, task_network=settings.task_network)
 
 
 # ---- start ----
@@ -131,19 +138,13 @@ def start(
     log_level: Annotated[str, typer.Option(help="debug | info | warning")] = "info",
 ) -> None:
     """Check the machine, register on chain if needed, then serve the worker API and heartbeat."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+    setup_logging(log_level)
     settings = build_settings(
         rpc_url=rpc_url, deployment=deployment, discovery_url=discovery_url, pool_id=pool_id,
         state_dir=state_dir, api_host=api_host, api_port=api_port, advertised_ip=advertised_ip,
         compute_units=compute_units, stake=stake, heartbeat_interval=heartbeat_interval,
         metadata_refresh=metadata_refresh,
     )
-    from intellect.net import free_port
-    from worker.chain import ChainAuthorizer, RegistrationPlan, tokens
-    from worker.daemon import WorkerDaemon
-
     keys, chain = _chain(settings, create_keys=True)
     store = StateStore(settings.state_file)
     state = store.load()
@@ -203,26 +204,23 @@ def check(
     settings = build_settings(rpc_url=rpc_url, deployment=deployment, pool_id=pool_id, state_dir=state_dir)
     specs = detect(settings.state_dir / "data")
     requirements = None
-    notes: list[str] = []
+    pool_check: Check | None = None
     if not offline:
+        # A named pool that cannot be read (no such pool, dead RPC) fails the check: scripts trust exit 1.
         try:
-            from ledger.client import LedgerClient
-            from ledger.deploy import Deployment
-            from worker.chain import parse_pool_requirements
-
             client = LedgerClient(settings.rpc_url, Deployment.load(settings.resolved_deployment()))
             requirements = parse_pool_requirements(client.get_pool(settings.pool_id).data_uri)
+            pool_check = Check("pool", True, f"pool {settings.pool_id}: requirements read")
         except Exception as exc:
-            notes.append(f"pool requirements not checked: {exc}")
+            pool_check = Check("pool", False, f"pool {settings.pool_id} could not be checked: {exc}")
     checks = run_checks(specs, requirements, settings.min_disk_mb)
+    if pool_check is not None:
+        checks.append(pool_check)
     failed = blocking_failures(checks)
     if json_out:
-        _print_json({"ok": not failed, "specs": specs.model_dump(), "notes": notes,
-                     "checks": [c.__dict__ for c in checks]})
+        _print_json({"ok": not failed, "specs": specs.model_dump(), "checks": [c.__dict__ for c in checks]})
     else:
         console.print(_checks_table(checks))
-        for note in notes:
-            console.print(f"[yellow]note:[/yellow] {note}")
     if failed:
         raise typer.Exit(1)
 
@@ -236,37 +234,123 @@ def status(
     deployment: DeploymentOpt = None,
     pool_id: PoolId = None,
     state_dir: StateDir = None,
+    validator_url: Annotated[
+        list[str], typer.Option("--validator-url", help="a validator's API: its verdicts on this node's work")
+    ] = [],  # noqa: B006
     json_out: JsonOut = False,
 ) -> None:
-    """The local state, and what the chain says about this node."""
+    """The local state, what the chain says (stake, unbonding, rewards, pool membership), and the
+    validators' verdicts on this node's work."""
     settings = build_settings(rpc_url=rpc_url, deployment=deployment, pool_id=pool_id, state_dir=state_dir)
     state = StateStore(settings.state_file).load()
-    info: dict[str, Any] = json.loads(state.model_dump_json())
+    info: dict[str, Any] = {"local": json.loads(state.model_dump_json()),
+                            "daemon_pid": running_daemon(settings.state_dir)}
     try:
         keys, chain = _chain(settings)
-        node = chain.get_node()
-        info["chain"] = {
-            "node_registered": node is not None,
-            "compute_units": node.compute_units if node else 0,
-            "in_pool": chain.in_pool(settings.pool_id),
-            "pool_id": settings.pool_id,
-            "provider_stake": chain.get_provider().stake,
-        }
+        info["chain"] = _chain_status(chain, settings.pool_id)
     except Exception as exc:
         info["chain"] = {"error": str(exc)}
+    info["verdicts"] = {url: _verdicts(url, info["local"].get("node_address"), settings.pool_id)
+                        for url in validator_url}  # fmt: skip
     if json_out:
         _print_json(info)
         return
+    local = info["local"]
     table = Table(title="Worker status")
     table.add_column("field")
     table.add_column("value")
-    for key in ("provider_address", "node_address", "provider_registered", "node_added", "pool_id",
-                "pool_joined", "orchestrator_url", "join_tx", "updated_at"):
-        table.add_row(key, str(info.get(key)))
-    last = info.get("last_task")
+    for key in ("provider_address", "node_address", "orchestrator_url", "join_tx", "updated_at"):
+        table.add_row(key, str(local.get(key)))
+    table.add_row("daemon", f"running (pid {info['daemon_pid']})" if info["daemon_pid"] else "not running")
+    last = local.get("last_task")
     table.add_row("task", f"{last['task_id']} ({last['state']})" if last else "none")
-    for key, value in info["chain"].items():
-        table.add_row(f"chain.{key}", str(value))
+    chain_info = info["chain"]
+    if "error" in chain_info:
+        table.add_row("chain", f"[red]unreadable[/red]: {chain_info['error']}")
+    else:
+        pool = chain_info["pool"]
+        table.add_row("pool", f"{pool['id']}: member" if pool["member"]
+                      else f"{pool['id']}: [yellow]not a member[/yellow] ({pool['reason']})")
+        table.add_row("node registered", f"{chain_info['node_registered']} "
+                      f"({chain_info['compute_units']} compute units)")
+        table.add_row("stake", f"{tokens(chain_info['stake'])} tokens "
+                      f"(provider registered: {chain_info['provider_registered']})")
+        for entry in chain_info["unbonding"]:
+            ready = "claimable now" if entry["claimable"] else f"claimable from {when(entry['release_at'])}"
+            table.add_row("unbonding", f"{tokens(entry['amount'])} tokens, {ready}")
+        table.add_row("rewards", f"{tokens(chain_info['rewards_claimable'])} claimable, "
+                      f"{tokens(chain_info['rewards_pending'])} still locked")
+    for url, found in info["verdicts"].items():
+        if "error" in found:
+            table.add_row(f"verdicts ({url})", f"unavailable: {found['error']}")
+            continue
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(found["counts"].items())) or "no work judged yet"
+        table.add_row(f"verdicts ({url})", counts)
+        for item in found["rejected"][-3:]:
+            why = "; ".join(item["reasons"])[:200]
+            table.add_row(f"  {item['verdict']}", f"{item['work_key'][:18]}…: {why}")
+    console.print(table)
+
+
+def _verdicts(url: str, node: str | None, pool_id: int) -> dict[str, Any]:
+    """This node's verdicts from one validator: counts per verdict and the latest rejections."""
+    if not node:
+        return {"error": "no node address in the local state yet"}
+    try:
+        response = httpx.get(
+            url.rstrip("/") + "/verdicts", params={"pool": pool_id, "node": node, "limit": 1000}, timeout=10
+        )
+        response.raise_for_status()
+        items = response.json()["items"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        return {"error": str(exc)}
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    return {"counts": counts, "rejected": [i for i in items if i["verdict"] != "accept"]}
+
+
+def _chain_status(chain: WorkerChain, pool_id: int) -> dict[str, Any]:
+    membership = chain.membership(pool_id)
+    preview = chain.preview_claim()
+    node = chain.get_node()
+    provider = chain.get_provider()
+    unbonding = [{"amount": u.amount, "release_at": u.release_at,
+                  "claimable": u.release_at <= preview.chain_time} for u in chain.unbonds()]
+    return {
+        # One view of membership: `member` and `reason` come from the same reads, never contradict.
+        "pool": {"id": pool_id, "member": membership.reason is None, "reason": membership.reason},
+        "node_registered": membership.node_registered,
+        "compute_units": node.compute_units if node else 0,
+        "provider_registered": provider.registered,
+        "stake": provider.stake,
+        "unbonding": sorted(unbonding, key=lambda u: u["release_at"]),
+        "rewards_claimable": preview.rewards_claimable,
+        "rewards_pending": preview.rewards_pending,
+        "chain_time": preview.chain_time,
+    }
+
+
+# ---- claim ----
+
+@app.command()
+@friendly
+def claim(
+    rpc_url: RpcUrl = None, deployment: DeploymentOpt = None, state_dir: StateDir = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Claim matured rewards (minted to the provider) and stake whose unbonding has ended."""
+    settings = build_settings(rpc_url=rpc_url, deployment=deployment, state_dir=state_dir)
+    _, chain = _chain(settings)
+    results = chain.claim()
+    if json_out:
+        _print_json([r.__dict__ for r in results])
+        return
+    table = Table(title=f"Claimed for provider {chain.provider}")
+    for col in ("what", "tokens", "tx", "gas"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r.kind, tokens(r.amount), r.tx_hash, str(r.gas_used))
     console.print(table)
 
 
@@ -279,8 +363,6 @@ def balance(
     json_out: JsonOut = False,
 ) -> None:
     """ETH (for gas) and token balances of the provider and node keys, and the provider's stake."""
-    from worker.chain import tokens
-
     settings = build_settings(rpc_url=rpc_url, deployment=deployment, state_dir=state_dir)
     keys, chain = _chain(settings)
     balances = chain.balances()
@@ -311,13 +393,22 @@ def deregister(
     pool_id: PoolId = None,
     state_dir: StateDir = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+    stop_timeout: Annotated[float, typer.Option(help="seconds to wait for the daemon to stop")] = 30.0,
     json_out: JsonOut = False,
 ) -> None:
-    """Leave the pool, remove the node, and start unbonding the stake (claimable after unbonding)."""
+    """Stop the local daemon, leave the pool, remove the node and start unbonding the stake (claimable
+    with `claim` once the unbonding period has passed)."""
     settings = build_settings(rpc_url=rpc_url, deployment=deployment, pool_id=pool_id, state_dir=state_dir)
     keys, chain = _chain(settings)
     if not yes and not typer.confirm(f"Remove node {keys.node.address} and unbond the stake?", default=False):
         raise typer.Exit(1)
+    pid = running_daemon(settings.state_dir)
+    if pid is not None:
+        # A daemon left running would keep heartbeating and uploading for a node that no longer exists.
+        if not stop_daemon(pid, timeout=stop_timeout):
+            raise CliError(f"the worker daemon (pid {pid}) is still running: stop it (`kill {pid}`) "
+                           "and run deregister again; nothing was changed on chain")
+        err.print(f"stopped the worker daemon (pid {pid})")
     txs = chain.deregister(settings.pool_id)
     store = StateStore(settings.state_file)
     state = store.load()
@@ -326,12 +417,17 @@ def deregister(
     state.node_added = False
     state.provider_registered = chain.get_provider().registered
     store.save(state)
+    unbonds = sorted(chain.unbonds(), key=lambda u: u.release_at)
     if json_out:
-        _print_json({"node": keys.node.address, "transactions": txs})
-    else:
-        console.print(f"deregistered node {keys.node.address}: {len(txs)} transaction(s)")
-        for tx in txs:
-            console.print(f"  {tx}")
+        _print_json({"node": keys.node.address, "provider": keys.provider.address, "transactions": txs,
+                     "daemon_stopped": pid, "unbonding": [u.model_dump() for u in unbonds]})
+        return
+    console.print(f"deregistered node {keys.node.address}: {len(txs)} transaction(s)")
+    for tx in txs:
+        console.print(f"  {tx}")
+    for u in unbonds:
+        console.print(f"{tokens(u.amount)} tokens of stake claimable from {when(u.release_at)} "
+                      "with `intellect-worker claim`")
 
 
 # ---- wallet ----
@@ -342,7 +438,9 @@ Role = Literal["provider", "node"]
 def _roles(role: str) -> list[Role]:
     if role not in ("provider", "node", "both"):
         raise CliError("--role must be provider, node or both")
-    return ["provider", "node"] if role == "both" else [role]  # type: ignore[list-item]
+    if role == "provider":
+        return ["provider"]
+    return ["node"] if role == "node" else ["provider", "node"]
 
 
 @wallet_app.command("create")

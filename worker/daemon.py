@@ -16,21 +16,26 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from intellect.errors import PeerRefused
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
 from worker import __version__
 from worker.api import ApiContext, Authorizer, InviteRejected, create_app
-from worker.chain import ContractRevert, LedgerError, WorkerChain
-from worker.discovery_client import DiscoveryRejected, upload_metadata
+from worker.chain import Chain, ContractRevert, LedgerError
+from worker.discovery_client import upload_metadata
 from worker.heartbeat import Heartbeater
 from worker.keys import WorkerKeys
+from worker.pidfile import remove_pid, write_pid
+from worker.runtime.base import Runtime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
-from worker.uploader import LedgerWork, Uploader
+from worker.uploader import Uploader
 
 log = logging.getLogger("intellect.worker")
 UPLOAD_INTERVAL = 2.0  # seconds between passes over the bridge's file queue
+REFUSAL_BACKOFF_FIRST = 10.0  # seconds before re-sending metadata discovery refused
+REFUSAL_BACKOFF_MAX = 600.0
 
 
 class _QuietServer(uvicorn.Server):
@@ -46,8 +51,8 @@ class WorkerDaemon:
         self,
         settings: WorkerSettings,
         keys: WorkerKeys,
-        chain: WorkerChain,
-        runtime: object,
+        chain: Chain,
+        runtime: Runtime,
         specs: ComputeSpecs,
         store: StateStore,
         authorizer: Authorizer,
@@ -64,16 +69,16 @@ class WorkerDaemon:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._problem: str | None = None  # the standing refusal last logged (see _say_once)
         self.port = settings.api_port
         self.heartbeater = Heartbeater(
             keys.node, runtime, interval=settings.heartbeat_interval, timeout=settings.request_timeout,
             initial_status=self.state.last_task, on_status=self._save_status,
-            metrics=getattr(runtime, "metrics", None),
         )
         # Runtimes with a task bridge (worker.runtime) announce files: upload them and submit the work.
-        bridge = getattr(runtime, "bridge", None)
+        bridge = runtime.bridge
         self.uploader = Uploader(
-            keys.node, bridge.queue, LedgerWork(chain.provider_client, settings.pool_id, keys.node.address),
+            keys.node, bridge.queue, chain.work(settings.pool_id),
             settings.state_dir, self._orchestrator_url, timeout=max(30.0, settings.request_timeout),
         ) if bridge is not None else None
 
@@ -137,30 +142,57 @@ class WorkerDaemon:
     # ---- loops ----
 
     async def _metadata_loop(self) -> None:
+        refused = 0  # consecutive refusals: the retry delay doubles with each, up to REFUSAL_BACKOFF_MAX
         while not self._stop.is_set():
             delay = self.settings.metadata_refresh
             try:
                 await upload_metadata(self.settings.discovery_url, self.keys.node, self.metadata(),
                                       self.settings.request_timeout)
                 log.debug("metadata uploaded to %s", self.settings.discovery_url)
-            except DiscoveryRejected as exc:
-                log.error("%s", exc)
-                delay = min(delay, 10.0)
+                refused = 0
+                self._say_once(None)
+            except PeerRefused as exc:
+                # Asking again in 10 s cannot help a node that left the registry: find out why, say it
+                # once, and back off instead of repeating a refused call forever.
+                refused += 1
+                delay = min(REFUSAL_BACKOFF_MAX, REFUSAL_BACKOFF_FIRST * 2 ** (refused - 1))
+                reason = await self._standing_reason()
+                self._say_once(f"{exc}; {reason}" if reason else str(exc), f"next try in {delay:.0f} s")
             except Exception as exc:  # network trouble: retry soon, never die
                 log.warning("metadata upload to %s failed: %s", self.settings.discovery_url, exc)
                 delay = min(delay, 2.0)
             await self._sleep(self._stop, delay)
 
+    def _say_once(self, problem: str | None, retry: str = "") -> None:
+        """Log a standing problem when it first appears (or changes), not at every retry."""
+        if problem == self._problem:
+            if problem:
+                log.debug("still: %s (%s)", problem, retry)
+            return
+        self._problem = problem
+        if problem:
+            log.error("%s (%s)", problem, retry)
+        else:
+            log.info("discovery accepts this node's metadata again")
+
+    async def _standing_reason(self) -> str | None:
+        """Why, according to the chain, this node cannot work in the pool (None: it can, or unknown)."""
+        try:
+            membership = await asyncio.to_thread(self.chain.membership, self.settings.pool_id)
+        except Exception as exc:
+            log.warning("could not read the node's standing on chain: %s", exc)
+            return None
+        return membership.reason
+
     async def _check_membership(self) -> None:
         """After a refusal, ask the chain: an ejected node stops beating and waits for a new invite."""
         try:
-            member = await asyncio.to_thread(self.chain.in_pool, self.settings.pool_id)
+            membership = await asyncio.to_thread(self.chain.membership, self.settings.pool_id)
         except Exception as exc:
             log.warning("could not read pool membership: %s", exc)
             return
-        if not member:
-            log.warning("node is no longer in pool %s on chain; waiting for a new invite",
-                        self.settings.pool_id)
+        if membership.reason is not None:
+            log.warning("heartbeats stopped: %s", membership.reason)
             self._set_membership(False, None)
 
     async def _heartbeat_loop(self) -> None:
@@ -242,6 +274,7 @@ class WorkerDaemon:
             raise RuntimeError(f"worker API could not start on {self.settings.api_host}:{self.port}")
         log.info("worker API on http://%s:%s (node %s)", self.settings.api_host, self.port,
                  self.keys.node.address)
+        write_pid(self.settings.state_dir)  # `deregister` finds (and stops) this daemon by it
         await self._resume()
         loops = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop())]
         if self.uploader is not None:
@@ -254,9 +287,11 @@ class WorkerDaemon:
         await self._goodbye()
         server.should_exit = True
         await server_task
-        close = getattr(self.runtime, "close", None)
-        if close is not None:
-            close()  # stops the bridge; a running task keeps running for the next worker process
+        if self.settings.stop_tasks_on_exit:
+            log.info("stopping the task before exiting (stop_tasks_on_exit)")
+            await asyncio.to_thread(self.runtime.apply, None)
+        remove_pid(self.settings.state_dir)
+        self.runtime.close()  # stops the bridge; unless told otherwise the task runs on for the next worker
 
     async def _goodbye(self) -> None:
         with self._lock:

@@ -124,22 +124,28 @@ class Check:
 
 
 def run_checks(specs: ComputeSpecs, requirements: PoolRequirements | None, min_disk_mb: int) -> list[Check]:
-    """Hardware/software checks; a failed blocking check stops `start` and fails `check`."""
+    """Hardware/software checks; a failed blocking check stops `start` and fails `check`. With a pool's
+    requirements, each row (gpu, cpu, ram, disk, docker) is judged against its own part of them."""
+    req = requirements or PoolRequirements()
     gpus = ", ".join(f"{g.count}x {g.model} ({g.memory_mb} MB)" for g in specs.gpus) or "none"
-    checks = [
-        Check("gpu", True, gpus, blocking=False),
-        Check("cpu", specs.cpu_cores >= 1, f"{specs.cpu_cores} cores, {specs.cpu_model or 'unknown model'}"),
-        Check("ram", specs.ram_mb > 0, f"{specs.ram_mb} MB"),
-        Check("disk", specs.disk_free_mb >= min_disk_mb,
-              f"{specs.disk_free_mb} MB free (need >= {min_disk_mb} MB)"),
-        Check("docker", specs.docker_available,
-              "engine reachable" if specs.docker_available
-              else "no engine answered: tasks run with the process runtime", blocking=False),
+
+    def row(name: str, have: str, part: PoolRequirements, ok: bool = True, blocking: bool = True) -> Check:
+        problems = part.mismatches(specs)  # only `part`'s own field is set: this row's mismatch
+        detail = "; ".join([have, *problems])
+        return Check(name, ok and not problems, detail, blocking=blocking or bool(problems))
+
+    disk_need = max(min_disk_mb, req.disk_free_mb)
+    return [
+        row("gpu", gpus, PoolRequirements(gpu=req.gpu), blocking=False),
+        row("cpu", f"{specs.cpu_cores} cores, {specs.cpu_model or 'unknown model'}",
+            PoolRequirements(cpu_cores=req.cpu_cores), ok=specs.cpu_cores >= 1),
+        row("ram", f"{specs.ram_mb} MB", PoolRequirements(ram_mb=req.ram_mb), ok=specs.ram_mb > 0),
+        row("disk", f"{specs.disk_free_mb} MB free (need >= {disk_need} MB)",
+            PoolRequirements(disk_free_mb=req.disk_free_mb), ok=specs.disk_free_mb >= min_disk_mb),
+        row("docker", "engine reachable" if specs.docker_available
+            else "no engine answered: tasks run with the process runtime",
+            PoolRequirements(docker=req.docker), ok=specs.docker_available, blocking=False),
     ]
-    if requirements is not None:
-        problems = requirements.mismatches(specs)
-        checks.append(Check("pool requirements", not problems, "; ".join(problems) or "met"))
-    return checks
 
 
 def blocking_failures(checks: list[Check]) -> list[Check]:

@@ -14,19 +14,15 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from intellect.errors import PeerRefused
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
 from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse, TaskStatus
+from intellect.wire.tasks import AssignedTask, TaskState
 from worker import __version__
+from worker.runtime.base import Runtime
 
 log = logging.getLogger("intellect.worker.heartbeat")
-
-
-class HeartbeatRefused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"orchestrator refused the heartbeat ({status}): {reason}")
-        self.status = status
-        self.reason = reason
 
 
 @dataclass
@@ -42,13 +38,12 @@ class Heartbeater:
     def __init__(
         self,
         node: Wallet,
-        runtime: object,
+        runtime: Runtime,
         *,
         interval: float,
         timeout: float,
         initial_status: TaskStatus | None = None,
         on_status: Callable[[TaskStatus | None], None] | None = None,
-        metrics: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         self.node = node
         self.runtime = runtime
@@ -56,7 +51,6 @@ class Heartbeater:
         self.timeout = timeout
         self.status = initial_status
         self.on_status = on_status
-        self.metrics = metrics or (lambda: {})
         self.stats = HeartbeatStats()
         self._client: httpx.AsyncClient | None = None
 
@@ -77,17 +71,13 @@ class Heartbeater:
             self._client = None
 
     async def beat(self, orchestrator_url: str, *, leaving: bool = False) -> HeartbeatResponse:
-        request = HeartbeatRequest(task=self.status, metrics=self.metrics(), worker_version=__version__,
-                                   leaving=leaving)
+        request = HeartbeatRequest(task=self.status, metrics=self.runtime.metrics(),
+                                   worker_version=__version__, leaving=leaving)
         body = request.model_dump_json().encode()
         client = self._client_for(orchestrator_url)
         response = await client.post("/heartbeat", content=body, headers={"Content-Type": "application/json"})
         if response.status_code >= 400:
-            try:
-                reason = response.json().get("detail", response.text)
-            except ValueError:
-                reason = response.text
-            raise HeartbeatRefused(response.status_code, str(reason))
+            raise PeerRefused.from_response(response, f"orchestrator {orchestrator_url}")
         reply = HeartbeatResponse.model_validate_json(response.content)
         self.stats.sent += 1
         self.stats.consecutive_failures = 0
@@ -98,23 +88,31 @@ class Heartbeater:
         """One heartbeat, then apply the desired task. Returns None if the heartbeat failed."""
         try:
             reply = await self.beat(orchestrator_url)
-        except (httpx.HTTPError, HeartbeatRefused, ValueError) as exc:
+        except (httpx.HTTPError, PeerRefused, ValueError) as exc:
             self.stats.failed += 1
             self.stats.consecutive_failures += 1
             self.stats.last_error = str(exc) or type(exc).__name__
             log.warning("heartbeat to %s failed: %s", orchestrator_url, self.stats.last_error)
             return None
-        try:
-            status = await asyncio.to_thread(self.runtime.apply, reply.current_task)  # type: ignore[attr-defined]
-        except Exception as exc:  # the runtime must never take the heartbeat down
-            log.exception("runtime failed to apply the task")
-            status = (self.status.model_copy(update={"detail": f"runtime error: {exc}"})
-                      if self.status else None)
+        status = await self.apply(reply.current_task)
         if status != self.status:
             self.status = status
             if self.on_status:
                 self.on_status(status)
         return reply
+
+    async def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
+        """The runtime's status for `desired`. If the runtime raises, the desired task is reported
+        failed with the reason: never the previous task's status, which would hide the failure."""
+        try:
+            return await asyncio.to_thread(self.runtime.apply, desired)
+        except Exception as exc:  # the runtime must never take the heartbeat down
+            log.exception("runtime failed to apply the task")
+            if desired is None:
+                return None
+            return TaskStatus(task_id=desired.task.id, state=TaskState.FAILED,
+                              config_hash=desired.task.spec.config_hash(),
+                              detail=f"the worker could not start the task: {exc}"[:4096])
 
     def next_delay(self) -> float:
         """The configured interval, or the orchestrator's if it asks for more frequent beats."""

@@ -30,6 +30,21 @@ class WorkerSettings(IntellectSettings):
     request_timeout: float = Field(default=5.0, gt=0, description="timeout of every outgoing HTTP call")
     max_skew_seconds: int = Field(default=60, ge=1)
     min_disk_mb: int = Field(default=1024, ge=0, description="below this much free disk `check` fails")
+    stop_tasks_on_exit: bool = Field(
+        default=False,
+        description="stop and remove the task's process or container when the worker exits (devnets, "
+        "compose); off, a running task is adopted by the next worker process",
+    )
+    task_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra environment for every task this worker runs, as JSON (INTELLECT_WORKER_TASK_ENV="
+        "'{\"HF_HOME\": \"/cache\"}'): it overrides the task spec's values; the worker's own "
+        "INTELLECT_* bridge variables still win",
+    )
+    task_network: str | None = Field(
+        default=None, description="Docker network for task containers: unset is the engine's default "
+        "bridge; 'host' lets tasks reach services on this machine's loopback (devnets)",
+    )
     # Devnets pass raw keys instead of keystores; production uses encrypted keystores in state_dir.
     provider_key: SecretStr | None = None
     node_key: SecretStr | None = None

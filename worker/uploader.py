@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 from eth_utils import to_checksum_address
@@ -32,8 +32,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
 from intellect.wire.storage import UploadGrant, UploadRequest
+from ledger.client import LedgerClient
 from ledger.errors import ContractRevert, LedgerError
-from worker.bridge import FileQueue, PendingFile
+from ledger.events import EventReader, WorkSubmittedEvent
+from worker.runtime.bridge import FileQueue, PendingFile
 
 log = logging.getLogger("intellect.worker.uploader")
 
@@ -64,7 +66,7 @@ class WorkChain(Protocol):
 class LedgerWork:
     """`WorkChain` over the ledger client: submits as the client's wallet (the provider)."""
 
-    def __init__(self, client: Any, pool_id: int, node: str) -> None:
+    def __init__(self, client: LedgerClient, pool_id: int, node: str) -> None:
         self.client = client
         self.pool_id = pool_id
         self.node = to_checksum_address(node)
@@ -77,11 +79,10 @@ class LedgerWork:
         return to_checksum_address(record.node) if record else None
 
     def submission_tx(self, work_key: str) -> str | None:
-        from ledger.events import EventReader
-
         reader = EventReader(self.client, pool_id=self.pool_id, kinds=("WorkSubmitted",))
         for event in reader.read(self.client.deployment.block).events:
-            if event.work_key == "0x" + work_key and event.node == self.node:  # type: ignore[union-attr]
+            if isinstance(event, WorkSubmittedEvent) and event.work_key == "0x" + work_key \
+                    and event.node == self.node:
                 return event.tx_hash
         return None
 
@@ -158,8 +159,9 @@ class Uploader:
         self.journal = Journal(state_dir / "uploader.sqlite")
         self.orchestrator_url = orchestrator_url
         self.timeout = timeout
-        self.retrying = dict(retry=retry_if_exception(_retryable), stop=stop_after_attempt(attempts),
-                             wait=wait_exponential(multiplier=backoff, max=10), reraise=True)
+        # A template: each call runs on a copy (a Retrying keeps per-call statistics).
+        self.retrying = Retrying(retry=retry_if_exception(_retryable), stop=stop_after_attempt(attempts),
+                                 wait=wait_exponential(multiplier=backoff, max=10), reraise=True)
 
     # ---- upload ----
 
@@ -175,7 +177,7 @@ class Uploader:
                 response.raise_for_status()
             return response
 
-        response = Retrying(**self.retrying)(ask)  # type: ignore[arg-type]
+        response = self.retrying.copy()(ask)
         if response.status_code == 409 and _detail(response).startswith("already uploaded"):
             return None
         if response.status_code >= 400:
@@ -198,7 +200,7 @@ class Uploader:
                 raise UploadRefused(f"storage refused the PUT ({response.status_code}): {_detail(response)}",
                                     final=response.status_code not in (403, 408))  # 403: expired URL
 
-        Retrying(**self.retrying)(put)  # type: ignore[arg-type]
+        self.retrying.copy()(put)
 
     def upload(self, client: httpx.Client, base: str, item: PendingFile) -> None:
         if not item.path.is_file():

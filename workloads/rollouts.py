@@ -94,6 +94,11 @@ class BatchInfo(BaseModel):
     group_size: int = Field(ge=1)
     max_new_tokens: int = Field(ge=1)
     model: str = ""
+    # The policy that generated the batch: the trainer step of the checkpoint (0 = base model) and
+    # the sha256 of its safetensors file. A validator recomputes with exactly this checkpoint and
+    # checks that it is one the step's async window allows.
+    checkpoint_step: int | None = Field(default=None, ge=0)
+    checkpoint_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 def to_table(rollouts: list[Rollout], info: BatchInfo) -> pa.Table:

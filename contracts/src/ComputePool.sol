@@ -100,6 +100,19 @@ contract ComputePool is AccessControl {
     mapping(address => uint256) private _matured;
     mapping(address => address) public rewardRecipient; // node => provider at submission
 
+    /// @dev quorum 0 = no policy: one vote of a global validator, the default penalty and window.
+    struct SlashingPolicy {
+        uint32 quorum;
+        uint64 window;
+        uint256 amount;
+    }
+
+    mapping(uint256 => SlashingPolicy) public slashingPolicies;
+    mapping(uint256 => EnumerableSet.AddressSet) private _poolValidators;
+    mapping(uint256 => mapping(bytes32 => uint256)) private _votes;
+    mapping(uint256 => mapping(bytes32 => mapping(address => bool))) private _voted;
+    mapping(uint256 => mapping(bytes32 => uint256)) private _softDropped;
+
     event PoolCreated(uint256 indexed poolId, uint256 indexed domainId, address indexed creator, address manager, string name);
     event PoolStarted(uint256 indexed poolId, uint256 timestamp);
     event PoolEnded(uint256 indexed poolId, uint256 timestamp);
@@ -122,6 +135,12 @@ contract ComputePool is AccessControl {
     event WorkSoftInvalidated(
         uint256 indexed poolId, address indexed provider, address indexed node, bytes32 workKey, uint256 rewardDropped
     );
+    event SlashingPolicySet(uint256 indexed poolId, uint32 quorum, uint256 amount, uint64 window);
+    event PoolValidatorSet(uint256 indexed poolId, address indexed validator, bool added);
+    event InvalidationVoted(
+        uint256 indexed poolId, bytes32 indexed workKey, address indexed validator, bool soft, uint256 votes
+    );
+    event WorkPardoned(uint256 indexed poolId, address indexed node, bytes32 workKey);
     event RewardsClaimed(address indexed node, address indexed provider, uint256 amount);
     event ParametersUpdated(uint256 rewardPerUnit, uint256 rewardLockPeriod, uint256 invalidationWindow, uint256 slashPenalty);
     event WhitelistRequiredUpdated(bool required);
@@ -153,6 +172,12 @@ contract ComputePool is AccessControl {
     error WorkAlreadyInvalidated(uint256 poolId, bytes32 workKey);
     error InvalidationWindowPassed(uint256 poolId, bytes32 workKey, uint256 deadline);
     error NothingToClaim(address node);
+    error NotPoolValidator(uint256 poolId, address caller);
+    error AlreadyVoted(uint256 poolId, bytes32 workKey, address validator);
+    error VoteWindowClosed(uint256 poolId, bytes32 workKey, uint256 deadline);
+    error InvalidQuorum(uint256 quorum, uint256 validators);
+    error InvalidWindow();
+    error NotSoftInvalidated(uint256 poolId, bytes32 workKey);
 
     constructor(address admin, IntellectToken token_, ComputeRegistry registry_, DomainRegistry domains_, uint256 rewardPerUnit_) {
         if (admin == address(0) || address(token_) == address(0) || address(registry_) == address(0)) revert ZeroAddress();
@@ -316,20 +341,125 @@ contract ComputePool is AccessControl {
         emit WorkSubmitted(poolId, provider, node, workKey, units, block.timestamp);
     }
 
-    /// @notice Reject work: slash the provider by the penalty (capped at what it has), drop the
-    /// node's still-locked rewards, and eject the node from the pool.
+    /// @notice Reject work: slash the provider by the penalty (capped at what it has), blacklist the node in the pool, drop the
+    /// node's still-locked rewards, and eject the node from the pool. The global validator role's
+    /// emergency path; pools with a slashing policy decide by `voteInvalidate` quorum.
     function invalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
         Pool storage p = _pool(poolId);
         Work storage w = _submittedWork(poolId, workKey);
         uint256 deadline = uint256(w.timestamp) + invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
+        _invalidate(p, w, slashPenalty);
+    }
+
+    // ---- slashing by quorum ----
+
+    /// @notice Set a pool's slashing policy: `quorum` of its named validators must vote, the k-th
+    /// vote slashes `amount` (to the treasury, capped at the provider's stake), within `window`
+    /// seconds of the submission. Pool creator or manager only.
+    function setSlashingPolicy(uint256 poolId, uint32 quorum, uint256 amount, uint64 window) external {
+        _managerPool(poolId);
+        if (quorum == 0 || quorum > _poolValidators[poolId].length()) {
+            revert InvalidQuorum(quorum, _poolValidators[poolId].length());
+        }
+        if (window == 0) revert InvalidWindow();
+        slashingPolicies[poolId] = SlashingPolicy(quorum, window, amount);
+        emit SlashingPolicySet(poolId, quorum, amount, window);
+    }
+
+    function addPoolValidator(uint256 poolId, address validator) external {
+        _managerPool(poolId);
+        if (validator == address(0)) revert ZeroAddress();
+        if (_poolValidators[poolId].add(validator)) emit PoolValidatorSet(poolId, validator, true);
+    }
+
+    /// @notice A quorum larger than the remaining validators would make slashing impossible: refused.
+    function removePoolValidator(uint256 poolId, address validator) external {
+        _managerPool(poolId);
+        uint256 left = _poolValidators[poolId].length() - (_poolValidators[poolId].contains(validator) ? 1 : 0);
+        if (slashingPolicies[poolId].quorum > left) revert InvalidQuorum(slashingPolicies[poolId].quorum, left);
+        if (_poolValidators[poolId].remove(validator)) emit PoolValidatorSet(poolId, validator, false);
+    }
+
+    function getPoolValidators(uint256 poolId) external view returns (address[] memory) {
+        return _poolValidators[poolId].values();
+    }
+
+    /// @notice One validator's vote to invalidate. The quorum-th vote slashes, ejects the node and
+    /// drops its locked rewards in this transaction; votes on work already decided are no-ops.
+    /// A pool without a policy takes one vote of a global validator (quorum 1, the default penalty).
+    function voteInvalidate(uint256 poolId, bytes32 workKey) external {
+        Pool storage p = _pool(poolId);
+        (Work storage w, SlashingPolicy memory policy) = _votable(poolId, workKey);
+        if (w.status != WorkStatus.SUBMITTED) return;
+        mapping(address => bool) storage voted = _voted[poolId][workKey];
+        if (voted[msg.sender]) revert AlreadyVoted(poolId, workKey, msg.sender);
+        voted[msg.sender] = true;
+        uint256 votes = ++_votes[poolId][workKey];
+        emit InvalidationVoted(poolId, workKey, msg.sender, false, votes);
+        if (votes >= policy.quorum) _invalidate(p, w, policy.amount);
+    }
+
+    /// @notice Invalidate without a slash (e.g. a file storage lost): one vote suffices.
+    function voteSoftInvalidate(uint256 poolId, bytes32 workKey) external {
+        _pool(poolId);
+        (Work storage w,) = _votable(poolId, workKey);
+        if (w.status != WorkStatus.SUBMITTED) return;
+        emit InvalidationVoted(poolId, workKey, msg.sender, true, _votes[poolId][workKey]);
+        _softInvalidate(poolId, w);
+    }
+
+    /// @notice The pool's owner reverses a soft invalidation still inside the reward lock: the work
+    /// counts again and its reward is locked again.
+    function pardon(uint256 poolId, bytes32 workKey) external {
+        _managerPool(poolId);
+        uint256 idx = _workIndex[poolId][workKey];
+        if (idx == 0) revert WorkNotFound(poolId, workKey);
+        Work storage w = _work[poolId][idx - 1];
+        if (w.status != WorkStatus.SOFT_INVALIDATED) revert NotSoftInvalidated(poolId, workKey);
+        Lock storage l = _locks[w.node][w.lockIndex];
+        if (l.unlockAt <= block.timestamp) revert NotSoftInvalidated(poolId, workKey);
+        w.status = WorkStatus.SUBMITTED;
+        l.amount = SafeCast.toUint192(_softDropped[poolId][workKey]);
+        delete _softDropped[poolId][workKey];
+        emit WorkPardoned(poolId, w.node, workKey);
+    }
+
+    function workVotes(uint256 poolId, bytes32 workKey, address validator) external view returns (uint256 votes, bool voted) {
+        return (_votes[poolId][workKey], _voted[poolId][workKey][validator]);
+    }
+
+    function _votable(uint256 poolId, bytes32 workKey) private view returns (Work storage w, SlashingPolicy memory policy) {
+        uint256 idx = _workIndex[poolId][workKey];
+        if (idx == 0) revert WorkNotFound(poolId, workKey);
+        w = _work[poolId][idx - 1];
+        policy = slashingPolicies[poolId];
+        if (policy.quorum == 0) {
+            if (!hasRole(VALIDATOR_ROLE, msg.sender)) revert NotPoolValidator(poolId, msg.sender);
+            policy = SlashingPolicy(1, uint64(invalidationWindow), slashPenalty);
+        } else if (!_poolValidators[poolId].contains(msg.sender)) {
+            revert NotPoolValidator(poolId, msg.sender);
+        }
+        uint256 deadline = uint256(w.timestamp) + policy.window;
+        if (w.status == WorkStatus.SUBMITTED && block.timestamp > deadline) {
+            revert VoteWindowClosed(poolId, workKey, deadline);
+        }
+    }
+
+    function _invalidate(Pool storage p, Work storage w, uint256 penalty) private {
         w.status = WorkStatus.INVALIDATED;
         uint256 slashed = registry.slashableBalance(w.provider);
-        if (slashed > slashPenalty) slashed = slashPenalty;
+        if (slashed > penalty) slashed = penalty;
         if (slashed > 0) registry.slash(w.provider, slashed);
         uint256 dropped = _dropLockedRewards(w.node);
-        if (_poolNodes[poolId].contains(w.node)) _eject(p, w.node);
-        emit WorkInvalidated(poolId, w.provider, w.node, workKey, slashed, dropped);
+        if (_poolNodes[p.id].contains(w.node)) _eject(p, w.node);
+        // A node caught cheating never rejoins this pool (an orchestrator would otherwise re-invite
+        // it as soon as it shows up in discovery again).
+        if (!nodeBlacklisted[p.id][w.node]) {
+            nodeBlacklisted[p.id][w.node] = true;
+            emit NodeBlacklisted(p.id, w.node);
+        }
+        emit WorkInvalidated(p.id, w.provider, w.node, w.workKey, slashed, dropped);
     }
 
     /// @notice Reject work without penalty: the entry is marked and its still-locked reward dropped.
@@ -338,14 +468,19 @@ contract ComputePool is AccessControl {
         Work storage w = _submittedWork(poolId, workKey);
         uint256 deadline = uint256(w.timestamp) + invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
+        _softInvalidate(poolId, w);
+    }
+
+    function _softInvalidate(uint256 poolId, Work storage w) private {
         w.status = WorkStatus.SOFT_INVALIDATED;
         Lock storage l = _locks[w.node][w.lockIndex];
         uint256 dropped;
         if (l.unlockAt > block.timestamp) {
             dropped = l.amount;
             l.amount = 0;
+            _softDropped[poolId][w.workKey] = dropped;
         }
-        emit WorkSoftInvalidated(poolId, w.provider, w.node, workKey, dropped);
+        emit WorkSoftInvalidated(poolId, w.provider, w.node, w.workKey, dropped);
     }
 
     // ---- rewards ----

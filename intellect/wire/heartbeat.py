@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import math
+
+from pydantic import Field, field_validator
 
 from intellect.wire.base import WireModel
 from intellect.wire.tasks import AssignedTask, TaskState
@@ -20,9 +22,21 @@ class HeartbeatRequest(WireModel):
     """No address field: the node is whoever signed the request."""
 
     task: TaskStatus | None = None
-    metrics: dict[str, float] = Field(default_factory=dict, description="label → value, from the task bridge")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, max_length=256, description="label → value from the task bridge, finite"
+    )
     worker_version: str | None = None
     leaving: bool = Field(default=False, description="the worker is shutting down (SIGTERM)")
+
+    @field_validator("metrics")
+    @classmethod
+    def _finite(cls, value: dict[str, float]) -> dict[str, float]:
+        for label, number in value.items():
+            if len(label) > 128:
+                raise ValueError(f"metric label {label[:40]!r}… is longer than 128 characters")
+            if not math.isfinite(number):
+                raise ValueError(f"metric {label!r} is {number}; only finite numbers are accepted")
+        return value
 
 
 class HeartbeatResponse(WireModel):

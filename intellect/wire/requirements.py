@@ -81,9 +81,10 @@ def _json_payload(data_uri: str) -> object | None:
         else:
             text = unquote(payload)
     try:
-        return json.loads(text)
+        decoded: object = json.loads(text)
     except ValueError:
         return None
+    return decoded
 
 
 def parse_pool_requirements(data_uri: str | None) -> PoolRequirements:

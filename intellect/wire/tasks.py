@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime
 from enum import StrEnum
 from pathlib import PurePosixPath
@@ -13,24 +14,68 @@ from pydantic import Field, field_validator, model_validator
 from intellect.wire.base import WireModel
 from intellect.wire.templates import FILE_NAME_VARIABLES, TASK_VARIABLES, check_variables
 
+# Bounds on a task spec: the whole spec rides in every heartbeat reply, so it stays small.
+MAX_SPEC_BYTES = 256 * 1024
+MAX_ENV_VARS = 256
+MAX_ENV_KEY = 256
+MAX_ARG_CHARS = 32 * 1024
+MAX_ARGS = 1024
+MAX_LABELS = 64
+MAX_MOUNTS = 32
+MAX_PATH_CHARS = 1024
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Where the worker puts the task's own directories inside a container: a mount may not shadow them.
+RESERVED_CONTAINER_PATHS = ("/data", "/shared", "/run/intellect")
+
+
+def _no_nul(value: str, where: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{where} contains a NUL byte")
+    return value
+
+
+def _relative_parts(value: str, where: str) -> PurePosixPath:
+    path = PurePosixPath(value)
+    if ".." in path.parts:
+        raise ValueError(f"{where} must not contain '..': {value!r}")
+    return path
+
 
 class VolumeMount(WireModel):
-    host_path: str = Field(description="relative to the worker's storage root; never an absolute host path")
-    container_path: str
+    host_path: str = Field(
+        min_length=1,
+        max_length=MAX_PATH_CHARS,
+        description="resolved under the worker's task storage root (a leading '/' is stripped, as in the "
+        "reference); may use task ${VARIABLES}; never '..', never outside the root after templating",
+    )
+    container_path: str = Field(min_length=1, max_length=MAX_PATH_CHARS)
 
     @field_validator("host_path")
     @classmethod
-    def _no_escape(cls, value: str) -> str:
-        path = PurePosixPath(value)
-        if path.is_absolute() or ".." in path.parts:
-            raise ValueError("host_path must be relative to the worker's storage root, without '..'")
-        return value
+    def _under_root(cls, value: str) -> str:
+        _no_nul(value, "host_path")
+        _relative_parts(value, "host_path")
+        check_variables([value], TASK_VARIABLES, "volume_mounts.host_path")
+        relative = value.lstrip("/")
+        if not relative or relative == ".":
+            raise ValueError("host_path names the storage root itself; give a folder under it")
+        return relative
 
     @field_validator("container_path")
     @classmethod
     def _absolute_container_path(cls, value: str) -> str:
+        _no_nul(value, "container_path")
         if not value.startswith("/"):
             raise ValueError("container_path must be absolute")
+        path = _relative_parts(value, "container_path")
+        normal = str(path)
+        if normal == "/":
+            raise ValueError("container_path '/' would hide the whole image")
+        for reserved in RESERVED_CONTAINER_PATHS:
+            if normal == reserved or normal.startswith(reserved + "/"):
+                raise ValueError(
+                    f"container_path {value!r} is reserved: the worker mounts the task's own {reserved} there"
+                )
         return value
 
 
@@ -52,12 +97,25 @@ class StorageConfig(WireModel):
     @field_validator("file_name_template")
     @classmethod
     def _known_variables(cls, value: str) -> str:
+        _no_nul(value, "storage_config.file_name_template")
+        if value.startswith("/") or "\\" in value:
+            raise ValueError("storage_config.file_name_template must be a relative name with '/' separators")
+        _relative_parts(value, "storage_config.file_name_template")
         check_variables([value], FILE_NAME_VARIABLES, "storage_config.file_name_template")
         return value
 
 
 class TaskMetadata(WireModel):
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)
+
+    @field_validator("labels")
+    @classmethod
+    def _bounded(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not 0 < len(key) <= 128 or len(text) > 1024:
+                raise ValueError(f"label {key[:40]!r}: keys take 1-128 characters, values at most 1024")
+            _no_nul(key + text, f"label {key[:40]!r}")
+        return value
 
 
 class TaskSpec(WireModel):
@@ -65,19 +123,52 @@ class TaskSpec(WireModel):
 
     name: str = Field(min_length=1, max_length=128)
     image: str = Field(min_length=1, max_length=512)
-    env_vars: dict[str, str] = Field(default_factory=dict)
-    cmd: list[str] = Field(default_factory=list)
-    entrypoint: list[str] | None = None
+    env_vars: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    cmd: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
+    entrypoint: list[str] | None = Field(default=None, max_length=MAX_ARGS)
     metadata: TaskMetadata = Field(default_factory=TaskMetadata)
     scheduling_config: SchedulingConfig | None = None
     storage_config: StorageConfig | None = None
-    volume_mounts: list[VolumeMount] = Field(default_factory=list)
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=MAX_MOUNTS)
+
+    @field_validator("name", "image")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if any(ord(c) < 32 for c in value):
+            raise ValueError("must not contain control characters")
+        return value
+
+    @field_validator("env_vars")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if len(key) > MAX_ENV_KEY or not ENV_KEY.fullmatch(key):
+                raise ValueError(
+                    f"env var name {key[:60]!r} is not a valid name: letters, digits and '_', "
+                    f"not starting with a digit, at most {MAX_ENV_KEY} characters"
+                )
+            if len(text) > MAX_ARG_CHARS:
+                raise ValueError(f"env var {key} is longer than {MAX_ARG_CHARS} characters")
+            _no_nul(text, f"env var {key}")
+        return value
+
+    @field_validator("cmd", "entrypoint")
+    @classmethod
+    def _args(cls, value: list[str] | None) -> list[str] | None:
+        for i, arg in enumerate(value or []):
+            if len(arg) > MAX_ARG_CHARS:
+                raise ValueError(f"argument {i} is longer than {MAX_ARG_CHARS} characters")
+            _no_nul(arg, f"argument {i}")
+        return value
 
     @model_validator(mode="after")
     def _known_task_variables(self) -> TaskSpec:
         check_variables(self.env_vars.values(), TASK_VARIABLES, "env_vars")
         check_variables(self.cmd, TASK_VARIABLES, "cmd")
         check_variables(self.entrypoint or [], TASK_VARIABLES, "entrypoint")
+        size = len(self.model_dump_json())
+        if size > MAX_SPEC_BYTES:
+            raise ValueError(f"the task spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted")
         return self
 
     @property

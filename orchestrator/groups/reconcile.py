@@ -19,7 +19,7 @@ from intellect.wire.tasks import TaskSpec, TaskState
 from orchestrator.groups.formation import Candidate, form_groups, merge_candidates
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
-from orchestrator.nodes import audit
+from orchestrator.store.nodes import audit
 
 log = structlog.get_logger("intellect.orchestrator.groups")
 

@@ -2,8 +2,7 @@
 
 Plan (built on every replica when the task version moves; a dict lookup per heartbeat):
 - a node in a group runs its group's task with a `GroupContext` (id, index, size, next P2P address);
-- any other node runs the newest live task without `allowed_topologies` (the behaviour of
-  `OneTaskForAll`, restricted to tasks that do not ask for groups).
+- any other node runs the newest live task without `allowed_topologies`.
 The loop (leader only) runs `reconcile` every `groups_interval_seconds` or when poked (a task was
 created or deleted) and bumps the version when anything changed.
 """

@@ -21,7 +21,12 @@ class StorageError(Exception):
 class ObjectInfo:
     key: str
     size: int
-    sha256: str
+    sha256: str  # "" when the store keeps no checksum for the object
+
+    def matches(self, size: int, sha256: str) -> bool:
+        """Is this the object that was granted? An upload only completes (and earns work) if so; a
+        store that does not enforce the signed length/checksum itself is still checked here."""
+        return self.size == size and (not self.sha256 or self.sha256 == sha256)
 
 
 def object_key(name: str) -> str:

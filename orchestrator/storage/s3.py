@@ -18,10 +18,14 @@ class S3Storage:
         self, bucket: str, endpoint_url: str | None = None, region: str | None = None, prefix: str = ""
     ) -> None:
         import boto3  # imported here: only scale-out deployments need it
+        from botocore.config import Config
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.client = boto3.client("s3", endpoint_url=endpoint_url, region_name=region)
+        # SigV4 signs the checksum and length headers into the URL; SigV2 (boto's fallback without a
+        # region) would leave them unsigned, so a worker could PUT any body under the grant.
+        self.client = boto3.client("s3", endpoint_url=endpoint_url, region_name=region,
+                                   config=Config(signature_version="s3v4"))
 
     def _key(self, key: str) -> str:
         key = object_key(key)
@@ -41,6 +45,7 @@ class S3Storage:
                 "Key": self._key(key),
                 "ContentLength": size,
                 "ChecksumSHA256": checksum,
+                "ChecksumAlgorithm": "SHA256",  # signed too, so the store keeps the checksum for stat
             },
             ExpiresIn=self._ttl(expires_at),
         )
@@ -49,7 +54,8 @@ class S3Storage:
             file_name=object_key(key),
             url=url,
             expires_at=expires_at,
-            headers={"x-amz-checksum-sha256": checksum, "Content-Length": str(size)},
+            headers={"x-amz-checksum-sha256": checksum, "x-amz-sdk-checksum-algorithm": "SHA256",
+                     "Content-Length": str(size)},
         )
 
     def grant_get(self, key: str, expires_at: datetime) -> str:

@@ -4,12 +4,14 @@ anvil + Redis + discovery + orchestrator + one `intellect-worker start --runtime
 Docker test image carries no torch): the task runs `python -m workloads.inference` for one batch →
 a parquet rollout file with TOPLOC proofs is announced on the bridge → uploaded through a signed
 URL → `WorkSubmitted` with its sha256 and the output-token count as work units. The stored file is
-then checked the way a validator will: schema, proofs by one prefill, sampling replay.
+then judged by the validator's pipeline (`intellect-validator check`): accepted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,8 +24,6 @@ from test_control_plane import wait_until  # noqa: E402
 from test_task_execution import running_stack  # noqa: E402
 
 from ledger.events import EventReader  # noqa: E402
-from workloads.inference.verify import CheckSettings, check_rollouts, tiny_model_thresholds  # noqa: E402
-from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
 from workloads.rollouts import read_rollouts  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,12 +78,16 @@ def test_inference_rollouts_flow_from_task_to_chain(tmp_path: Path) -> None:
     assert len(rollouts) == 4 and {r.step for r in rollouts} == {0}
     tokens = sum(len(r.output_tokens) for r in rollouts)
     assert events[0].units == tokens > 0
-    tokenizer = load_tokenizer("tiny")
-    results = check_rollouts(
-        load_model("tiny"),
-        rollouts,
-        eos_token_id=tokenizer.eos_token_id,
-        max_new_tokens=MAX_NEW,
-        settings=CheckSettings(toploc=tiny_model_thresholds()),
-    )
-    assert all(r.passed for r in results), [r.reasons for r in results]
+    # Judged as the validator judges it (the same pipeline as `intellect-validator run`): the task's
+    # own settings, the submitter and the units claimed on chain, file-level TOPLOC statistics.
+    task_file = tmp_path / "task.json"
+    task_file.write_text(json.dumps(inference_task()))
+    checked = subprocess.run(
+        [str(Path(sys.executable).parent / "intellect-validator"), "check", str(local),
+         "--node", node.address, "--work-units", str(events[0].units), "--work-key", "0x" + key,
+         "--task", str(task_file), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    verdict = json.loads(checked.stdout.strip().splitlines()[-1])
+    assert verdict["verdict"] == "accept" and verdict["rows"] == 4, verdict

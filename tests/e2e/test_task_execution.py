@@ -42,7 +42,7 @@ from ledger.deploy import DeployParams, deploy_all  # noqa: E402
 from ledger.errors import ContractRevert  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402
-from worker.bridge import FileQueue  # noqa: E402
+from worker.runtime.bridge import FileQueue  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("INTELLECT_TEST_IMAGE", "intellect-test:latest")

@@ -125,6 +125,25 @@ def test_full_scenario_through_the_cli(cli_chain: Anvil, tmp_path: Path) -> None
     out = cli.run(validator, "invalidate", pool_id, bad_key_hex, expect=1)
     assert "WorkAlreadyInvalidated" in out
 
+    # The audit traces the payout to the work it paid, and the invalidated work to its verdict.
+    good_key = "0x" + hashlib.sha256(b"good").hexdigest()
+    honest_audit = cli.json(None, "audit", "--node", honest_node.address)
+    [payout] = honest_audit["payouts"]
+    assert payout["amount"] == 6 * ONE_TOKEN and payout["reconciled"] and payout["provider"] == honest.address
+    assert [w["work_key"] for w in payout["work"]] == [good_key]
+    assert payout["work"][0]["paid_tx"] == payout["tx_hash"]
+    assert payout["work"][0]["submitted_tx"].startswith("0x")
+    assert honest_audit["unpaid"] == []
+    bad_audit = cli.json(None, "audit", "--work-key", bad_key_hex)
+    assert bad_audit["payouts"] == []
+    [entry] = bad_audit["unpaid"]
+    assert entry["status"] == "invalidated" and entry["dropped_tx"] and entry["units"] == 8
+    assert entry["votes"] == [] and entry["node"] == bad_node.address  # one direct invalidation, no vote
+    table = cli.run(None, "audit", "--node", honest_node.address)
+    assert "reconciled" in table and payout["tx_hash"] in table
+    assert "exactly one of" in cli.run(None, "audit", expect=1)
+    assert "not 0x + 64 hex" in cli.run(None, "audit", "--work-key", "0x12", expect=1)
+
 
 def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
     cli = Cli(cli_chain, tmp_path)

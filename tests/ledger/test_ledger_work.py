@@ -77,10 +77,14 @@ def test_invalidate_slashes_ejects_and_drops_locked_rewards(world: World) -> Non
         world.validator.invalidate_work(world.pool_id, key(1))
     with reverts("WorkNotFound"):
         world.validator.invalidate_work(world.pool_id, key(9))
-    # Re-submitting an invalidated key is refused even after rejoining.
-    world.provider.join_pool(world.pool_id, world.node.address, world.invite(world.node.address, nonce=5))
+    # The cheater is blacklisted in the pool: even a fresh invite cannot bring it back.
+    assert world.admin.is_node_blacklisted(world.pool_id, world.node.address)
+    assert result.event("NodeBlacklisted") is not None
+    with reverts("NodeBlacklistedInPool"):
+        world.provider.join_pool(world.pool_id, world.node.address, world.invite(world.node.address, nonce=5))
+    # An invalidated key stays refused, whoever submits it.
     with reverts("WorkKeyInvalidated"):
-        world.provider.submit_work(world.pool_id, world.node.address, key(1), 3)
+        world.provider2.submit_work(world.pool_id, world.node2.address, key(1), 3)
 
 
 def test_invalidation_after_window_reverts(world: World) -> None:

@@ -6,6 +6,7 @@ processes stopped by pid).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import redis
 
 from intellect.identity import Wallet
 from intellect.net import free_port
+from intellect.redis_server import EmbeddedRedis
 from intellect.signing import SignedAuth, sign_request
 from intellect.testing import serve_in_thread
 from intellect.wire.heartbeat import HeartbeatRequest
@@ -32,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BODY = HeartbeatRequest(metrics={"tok_s": 1.0}).model_dump_json().encode()
 
 
-def seed(state_dir: Path, states: dict[str, str]) -> None:
-    engine = make_engine(f"sqlite:///{state_dir / 'orchestrator.db'}")
+def seed(state_dir: Path, states: dict[str, str], database_url: str | None = None) -> None:
+    engine = make_engine(database_url or f"sqlite:///{state_dir / 'orchestrator.db'}")
     migrate(engine)
     with session_factory(engine)() as session, session.begin():
         session.add_all(NodeRow(address=a, state=s, misses=0, in_pool=False, invite_attempts=0,
@@ -90,7 +92,7 @@ def test_fast_route_answers_and_refuses_like_the_documented_one(orchestrator) ->
     bad = httpx.post(url + "/heartbeat", content=forged, auth=SignedAuth(healthy), timeout=30)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "node_address"
     # over the body limit: 413 before any signature work
-    huge = HeartbeatRequest(metrics={f"metric_{i}": 1.0 for i in range(8000)}).model_dump_json().encode()
+    huge = json.dumps({"metrics": {f"metric_{i}": 1.0 for i in range(8000)}}).encode()
     too_big = beat(url, healthy, body=huge)
     assert too_big.status_code == 413 and "over" in too_big.json()["detail"]
     # the per-minute rate limit (5 here) is counted in Redis: the next heartbeats are 429
@@ -115,18 +117,29 @@ def test_task_reply_follows_the_version_counter(orchestrator) -> None:
     assert beat(url, healthy).json()["current_task"] is None
 
 
-def test_serve_with_two_workers_shares_state_and_runs_loops_once(devnet, redis_url, tmp_path) -> None:
+def test_serve_with_two_workers_shares_state_and_runs_loops_once(devnet, database_url, tmp_path) -> None:
+    """Replicas behind one Redis and one SQL database (SQLite file, or PostgreSQL for scale-out)."""
+    with EmbeddedRedis() as redis:  # its own Redis: no leader lease or counters left by another variant
+        two_workers(devnet, redis.url, database_url, tmp_path)
+
+
+def two_workers(devnet, redis_url: str, database_url: str, tmp_path: Path) -> None:
     nodes = [Wallet.create() for _ in range(4)]
-    seed(tmp_path, {n.address: "Healthy" for n in nodes})
+    seed(tmp_path, {n.address: "Healthy" for n in nodes}, database_url)
     port = free_port()
     env = {**os.environ, "INTELLECT_ORCH_MANAGER_KEY": devnet.manager.private_key_hex()}
     for key, value in {"port": port, "pool_id": devnet.pool_id, "redis_url": redis_url, "state_dir": tmp_path,
+                       "database_url": database_url,
                        "rpc_url": devnet.rpc_url, "deployment": tmp_path / "deployment.json",
                        "discovery_url": "http://127.0.0.1:9", "heartbeat_interval_seconds": 0.5,
                        "heartbeat_ttl_seconds": 1.5, "check_interval_seconds": 0.5, "miss_threshold": 2,
                        "eject_dead_nodes": "false", "invite_interval_seconds": 60}.items():
         env[f"INTELLECT_ORCH_{key.upper()}"] = str(value)
     devnet.deployment.save(tmp_path / "deployment.json")
+    scratch = tmp_path / "tmp"  # serve's PROMETHEUS_MULTIPROC_DIR goes here (TMPDIR) and is removed on exit
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--workers", "2",
                              "--log-level", "warning"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -156,6 +169,11 @@ def test_serve_with_two_workers_shares_state_and_runs_loops_once(devnet, redis_u
                 reply = beat(url, node)
                 assert reply.status_code == 200, reply.text
                 assert reply.json()["current_task"]["task"]["id"] == made["id"]
+        # multiprocess metrics: whichever process answers /metrics counts the heartbeats of both
+        assert [p.name for p in scratch.iterdir()][0].startswith("intellect-prometheus-")
+        for _ in range(8):
+            exposition = httpx.get(url + "/metrics", timeout=10).text
+            assert 'orchestrator_heartbeats_total{result="ok"} 9.0' in exposition
         httpx.delete(f"{url}/tasks/{made['id']}", headers=admin, timeout=10)
         assert all(beat(url, n).json()["current_task"] is None for n in nodes[:3])
         # the liveness loop runs (in its own process): the silent node goes Dead, the others stay up
@@ -174,3 +192,4 @@ def test_serve_with_two_workers_shares_state_and_runs_loops_once(devnet, redis_u
         proc.wait(timeout=30)
         gone, alive = psutil.wait_procs(children, timeout=15)
         assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+    assert list(scratch.iterdir()) == []

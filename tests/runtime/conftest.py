@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.bridge import TaskBridge
+from worker.runtime.bridge import TaskBridge
 
 from .helpers import Harness, docker_problem
 

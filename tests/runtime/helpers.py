@@ -14,12 +14,13 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from intellect import testing
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.tasks import AssignedTask, GroupContext, Task, TaskSpec, TaskState
-from worker.bridge import TaskBridge
-from worker.runtime import ProcessRuntime, Runtime, RuntimeConfig
+from worker.runtime import ProcessRuntime, RuntimeBase, RuntimeConfig
+from worker.runtime.bridge import TaskBridge
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_IMAGE = os.environ.get("INTELLECT_TEST_IMAGE", "intellect-test:latest")
@@ -36,7 +37,7 @@ class Harness:
     def __init__(self, kind: str, root: Path, bridge: TaskBridge) -> None:
         self.kind, self.root, self.bridge = kind, root, bridge
         self.node = "0x" + secrets.token_hex(20)  # labels scope Docker objects to this test
-        self.created: list[Runtime] = []
+        self.created: list[RuntimeBase[Any]] = []
 
     def config(self, **overrides: object) -> RuntimeConfig:
         values: dict[str, object] = {
@@ -52,12 +53,12 @@ class Harness:
         }
         return RuntimeConfig(**(values | overrides))
 
-    def runtime(self, **overrides: object) -> Runtime:
+    def runtime(self, **overrides: object) -> RuntimeBase[Any]:
         config = self.config(**overrides)
         if self.kind == "docker":
             from worker.runtime.docker import DockerRuntime
 
-            runtime: Runtime = DockerRuntime(config, self.bridge)
+            runtime: RuntimeBase[Any] = DockerRuntime(config, self.bridge)
         else:
             runtime = ProcessRuntime(config, self.bridge)
         self.created.append(runtime)
@@ -88,7 +89,7 @@ class Harness:
 
 
 def wait_for(
-    runtime: Runtime,
+    runtime: RuntimeBase[Any],
     desired: AssignedTask | None,
     accept: Callable[[TaskStatus], bool],
     timeout: float = 20.0,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.bridge import MAX_LINE, TaskBridge
+from worker.runtime.bridge import MAX_LINE, TaskBridge
 from workloads import bridge_client
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from intellect.wire.tasks import TaskState
-from worker.bridge import TaskBridge
 from worker.runtime import ProcessRuntime, make_runtime
+from worker.runtime.bridge import TaskBridge
 
 from .helpers import Harness
 
@@ -40,7 +40,7 @@ def test_a_pull_failure_is_reported_and_not_retried_in_a_tight_loop(docker_harne
 
 
 def test_container_settings(docker_harness: Harness) -> None:
-    runtime = docker_harness.runtime(shm_size="64m", max_restarts=4)
+    runtime = docker_harness.runtime(shm_size="64m", max_restarts=4, task_network="host")
     desired = docker_harness.assign(docker_harness.spec("sleep:30"))
     assert runtime.apply(desired).state in (TaskState.RUNNING, TaskState.PENDING)
     [container] = runtime._managed()
@@ -48,6 +48,7 @@ def test_container_settings(docker_harness: Harness) -> None:
     assert host["ShmSize"] == 64 * 1024 * 1024
     assert host["RestartPolicy"] == {"Name": "on-failure", "MaximumRetryCount": 4}
     assert host["Init"] is True
+    assert host["NetworkMode"] == "host"  # the operator's choice (devnets: tasks reach loopback services)
     mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
     config = docker_harness.config()
     assert mounts == {
@@ -58,7 +59,8 @@ def test_container_settings(docker_harness: Harness) -> None:
     labels = container.labels
     assert labels["org.intellect.node"] == docker_harness.node
     assert labels["org.intellect.config_hash"] == desired.task.spec.config_hash()
-    assert container.name == f"intellect-{desired.task.id}-{desired.task.spec.config_hash()}"
+    node = docker_harness.node.lower().removeprefix("0x")[:8]  # workers sharing one engine never collide
+    assert container.name == f"intellect-{desired.task.id}-{node}-{desired.task.spec.config_hash()}"
 
 
 def test_gpu_requests_reach_the_engine(docker_harness: Harness) -> None:

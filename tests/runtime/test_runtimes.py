@@ -8,6 +8,7 @@ import shutil
 import time
 
 from intellect.wire.tasks import GroupContext, TaskState, VolumeMount
+from worker.runtime.base import run_name
 
 from .helpers import Harness, in_state, wait_for
 
@@ -56,6 +57,18 @@ def test_runs_to_completion_with_templates_logs_and_dirs(harness: Harness) -> No
     # Idempotent: reconciling a completed task does not run it again.
     assert runtime.apply(desired).state == TaskState.COMPLETED
     assert "\n".join(runtime.logs(tail=50)).count("hello from the task") == 1
+
+
+def test_the_operators_task_env_overrides_the_spec_but_not_the_bridge_variables(harness: Harness) -> None:
+    runtime = harness.runtime(task_env={"MODE": "operator", "EXTRA": "x1", "INTELLECT_TASK_ID": "forged"})
+    spec = harness.spec("env:MODE", "env:EXTRA", "env:KEPT", "env:INTELLECT_TASK_ID", "exit:0",
+                        env_vars={"MODE": "spec", "KEPT": "from-spec"})  # fmt: skip
+    desired = harness.assign(spec)
+    status = wait_for(runtime, desired, FINISHED)
+    assert status.state == TaskState.COMPLETED, status
+    logs = "\n".join(runtime.logs(tail=50))
+    assert "MODE=operator" in logs and "EXTRA=x1" in logs and "KEPT=from-spec" in logs
+    assert f"INTELLECT_TASK_ID={desired.task.id}" in logs and "forged" not in logs
 
 
 def test_failing_command_restarts_up_to_the_cap_then_fails(harness: Harness) -> None:
@@ -199,7 +212,7 @@ def test_stale_tasks_are_removed(harness: Harness) -> None:
     new = harness.assign(harness.spec("sleep:60"))
     status = wait_for(worker, new, in_state(TaskState.RUNNING))
     assert status.task_id == new.task.id
-    assert _owned(harness, worker) == [f"intellect-{new.task.id}-{new.task.spec.config_hash()}"]
+    assert _owned(harness, worker) == [run_name(new, harness.node)]
     # Nothing desired: everything is stopped and removed.
     assert worker.apply(None) is None
     assert _owned(harness, worker) == []

@@ -104,4 +104,4 @@ def test_verified_request_names_the_checksummed_signer_whatever_the_header_case(
                               {**headers, "X-Intellect-Address": Wallet.create().address})
     with pytest.raises(SignatureRejected, match="malformed"):
         verify_signed_request("POST", "/heartbeat", body,
-                              {**headers, "X-Intellect-Signature": "0x" + "00" * 65})
+                              {**headers, "X-Intellect-Signature": "0x" + "00" * 64 + "1b"})

@@ -13,7 +13,7 @@ from uploads_world import Orchestrator, joined_nodes, make_healthy
 
 from intellect.identity import Wallet
 from ledger.events import EventReader
-from worker.bridge import FileQueue
+from worker.runtime.bridge import FileQueue
 from worker.uploader import LedgerWork, Uploader
 
 

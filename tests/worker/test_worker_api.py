@@ -19,7 +19,7 @@ from worker.chain import ChainAuthorizer, WorkerChain
 from worker.daemon import WorkerDaemon
 from worker.hardware import detect
 from worker.keys import WorkerKeys
-from worker.runtime_stub import RecordingRuntime
+from worker.runtime.recording import RecordingRuntime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from worker_devnet import Devnet
@@ -15,7 +16,7 @@ from worker.chain import ChainAuthorizer, RegistrationDeclined, WorkerChain
 from worker.daemon import WorkerDaemon
 from worker.hardware import detect
 from worker.keys import WorkerKeys
-from worker.runtime_stub import RecordingRuntime
+from worker.runtime.recording import RecordingRuntime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
 
@@ -124,3 +125,54 @@ def test_authorizer_roles(devnet: Devnet) -> None:
     assert auth.role_of(devnet.manager.address) == "manager"
     assert auth.role_of(devnet.validator.address.lower()) == "validator"
     assert auth.role_of(Wallet.create().address) is None
+
+
+def test_daemon_says_once_that_its_node_left_the_registry_and_backs_off(
+    devnet: Devnet, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Deregistered behind the daemon's back: the real discovery refuses its metadata (403); the daemon
+    logs why once, with what to do, and retries ever more slowly instead of every 10 s forever."""
+    from discovery.app import create_app as discovery_app
+    from discovery.settings import DiscoverySettings
+    from intellect.testing import ServerThread
+    from worker import daemon as daemon_module
+
+    chain = make_chain(devnet, devnet.fresh_provider())
+    chain.ensure_registered(1, None, lambda plan: True)
+    chain.deregister(None)
+    settings = DiscoverySettings(redis_url=redis_url, rpc_url=devnet.rpc_url,
+                                 deployment=devnet.deployment_path, state_dir=tmp_path / "discovery",
+                                 require_whitelisted_provider=False)
+    attempts: list[float] = []
+    real_upload = daemon_module.upload_metadata
+
+    async def counted(*args: Any, **kwargs: Any) -> None:
+        attempts.append(asyncio.get_running_loop().time())
+        await real_upload(*args, **kwargs)
+
+    monkeypatch.setattr(daemon_module, "upload_metadata", counted)
+    monkeypatch.setattr(daemon_module, "REFUSAL_BACKOFF_FIRST", 0.2)
+    with ServerThread(discovery_app(settings)) as discovery:
+        worker_settings = WorkerSettings(rpc_url=devnet.rpc_url, deployment=devnet.deployment_path,
+                                         pool_id=devnet.pool_id, state_dir=tmp_path / "w",
+                                         discovery_url=discovery.url, metadata_refresh=0.1)
+        daemon = WorkerDaemon(worker_settings, chain.keys, chain, RecordingRuntime(), detect(tmp_path / "d"),
+                              StateStore(worker_settings.state_file), ChainAuthorizer(chain, devnet.pool_id))
+
+        async def run_for(seconds: float) -> None:
+            loop = asyncio.create_task(daemon._metadata_loop())
+            await asyncio.sleep(seconds)
+            daemon._stop.set()
+            await loop
+
+        with caplog.at_level("DEBUG", logger="intellect.worker"):
+            asyncio.run(run_for(2.5))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1, errors
+    assert "403" in errors[0] and "not registered on chain" in errors[0]
+    assert "intellect-worker start" in errors[0]
+    # 0.2, 0.4, 0.8 s apart (then 1.6): a handful of tries in 2.5 s, not one per metadata_refresh (0.1 s).
+    assert 3 <= len(attempts) <= 5
+    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    assert all(later > earlier * 1.5 for earlier, later in zip(gaps, gaps[1:], strict=False))

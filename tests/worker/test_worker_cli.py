@@ -83,7 +83,20 @@ def test_check_reads_the_pools_requirements(devnet: Devnet, tmp_path: Path) -> N
     res = runner.invoke(app, ["check", "--json", "--pool-id", str(gpu_pool)], env=env_for(devnet, tmp_path))
     assert res.exit_code == 1
     failed = [c for c in json.loads(res.stdout)["checks"] if not c["ok"] and c["blocking"]]
-    assert failed[0]["name"] == "pool requirements" and "8 GPU(s)" in failed[0]["detail"]
+    assert [c["name"] for c in failed] == ["gpu"] and "8 GPU(s)" in failed[0]["detail"]
+    rows = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert rows["cpu"]["ok"] and rows["ram"]["ok"]  # only the gpu row carries the mismatch
+
+
+def test_check_fails_when_the_named_pool_cannot_be_read(devnet: Devnet, tmp_path: Path) -> None:
+    missing = runner.invoke(app, ["check", "--json", "--pool-id", "99"], env=env_for(devnet, tmp_path))
+    assert missing.exit_code == 1
+    pool_row = next(c for c in json.loads(missing.stdout)["checks"] if c["name"] == "pool")
+    assert not pool_row["ok"] and "PoolNotFound" in pool_row["detail"]
+    dead = runner.invoke(app, ["check", "--json", "--rpc-url", "http://127.0.0.1:9"],
+                         env=env_for(devnet, tmp_path))
+    assert dead.exit_code == 1
+    assert not next(c for c in json.loads(dead.stdout)["checks"] if c["name"] == "pool")["ok"]
 
 
 def test_start_refuses_an_unfunded_provider_without_spending(devnet: Devnet, tmp_path: Path) -> None:
@@ -127,7 +140,8 @@ def test_balance_status_and_deregister(devnet: Devnet, tmp_path: Path) -> None:
     assert bal["registered"] and bal["stake"] == 20 * 10**18
     assert bal["balances"][0]["tokens"] == 980 * 10**18 and bal["balances"][0]["eth_wei"] > 0
     status = json.loads(runner.invoke(app, ["status", "--json"], env=env).stdout)
-    assert status["chain"]["node_registered"] and not status["chain"]["in_pool"]
+    pool = status["chain"]["pool"]
+    assert status["chain"]["node_registered"] and pool["member"] is False and "not in pool" in pool["reason"]
     res = runner.invoke(app, ["deregister", "--yes", "--json"], env=env)
     assert res.exit_code == 0, res.output
     assert len(json.loads(res.stdout)["transactions"]) == 2  # remove node, deregister provider

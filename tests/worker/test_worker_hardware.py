@@ -58,8 +58,8 @@ def test_checks_explain_pool_mismatch() -> None:
     )
     checks = run_checks(_specs(), reqs, min_disk_mb=1024)
     failed = blocking_failures(checks)
-    assert [c.name for c in failed] == ["pool requirements"]
-    assert "GPU" in failed[0].detail and "RAM" in failed[0].detail
+    assert [c.name for c in failed] == ["gpu", "ram"]  # each row names its own mismatch
+    assert "GPU" in failed[0].detail and "RAM" in failed[1].detail and "RAM" not in failed[0].detail
 
 
 def test_checks_pass_and_docker_is_only_a_warning() -> None:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -265,3 +266,37 @@ def test_waits_for_an_unavailable_step_counter(tmp_path, http_dir, monkeypatch):
     )
     timer.join()
     assert [r.step for r in reports] == [2]
+
+
+def test_files_per_step_pauses_until_the_trainer_moves_on(tmp_path, http_dir, monkeypatch):
+    monkeypatch.delenv("INTELLECT_SOCKET_PATH", raising=False)
+    root, url = http_dir
+    (root / "step").write_text('{"step": 0}')
+    moved_at: list[float] = []
+
+    def advance() -> None:
+        moved_at.append(time.monotonic())
+        (root / "step").write_text('{"step": 1}')
+
+    timer = threading.Timer(1.5, advance)
+    timer.start()
+    reports = []
+    run = settings(tmp_path, step_url=f"{url}/step", poll_seconds=0.1, max_batches=2, files_per_step=1)
+    InferenceWorkload(run).run(lambda r: reports.append((r, time.monotonic())))
+    timer.join()
+    # one file for step 0, then nothing until the step moved, then one for step 1
+    assert [r.step for r, _ in reports] == [0, 1]
+    assert reports[1][1] >= moved_at[0]
+
+
+def test_files_per_step_never_stalls_a_step_for_good(tmp_path, http_dir, monkeypatch):
+    """A step the trainer cannot finish (too few informative groups) still gets one more file per
+    `step_patience_seconds` from each worker."""
+    monkeypatch.delenv("INTELLECT_SOCKET_PATH", raising=False)
+    root, url = http_dir
+    (root / "step").write_text('{"step": 0}')
+    stamps: list[float] = []
+    run = settings(tmp_path, step_url=f"{url}/step", poll_seconds=0.1, max_batches=2, files_per_step=1,
+                   step_patience_seconds=1.0)  # fmt: skip
+    InferenceWorkload(run).run(lambda r: stamps.append(time.monotonic()))
+    assert len(stamps) == 2 and stamps[1] - stamps[0] >= 1.0

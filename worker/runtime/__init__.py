@@ -2,24 +2,29 @@
 
 `start_runtime(...)` is what the worker daemon calls: it starts the task bridge in the state dir,
 builds the runtime ("auto": Docker when an engine answers, else processes) and hands it the bridge.
+Everything the worker needs of a runtime is the `Runtime` protocol; both real runtimes implement it
+over the `RuntimeBase` skeleton, and `RecordingRuntime` (no execution) implements it on its own.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from worker.runtime.base import Runtime, RuntimeConfig, TaskSetupError, run_name
+from worker.runtime.base import Runtime, RuntimeBase, RuntimeConfig, TaskSetupError, run_name
+from worker.runtime.bridge import TaskBridge, socket_path_for
+from worker.runtime.docker import DockerRuntime, engine_available
 from worker.runtime.process import ProcessRuntime
-
-if TYPE_CHECKING:
-    from worker.bridge import TaskBridge
+from worker.runtime.recording import RecordingRuntime
 
 RuntimeKind = Literal["auto", "docker", "process"]
 
 __all__ = [
+    "DockerRuntime",
     "ProcessRuntime",
+    "RecordingRuntime",
     "Runtime",
+    "RuntimeBase",
     "RuntimeConfig",
     "RuntimeKind",
     "TaskSetupError",
@@ -29,32 +34,29 @@ __all__ = [
 ]
 
 
-def make_runtime(kind: RuntimeKind, config: RuntimeConfig, bridge: TaskBridge | None = None) -> Runtime:
+def make_runtime(kind: str, config: RuntimeConfig, bridge: TaskBridge | None = None) -> RuntimeBase[Any]:
+    """`kind`: auto (Docker when an engine answers, else processes), docker or process."""
     if kind == "process":
         return ProcessRuntime(config, bridge)
     if kind not in ("auto", "docker"):
         raise ValueError(f"unknown runtime {kind!r}: use auto, docker or process")
-    from worker.runtime.docker import DockerRuntime, engine_available
-
     if kind == "docker" or engine_available():
         return DockerRuntime(config, bridge)
     return ProcessRuntime(config, bridge)
 
 
 def start_runtime(
-    kind: RuntimeKind,
+    kind: str,
     node_address: str,
     state_dir: Path,
     storage_root: Path | None = None,
     adopt: bool = True,
     **options: Any,
-) -> Runtime:
+) -> RuntimeBase[Any]:
     """Bridge + runtime for a worker whose state lives in `state_dir`; `options` are RuntimeConfig
     fields (max_restarts, shm_size, gpu_ids, p2p_seed, ...). With `adopt`, a task left running by a
     previous worker process is taken over (see `runtime.desired` / `runtime.status()`).
     `runtime.close()` stops the bridge; the task keeps running."""
-    from worker.bridge import TaskBridge, socket_path_for
-
     bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge").start()
     config = RuntimeConfig(
         node_address=node_address,

@@ -16,18 +16,17 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Generic, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.tasks import AssignedTask, TaskState
 from intellect.wire.templates import UnknownTemplateVariable, expand
-
-if TYPE_CHECKING:
-    from worker.bridge import TaskBridge
+from worker.runtime.bridge import TaskBridge
 
 log = logging.getLogger(__name__)
+H = TypeVar("H")  # a backend's handle on one run
 
 # Labels (Docker) and run-record fields (process) that mark what a runtime owns.
 LABEL_MANAGED = "org.intellect.managed"
@@ -58,6 +57,11 @@ class RuntimeConfig(BaseModel):
     gpu_ids: list[str] = Field(default_factory=list, description="detected GPUs handed to the task")
     stop_timeout: float = Field(default=10.0, ge=0, description="SIGTERM → SIGKILL grace period")
     pull_retry_seconds: float = Field(default=30.0, ge=0, description="wait before re-trying a failed pull")
+    task_env: dict[str, str] = Field(default_factory=dict, description="operator's extra task env")
+    task_network: str | None = Field(default=None, description="Docker network of task containers "
+                                     "(None: the engine's default bridge; 'host' to reach loopback services)")
+    orphan_ttl: float = Field(default=90.0, gt=0, description="a task outlives a dead worker by at most "
+                              "this (process runtime; the orchestrator's heartbeat TTL by default)")
 
     @property
     def shared_dir(self) -> Path:
@@ -92,8 +96,10 @@ def effective_hash(desired: AssignedTask) -> str:
     return hashlib.sha256((spec_hash + blob).encode()).hexdigest()[:12]
 
 
-def run_name(desired: AssignedTask) -> str:
-    return f"intellect-{safe_name(desired.task.id, 48)}-{effective_hash(desired)}"
+def run_name(desired: AssignedTask, node_address: str = "") -> str:
+    """Unique per task, placement and node: several workers may share one Docker engine."""
+    node = node_address.lower().removeprefix("0x")[:8]
+    return f"intellect-{safe_name(desired.task.id, 48)}-{node + '-' if node else ''}{effective_hash(desired)}"
 
 
 def template_values(desired: AssignedTask, config: RuntimeConfig, socket_path: str | None) -> dict[str, str]:
@@ -175,7 +181,9 @@ def prepare(
         hint = " (the task is not assigned to a node group)" if desired.group is None else ""
         raise TaskSetupError(f"{exc}{hint}") from exc
     mounts = resolve_mounts(desired, config)
-    # The worker's own variables win over the spec's: the bridge client relies on them.
+    # The operator's extra environment overrides the spec's (a contributor's machine, their choice);
+    # the worker's own variables win over both: the bridge client relies on them.
+    env |= config.task_env
     env |= {
         "INTELLECT_TASK_ID": desired.task.id,
         "INTELLECT_NODE_ADDRESS": config.node_address,
@@ -184,7 +192,7 @@ def prepare(
     if socket_path is not None:
         env["INTELLECT_SOCKET_PATH"] = socket_path
     return PreparedTask(
-        name=run_name(desired),
+        name=run_name(desired, config.node_address),
         task_id=desired.task.id,
         config_hash=spec.config_hash(),
         effective_hash=effective_hash(desired),
@@ -212,10 +220,33 @@ def setup_failure(desired: AssignedTask, error: Exception) -> TaskStatus:
     )
 
 
-class Runtime(ABC):
-    """One task at a time per worker (a node runs its group's one task)."""
+@runtime_checkable
+class Runtime(Protocol):
+    """What the worker (heartbeat loop, API, daemon) needs of a task runtime.
+
+    `apply` is both start and stop: it reconciles the running task to the desired one (None: stop
+    everything). The Docker and process runtimes implement it over `RuntimeBase`; the recording
+    runtime (`worker.runtime.recording`) only remembers what it was asked to run."""
+
+    bridge: TaskBridge | None
+
+    def apply(self, desired: AssignedTask | None) -> TaskStatus | None: ...
+    def status(self) -> TaskStatus | None: ...
+    def restart(self) -> TaskStatus | None: ...
+    def logs(self, tail: int = 100) -> list[str]: ...
+    def adopt(self) -> TaskStatus | None: ...
+    def metrics(self) -> dict[str, float]: ...
+    def close(self) -> None: ...
+
+
+class RuntimeBase(ABC, Generic[H]):
+    """The reconcile skeleton both real runtimes share; a backend supplies how to find, launch, stop,
+    read and list its runs (`H`: a container, or a process run record). One task at a time per worker
+    (a node runs its group's one task)."""
 
     kind: str
+    # Where the task sees its data dir, if not at the host path (the bridge maps file paths with it).
+    task_data_dir: str | None = None
 
     def __init__(self, config: RuntimeConfig, bridge: TaskBridge | None = None) -> None:
         self.config = config
@@ -228,6 +259,8 @@ class Runtime(ABC):
     # Failures of the machinery (engine down, disk full) that must not take the worker down: the task's
     # status says what happened and the next reconcile tries again.
     transient_errors: tuple[type[Exception], ...] = (OSError,)
+
+    # ---- the public interface (Runtime) --------------------------------------------------------
 
     def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
         """Reconcile: make the actual task match `desired` (None: run nothing) and report its status."""
@@ -246,48 +279,36 @@ class Runtime(ABC):
         """Restart the current task (also a finished one); its restart budget starts over."""
         return self._guard(self._restart)
 
-    def _guard(self, action: Callable[..., TaskStatus | None], *args: object) -> TaskStatus | None:
-        try:
-            # The heartbeat loop applies while the worker API restarts: one change at a time.
-            with self._lock:
-                return action(*args)
-        except self.transient_errors as exc:
-            log.warning("%s runtime: %s", self.kind, exc)
-            if self.desired is None:
-                return None
-            return TaskStatus(
-                task_id=self.desired.task.id,
-                state=TaskState.UNKNOWN,
-                config_hash=self.desired.task.spec.config_hash(),
-                detail=f"{self.kind} runtime unavailable: {exc}"[:4096],
-            )
-
-    @abstractmethod
-    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None: ...
-
-    @abstractmethod
-    def _current_status(self) -> TaskStatus | None: ...
-
-    @abstractmethod
-    def _restart(self) -> TaskStatus | None: ...
-
     @overload
     def logs(self, tail: int = ..., follow: Literal[False] = ...) -> list[str]: ...
     @overload
-    def logs(self, tail: int = ..., follow: Literal[True] = ...) -> Iterator[str]: ...
+    def logs(self, tail: int = ..., *, follow: Literal[True]) -> Iterator[str]: ...
 
-    @abstractmethod
     def logs(self, tail: int = 100, follow: bool = False) -> list[str] | Iterator[str]:
         """The last `tail` lines of the current task's output; with follow, the lines as they come,
         until the task stops."""
+        run = self._current_run()
+        if follow:
+            return self._follow(run, tail) if run is not None else iter(())
+        if run is None or tail <= 0:
+            return []
+        return self._tail(run, tail)
 
-    @abstractmethod
+    def adopt(self) -> TaskStatus | None:
+        """On worker start: take over the task a previous worker process left running (the newest of
+        the runs this node owns; the first apply() removes the others)."""
+        with self._lock:
+            newest = self._newest_run()
+            if newest is None:
+                return None
+            assigned, run = newest
+            self.desired = assigned
+            self._register_with_bridge(assigned.task.id, self.task_data_dir)
+            return self._status_of(run)
+
     def cleanup_stale(self) -> list[str]:
         """Stop and remove everything this runtime owns except the current task; return the names."""
-
-    @abstractmethod
-    def adopt(self) -> TaskStatus | None:
-        """On worker start: take over the task a previous worker process left running."""
+        return self._remove_except(self._current_name())
 
     def metrics(self) -> dict[str, float]:
         """The current task's latest metrics from the bridge, for the next heartbeat."""
@@ -301,6 +322,87 @@ class Runtime(ABC):
         if self.owns_bridge and self.bridge is not None:
             self.bridge.stop()
 
+    # ---- the shared skeleton -------------------------------------------------------------------
+
+    def _guard(self, action: Callable[[], TaskStatus | None]) -> TaskStatus | None:
+        try:
+            # The heartbeat loop applies while the worker API restarts: one change at a time.
+            with self._lock:
+                return action()
+        except self.transient_errors as exc:
+            log.warning("%s runtime: %s", self.kind, exc)
+            if self.desired is None:
+                return None
+            return TaskStatus(
+                task_id=self.desired.task.id,
+                state=TaskState.UNKNOWN,
+                config_hash=self.desired.task.spec.config_hash(),
+                detail=f"{self.kind} runtime unavailable: {exc}"[:4096],
+            )
+
+    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None:
+        if desired is None:
+            self._register_with_bridge(None)
+            self._remove_except(None)
+            return None
+        try:
+            prepared = self._prepare(desired)
+        except TaskSetupError as exc:
+            self._register_with_bridge(None)
+            self._remove_except(None)
+            return setup_failure(desired, exc)
+        self._remove_except(prepared.name)
+        # Before the start: a task may talk to the bridge in its first millisecond.
+        self._register_with_bridge(desired.task.id, self.task_data_dir)
+        run = self._find(prepared.name)
+        if run is None:
+            launched = self._launch(prepared, desired, fresh=True)
+            if isinstance(launched, TaskStatus):
+                return launched
+            run = launched
+        return self._status_of(run)
+
+    def _current_status(self) -> TaskStatus | None:
+        if self.desired is None:
+            return None
+        try:
+            prepared = self._prepare(self.desired)
+        except TaskSetupError as exc:
+            return setup_failure(self.desired, exc)
+        run = self._find(prepared.name)
+        if run is None:
+            return TaskStatus(task_id=prepared.task_id, state=TaskState.PENDING,
+                              config_hash=prepared.config_hash, detail=self._pending_detail(prepared))
+        return self._status_of(run)
+
+    def _restart(self) -> TaskStatus | None:
+        if self.desired is None:
+            return None
+        try:
+            prepared = self._prepare(self.desired)
+        except TaskSetupError as exc:
+            return setup_failure(self.desired, exc)
+        old = self._find(prepared.name)
+        if old is not None:
+            self._stop_run(old)
+        launched = self._launch(prepared, self.desired, fresh=False)
+        return launched if isinstance(launched, TaskStatus) else self._status_of(launched)
+
+    def _current_name(self) -> str | None:
+        if self.desired is None:
+            return None
+        try:
+            return self._prepare(self.desired).name
+        except TaskSetupError:
+            return None
+
+    def _current_run(self) -> H | None:
+        name = self._current_name()
+        return self._find(name) if name is not None else None
+
+    def _pending_detail(self, prepared: PreparedTask) -> str:
+        return "not started yet"
+
     def _register_with_bridge(self, task_id: str | None, container_data_dir: str | None = None) -> None:
         """Let the bridge accept messages from `task_id` only (None: from no task)."""
         if self.bridge is None:
@@ -311,6 +413,41 @@ class Runtime(ABC):
         if task_id is not None:
             self.bridge.allow_task(task_id, self.config.data_dir(task_id), container_data_dir)
             self._bridge_tasks = {task_id}
+
+    # ---- what a backend supplies ---------------------------------------------------------------
+
+    @abstractmethod
+    def _prepare(self, desired: AssignedTask) -> PreparedTask:
+        """Templates expanded and paths resolved the way this backend runs them (TaskSetupError)."""
+
+    @abstractmethod
+    def _find(self, name: str) -> H | None:
+        """The run called `name`, if this runtime has one (running or finished)."""
+
+    @abstractmethod
+    def _launch(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool) -> H | TaskStatus:
+        """Start the task; a TaskStatus (failed) when it cannot be started. `fresh`: not a restart."""
+
+    @abstractmethod
+    def _stop_run(self, run: H) -> None:
+        """Stop the run (for a restart of the same task)."""
+
+    @abstractmethod
+    def _remove_except(self, keep: str | None) -> list[str]:
+        """Stop and remove every owned run but `keep`; return the names removed."""
+
+    @abstractmethod
+    def _status_of(self, run: H) -> TaskStatus: ...
+
+    @abstractmethod
+    def _newest_run(self) -> tuple[AssignedTask, H] | None:
+        """The newest owned run and the assignment it was started for (what adopt() takes over)."""
+
+    @abstractmethod
+    def _tail(self, run: H, tail: int) -> list[str]: ...
+
+    @abstractmethod
+    def _follow(self, run: H, tail: int) -> Iterator[str]: ...
 
 
 def tail_lines(path: Path, tail: int) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -30,13 +31,12 @@ from worker.runtime.base import (
     LABEL_NODE,
     LABEL_TASK,
     PreparedTask,
-    Runtime,
+    RuntimeBase,
     RuntimeConfig,
-    TaskSetupError,
     make_dirs,
     prepare,
-    setup_failure,
 )
+from worker.runtime.bridge import TaskBridge
 
 LABEL_ASSIGNED = "org.intellect.assigned"  # the AssignedTask JSON: what adopt() restores
 
@@ -53,109 +53,59 @@ def engine_available(timeout: float = 3.0) -> bool:
         return False
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(RuntimeBase[Container]):
     kind = "docker"
+    task_data_dir = CONTAINER_DATA
     transient_errors = (DockerException, RequestException, OSError)
 
-    def __init__(self, config: RuntimeConfig, bridge=None, client: docker.DockerClient | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        bridge: TaskBridge | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
         super().__init__(config, bridge)
         self.client = client or docker.from_env(timeout=60)
         self._pull_failures: dict[str, tuple[float, str]] = {}
-
-    # ---- reconcile -------------------------------------------------------------------------
-    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None:
-        if desired is None:
-            self._register_with_bridge(None)
-            self.cleanup_stale()
-            return None
-        try:
-            prepared = self._prepare(desired)
-        except TaskSetupError as exc:
-            self._register_with_bridge(None)
-            self._remove_except(None)
-            return setup_failure(desired, exc)
-        self._remove_except(prepared.name)
-        # Before the start: a task may talk to the bridge in its first millisecond.
-        self._register_with_bridge(desired.task.id, CONTAINER_DATA)
-        container = self._get(prepared.name)
-        if container is None:
-            created = self._create(prepared, desired)
-            if isinstance(created, TaskStatus):
-                return created
-            container = created
-        return self._status(container)
-
-    def _current_status(self) -> TaskStatus | None:
-        if self.desired is None:
-            return None
-        try:
-            prepared = self._prepare(self.desired)
-        except TaskSetupError as exc:
-            return setup_failure(self.desired, exc)
-        container = self._get(prepared.name)
-        if container is None:
-            detail = self._pull_failures.get(prepared.image, (0.0, "not created yet"))[1]
-            return TaskStatus(
-                task_id=prepared.task_id,
-                state=TaskState.PENDING,
-                config_hash=prepared.config_hash,
-                detail=detail,
-            )
-        return self._status(container)
-
-    def _restart(self) -> TaskStatus | None:
-        """Recreate the container, so the restart budget (Docker's RestartCount) starts over."""
-        if self.desired is None:
-            return None
-        try:
-            prepared = self._prepare(self.desired)
-        except TaskSetupError as exc:
-            return setup_failure(self.desired, exc)
-        old = self._get(prepared.name)
-        if old is not None:
-            self._remove(old)
-        created = self._create(prepared, self.desired)
-        return created if isinstance(created, TaskStatus) else self._status(created)
-
-    def cleanup_stale(self) -> list[str]:
-        keep = None
-        if self.desired is not None:
-            try:
-                keep = self._prepare(self.desired).name
-            except TaskSetupError:
-                keep = None
-        return self._remove_except(keep)
-
-    def adopt(self) -> TaskStatus | None:
-        containers = self._managed()
-        if not containers:
-            return None
-        newest = max(containers, key=lambda c: c.attrs.get("Created", ""))
-        try:
-            self.desired = AssignedTask.model_validate_json(newest.labels.get(LABEL_ASSIGNED, ""))
-        except ValueError:
-            return None  # not ours to adopt after all: the first apply() removes it
-        self._register_with_bridge(self.desired.task.id, CONTAINER_DATA)
-        return self._status(newest)
 
     def close(self) -> None:
         super().close()
         self.client.close()
 
-    # ---- logs ------------------------------------------------------------------------------
-    def logs(self, tail: int = 100, follow: bool = False) -> list[str] | Iterator[str]:  # type: ignore[override]
-        container = self._current()
-        if not follow:
-            if container is None or tail <= 0:
-                return []
-            return container.logs(tail=tail, stdout=True, stderr=True).decode(errors="replace").splitlines()
-        return self._follow(container, tail)
+    # ---- the backend of RuntimeBase: a run is a labelled container --------------------------
+    def _find(self, name: str) -> Container | None:
+        return self._get(name)
 
-    def _follow(self, container: Container | None, tail: int) -> Iterator[str]:
-        if container is None:
-            return
+    def _launch(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool) -> Container | TaskStatus:
+        return self._create(prepared, desired)
+
+    def _stop_run(self, run: Container) -> None:
+        # Recreate rather than restart, so the restart budget (Docker's RestartCount) starts over.
+        self._remove(run)
+
+    def _status_of(self, run: Container) -> TaskStatus:
+        return self._status(run)
+
+    def _pending_detail(self, prepared: PreparedTask) -> str:
+        return self._pull_failures.get(prepared.image, (0.0, "not created yet"))[1]
+
+    def _newest_run(self) -> tuple[AssignedTask, Container] | None:
+        containers = self._managed()
+        if not containers:
+            return None
+        newest = max(containers, key=lambda c: str(c.attrs.get("Created", "")))
+        try:
+            assigned = AssignedTask.model_validate_json(newest.labels.get(LABEL_ASSIGNED, ""))
+        except ValueError:
+            return None  # not ours to adopt after all: the first apply() removes it
+        return assigned, newest
+
+    def _tail(self, run: Container, tail: int) -> list[str]:
+        return run.logs(tail=tail, stdout=True, stderr=True).decode(errors="replace").splitlines()
+
+    def _follow(self, run: Container, tail: int) -> Iterator[str]:
         pending = b""
-        for chunk in container.logs(stream=True, follow=True, tail=tail):
+        for chunk in run.logs(stream=True, follow=True, tail=tail):
             pending += chunk
             *lines, pending = pending.split(b"\n")
             yield from (line.decode(errors="replace") for line in lines)
@@ -175,14 +125,6 @@ class DockerRuntime(Runtime):
         try:
             return self.client.containers.get(name)
         except NotFound:
-            return None
-
-    def _current(self) -> Container | None:
-        if self.desired is None:
-            return None
-        try:
-            return self._get(self._prepare(self.desired).name)
-        except TaskSetupError:
             return None
 
     def _remove(self, container: Container) -> None:
@@ -261,6 +203,7 @@ class DockerRuntime(Runtime):
                 mounts=mounts,
                 device_requests=devices,
                 shm_size=self.config.shm_size,
+                network_mode=self.config.task_network,
                 detach=True,
                 # docker-init as PID 1: signals reach the task and zombies are reaped.
                 init=True,
@@ -336,7 +279,7 @@ class DockerRuntime(Runtime):
         return TaskStatus(**base, state=TaskState.UNKNOWN, detail=f"container status {status!r}")
 
     @staticmethod
-    def _just_finished(state: dict) -> bool:  # type: ignore[type-arg]
+    def _just_finished(state: dict[str, Any]) -> bool:
         finished = state.get("FinishedAt", "")
         try:
             # Docker reports nanoseconds; Python parses up to microseconds.

@@ -32,14 +32,15 @@ from worker.runtime.base import (
     CONTAINER_DATA,
     CONTAINER_SHARED,
     PreparedTask,
-    Runtime,
-    TaskSetupError,
+    RuntimeBase,
+    RuntimeConfig,
     make_dirs,
     prepare,
     resolve_mounts,
-    setup_failure,
     tail_lines,
 )
+from worker.runtime.bridge import TaskBridge
+from worker.runtime.supervise import write_owner
 
 SUPERVISOR = Path(__file__).with_name("supervise.py")
 INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH")
@@ -65,66 +66,38 @@ class RunRecord(BaseModel):
     assigned: AssignedTask
 
 
-class ProcessRuntime(Runtime):
+class ProcessRuntime(RuntimeBase[RunRecord]):
     kind = "process"
+
+    def __init__(self, config: RuntimeConfig, bridge: TaskBridge | None = None) -> None:
+        super().__init__(config, bridge)
+        # This worker process owns the runs from now on: supervisors of runs a previous (dead) worker
+        # started see the new owner and keep their task; without one they stop it after orphan_ttl.
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        write_owner(self.owner_file, os.getpid())
 
     @property
     def runs_dir(self) -> Path:
         return self.config.state_dir / "processes"
 
-    # ---- reconcile -------------------------------------------------------------------------
-    def _apply(self, desired: AssignedTask | None) -> TaskStatus | None:
-        if desired is None:
-            self._register_with_bridge(None)
-            self.cleanup_stale()
-            return None
-        try:
-            prepared = self._prepare(desired)
-        except TaskSetupError as exc:
-            self._register_with_bridge(None)
-            self.cleanup_stale(keep=None)
-            return setup_failure(desired, exc)
-        self.cleanup_stale(keep=prepared.name)
-        # Before the start: a task may talk to the bridge in its first millisecond.
-        self._register_with_bridge(desired.task.id, None)
-        record = self._load(prepared.name)
-        if record is None:
-            record = self._spawn(prepared, desired)
-        return self._status(record)
+    @property
+    def owner_file(self) -> Path:
+        return self.config.state_dir / "owner.json"
 
-    def _current_status(self) -> TaskStatus | None:
-        if self.desired is None:
-            return None
-        try:
-            prepared = self._prepare(self.desired)
-        except TaskSetupError as exc:
-            return setup_failure(self.desired, exc)
-        record = self._load(prepared.name)
-        if record is None:
-            return TaskStatus(
-                task_id=prepared.task_id,
-                state=TaskState.PENDING,
-                config_hash=prepared.config_hash,
-                detail="not started yet",
-            )
-        return self._status(record)
+    # ---- the backend of RuntimeBase: a run is a supervisor process and its run dir --------------
+    def _find(self, name: str) -> RunRecord | None:
+        return self._load(name)
 
-    def _restart(self) -> TaskStatus | None:
-        if self.desired is None:
-            return None
-        try:
-            prepared = self._prepare(self.desired)
-        except TaskSetupError as exc:
-            return setup_failure(self.desired, exc)
-        old = self._load(prepared.name)
-        if old is not None:
-            self._stop(old)
-        return self._status(self._spawn(prepared, self.desired, fresh=False))
+    def _launch(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool) -> RunRecord:
+        return self._spawn(prepared, desired, fresh)
 
-    def cleanup_stale(self, keep: str | None = "current") -> list[str]:
-        """Stop and remove every run except `keep` ("current": the desired task's run)."""
-        if keep == "current":
-            keep = self._current_name()
+    def _stop_run(self, run: RunRecord) -> None:
+        self._stop(run)
+
+    def _status_of(self, run: RunRecord) -> TaskStatus:
+        return self._status(run)
+
+    def _remove_except(self, keep: str | None) -> list[str]:
         removed = []
         for run_dir in sorted(self.runs_dir.glob("*")) if self.runs_dir.exists() else []:
             if run_dir.name == keep or not run_dir.is_dir():
@@ -136,7 +109,7 @@ class ProcessRuntime(Runtime):
             removed.append(run_dir.name)
         return removed
 
-    def adopt(self) -> TaskStatus | None:
+    def _newest_run(self) -> tuple[AssignedTask, RunRecord] | None:
         records = (
             [r for r in (self._load(d.name) for d in self.runs_dir.glob("*")) if r is not None]
             if self.runs_dir.exists()
@@ -144,25 +117,17 @@ class ProcessRuntime(Runtime):
         )
         if not records:
             return None
-        # The newest run is the task the previous worker was running; older ones are stale.
         newest = max(records, key=lambda r: r.supervisor_started)
-        self.desired = newest.assigned
-        self._register_with_bridge(newest.task_id, None)
-        return self._status(newest)
+        return newest.assigned, newest
 
-    # ---- logs ------------------------------------------------------------------------------
-    def logs(self, tail: int = 100, follow: bool = False) -> list[str] | Iterator[str]:  # type: ignore[override]
-        name = self._current_name()
-        path = self.runs_dir / name / "output.log" if name else None
-        if not follow:
-            return tail_lines(path, tail) if path else []
-        return self._follow(path, tail)
+    def _tail(self, run: RunRecord, tail: int) -> list[str]:
+        return tail_lines(self.runs_dir / run.name / "output.log", tail)
 
-    def _follow(self, path: Path | None, tail: int) -> Iterator[str]:
-        if path is None:
-            return
+    def _follow(self, run: RunRecord, tail: int) -> Iterator[str]:
+        path = self.runs_dir / run.name / "output.log"
         yield from tail_lines(path, tail)
-        record = self._load(path.parent.name)
+        if not path.exists():
+            return
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
             pending = b""
@@ -172,7 +137,7 @@ class ProcessRuntime(Runtime):
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
                     yield from (line.decode(errors="replace") for line in lines)
-                elif record is None or not self._alive(record):
+                elif not self._alive(run):
                     if pending:
                         yield pending.decode(errors="replace")
                     return
@@ -180,14 +145,6 @@ class ProcessRuntime(Runtime):
                     time.sleep(0.2)
 
     # ---- internals -------------------------------------------------------------------------
-    def _current_name(self) -> str | None:
-        if self.desired is None:
-            return None
-        try:
-            return self._prepare(self.desired).name
-        except TaskSetupError:
-            return None
-
     def _path_map(self, desired: AssignedTask) -> list[tuple[str, str]]:
         mapping = [
             (CONTAINER_DATA, str(self.config.data_dir(desired.task.id))),
@@ -250,6 +207,10 @@ class ProcessRuntime(Runtime):
             str(self.config.max_restarts),
             "--restart-delay",
             str(self.config.restart_delay),
+            "--owner-file",
+            str(self.owner_file),
+            "--orphan-ttl",
+            str(self.config.orphan_ttl),
             "--",
             *argv,
         ]

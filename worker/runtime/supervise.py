@@ -20,8 +20,39 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 MAX_BACKOFF = 30.0
+OWNER_POLL = 1.0  # seconds between looks at the owning worker
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (with the pid: one process, never reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def write_owner(path: Path, pid: int) -> None:
+    """Mark the worker process `pid` as the owner of the runs under `path`'s directory."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": pid, "start_ticks": start_ticks(pid)}))
+    os.replace(tmp, path)
+
+
+def read_owner(path: Path) -> tuple[int, int | None] | None:
+    try:
+        record = json.loads(path.read_text())
+        return int(record["pid"]), record.get("start_ticks")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def owner_alive(pid: int, ticks: int | None) -> bool:
+    now = start_ticks(pid)
+    return now is not None and (ticks is None or now == ticks)
 
 
 class Supervisor:
@@ -31,6 +62,9 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.restarts = 0
+        self.owner_file: Path | None = None
+        self.orphan_ttl = 90.0
+        self.orphaned_detail: str | None = None
 
     def write_state(self, state: str, exit_code: int | None = None, detail: str | None = None) -> None:
         record = {
@@ -51,9 +85,37 @@ class Supervisor:
         if self.child and self.child.poll() is None:
             self.child.send_signal(signum)
 
-    def log(self, handle, text: str) -> None:  # type: ignore[no-untyped-def]
+    def log(self, handle: BinaryIO, text: str) -> None:
         handle.write(f"[supervisor {time.strftime('%Y-%m-%dT%H:%M:%S')}] {text}\n".encode())
         handle.flush()
+
+    def wait_or_orphaned(self) -> int:
+        """The child's exit code; if the worker that owns this run is gone for `orphan_ttl` seconds
+        (and no restarted worker adopted the run by rewriting the owner file), stop the child."""
+        assert self.child is not None
+        gone_since: float | None = None
+        while True:
+            try:
+                return self.child.wait(timeout=OWNER_POLL)
+            except subprocess.TimeoutExpired:
+                pass
+            if self.owner_file is None:
+                continue
+            owner = read_owner(self.owner_file)
+            if owner is not None and owner_alive(*owner):
+                gone_since = None
+                continue
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since >= self.orphan_ttl:
+                self.orphaned_detail = (f"the worker owning this task ({owner[0] if owner else 'unknown'}) "
+                                        f"was gone for {self.orphan_ttl:.0f} s: task stopped")
+                self.stopping = True
+                self.child.terminate()
+                try:
+                    return self.child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.child.kill()
+                    return self.child.wait()
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_term)
@@ -75,8 +137,12 @@ class Supervisor:
                     self.write_state("failed", 127, f"cannot start {self.argv[0]!r}: {exc.strerror or exc}")
                     return 127
                 self.write_state("running")
-                code = self.child.wait()
+                code = self.wait_or_orphaned()
                 self.log(log, f"exited with code {code}")
+                if self.orphaned_detail:
+                    self.log(log, self.orphaned_detail)
+                    self.write_state("stopped", code, self.orphaned_detail)
+                    return 0
                 if self.stopping:
                     self.write_state("stopped", code, "stopped by the worker")
                     return 0
@@ -104,12 +170,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cwd", required=True)
     parser.add_argument("--max-restarts", type=int, default=3)
     parser.add_argument("--restart-delay", type=float, default=1.0)
+    parser.add_argument("--owner-file", type=Path, default=None, help="the owning worker (write_owner)")
+    parser.add_argument("--orphan-ttl", type=float, default=90.0, help="stop the task after the owner "
+                        "is gone this long")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command after --")
-    return Supervisor(args.run_dir, command, args.cwd, args.max_restarts, args.restart_delay).run()
+    supervisor = Supervisor(args.run_dir, command, args.cwd, args.max_restarts, args.restart_delay)
+    supervisor.owner_file, supervisor.orphan_ttl = args.owner_file, args.orphan_ttl
+    return supervisor.run()
 
 
 if __name__ == "__main__":

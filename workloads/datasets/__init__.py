@@ -15,7 +15,12 @@ from pydantic import ValidationError
 from workloads.verifiers.records import TaskRecord
 
 DATA_DIR = Path(__file__).resolve().parent
-SHIPPED = {"demo": DATA_DIR / "demo.jsonl", "math": DATA_DIR / "math.jsonl", "code": DATA_DIR / "code.jsonl"}
+SHIPPED = {
+    "demo": DATA_DIR / "demo.jsonl",
+    "reverse": DATA_DIR / "reverse.jsonl",  # the RL demo task: string reversal only
+    "math": DATA_DIR / "math.jsonl",
+    "code": DATA_DIR / "code.jsonl",
+}
 _ALIASES = {"problem_id": ("task_id", "id"), "prompt": ("question",)}
 
 

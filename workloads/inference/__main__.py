@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from pydantic import ValidationError
@@ -10,6 +9,7 @@ from pydantic_settings import CliApp
 from rich.console import Console
 from rich.table import Table
 
+from intellect.logs import setup_logging
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.workload import BatchReport, InferenceWorkload
 
@@ -17,7 +17,7 @@ console = Console(stderr=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     try:
         settings = CliApp.run(InferenceSettings, cli_args=sys.argv[1:] if argv is None else argv)
     except ValidationError as exc:

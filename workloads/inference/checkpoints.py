@@ -1,6 +1,10 @@
 """Checkpoints per trainer step: fetched from a local path or an HTTP(S) URL, sha256-verified
 against a `<file>.sha256` sidecar, cached under `cache_dir/step_<N>.safetensors`, at most `keep`
-versions on disk (async level + 1: older ones can never be used again)."""
+versions on disk (async level + 1: older ones can never be used again).
+
+A source `broadcast:http://relay1:port,http://relay2:port` (no `{step}` needed) downloads version
+`step` from those broadcast relays instead (workloads/broadcast): sharded, concurrent, each shard and
+the whole file checked against the version's manifest, whose sha256 is then checked here again."""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from pathlib import Path
 import httpx
 
 log = logging.getLogger(__name__)
+
+
+BROADCAST_PREFIX = "broadcast:"
 
 
 class CheckpointError(RuntimeError):
@@ -28,7 +35,13 @@ def _sha256(path: Path) -> str:
 
 class CheckpointStore:
     def __init__(self, source_template: str, cache_dir: Path, keep: int, timeout: float = 60.0):
-        if "{step}" not in source_template:
+        self.relays: list[str] = []
+        if source_template.startswith(BROADCAST_PREFIX):
+            urls = source_template[len(BROADCAST_PREFIX) :].split(",")
+            self.relays = [u.strip() for u in urls if u.strip()]
+            if not self.relays:
+                raise ValueError(f"checkpoint source {source_template!r}: no relay URL after 'broadcast:'")
+        elif "{step}" not in source_template:
             raise ValueError(f"checkpoint source {source_template!r} needs a '{{step}}' placeholder")
         self.template = source_template
         self.cache_dir = Path(cache_dir)
@@ -44,9 +57,13 @@ class CheckpointStore:
         target = self.cached(step)
         if target.exists():
             return target
-        source = self.template.format(step=step)
         tmp = target.with_suffix(".part")
-        if source.startswith(("http://", "https://")):
+        if self.relays:
+            expected = self._fetch_broadcast(step, tmp)
+            if expected is None:
+                return None
+            source = f"broadcast relays {', '.join(self.relays)}"
+        elif (source := self.template.format(step=step)).startswith(("http://", "https://")):
             expected = self._get_text(source + ".sha256")
             if expected is None:
                 return None
@@ -80,6 +97,20 @@ class CheckpointStore:
         log.info("checkpoint step %d fetched from %s", step, source)
         return target
 
+    def _fetch_broadcast(self, step: int, tmp: Path) -> str | None:
+        """Download version `step` from the relays into `tmp`; its manifest's sha256, or None when no
+        relay holds the step (not published yet)."""
+        from workloads.broadcast.client import download
+        from workloads.broadcast.errors import BroadcastError, VersionNotFound
+
+        try:
+            result = download(step, tmp, self.relays, timeout=self.timeout)
+        except VersionNotFound:
+            return None
+        except BroadcastError as exc:
+            raise CheckpointError(f"checkpoint for step {step} from broadcast relays: {exc}") from exc
+        return result.digest
+
     def _get_text(self, url: str) -> str | None:
         resp = httpx.get(url, timeout=self.timeout, follow_redirects=True)
         if resp.status_code == 404:
@@ -91,6 +122,11 @@ class CheckpointStore:
         files = sorted(self.cache_dir.glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
         for old in files[: -self.keep]:
             old.unlink(missing_ok=True)
+
+    def sha256(self, step: int) -> str | None:
+        """sha256 of the cached (verified) checkpoint of `step`, or None when it is not cached."""
+        path = self.cached(step)
+        return _sha256(path) if path.exists() else None
 
     def versions(self) -> list[int]:
         return sorted(int(p.stem.split("_")[1]) for p in self.cache_dir.glob("step_*.safetensors"))

@@ -3,6 +3,7 @@ which override `.env`, then these defaults."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -44,11 +45,22 @@ class InferenceSettings(IntellectSettings):
     checkpoint_cache: Path = Field(Path(".checkpoints"), description="local copies of fetched checkpoints")
     async_level: int = Field(2, ge=0, description="rollouts may come from a policy this many steps old")
     max_batches: int = Field(0, ge=0, description="stop after this many files; 0 runs forever")
+    files_per_step: int = Field(
+        0, ge=0, description="pause after this many files for one step until the trainer moves on (0: no "
+        "cap); keeps a pool from producing far more than its validators can judge or its trainer use",
+    )
+    step_patience_seconds: float = Field(
+        30.0, gt=0, description="with files_per_step: if the step has not moved after this long, write one "
+        "more file (the trainer may still lack informative rows), then wait again",
+    )
     proofs: bool = Field(True, description="build TOPLOC proofs")
     device: str = Field("cpu")
     dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16")
     backend: Literal["torch", "vllm"] = Field("torch")
     json_output: bool = Field(False, description="print one JSON line per batch instead of a table row")
+    cheat: Literal["none", "forged-reward", "perturbed-model", "inflated-units"] = Field(
+        "none", description="demos and tests only: write dishonest files the validators must catch"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> InferenceSettings:
@@ -56,6 +68,14 @@ class InferenceSettings(IntellectSettings):
             int(self.node_address, 16)
         except ValueError:
             raise ValueError(f"node_address {self.node_address!r} is not a hex address") from None
+        # Inside a worker's task, relative folders live in the task's data dir (`/data` in a container),
+        # the only place the bridge uploads from, whatever the image's working directory is.
+        data_dir = os.environ.get("INTELLECT_DATA_DIR")
+        if data_dir:
+            if not self.output_dir.is_absolute():
+                self.output_dir = Path(data_dir) / self.output_dir
+            if not self.checkpoint_cache.is_absolute():
+                self.checkpoint_cache = Path(data_dir) / self.checkpoint_cache
         if self.backend == "vllm" and self.device == "cpu":
             raise ValueError("the vllm backend needs a GPU: set device=cuda or backend=torch")
         return self

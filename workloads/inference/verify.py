@@ -64,7 +64,7 @@ def check_rollouts(
         recomputed = prefill_batch(
             model, [r.input_tokens for r in chunk], [r.output_tokens for r in chunk], 1.0, pad_token_id
         )
-        gaps, logprobs = _token_checks(chunk, recomputed)
+        gaps, logprobs = token_checks(chunk, recomputed)
         # TOPLOC for every row at once: grouped top-k and one polynomial evaluation for all chunks.
         verdicts = verify_proofs_batch([p.hidden for p in recomputed], [r.proofs for r in chunk], thresholds)
         for offset, (r, verdict) in enumerate(zip(chunk, verdicts, strict=True)):
@@ -102,7 +102,7 @@ def check_rollouts(
     return results
 
 
-def _token_checks(
+def token_checks(
     rows: list[Rollout], recomputed: list[PrefillResult]
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Sampling gaps and logprobs of every output token of a chunk of rows, in one vectorised pass

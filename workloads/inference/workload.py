@@ -13,12 +13,13 @@ import httpx
 from pydantic import BaseModel
 
 from workloads.datasets import load_dataset
+from workloads.inference.cheats import claimed_units, forge_rewards, perturb_model
 from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.inference.generate import DTYPES, make_rollouts
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings
 from workloads.model.backends import InferenceBackend, TorchBackend, VLLMBackend
-from workloads.model.loading import load_model, load_tokenizer, load_weights, resolve
+from workloads.model.loading import base_checkpoint_sha256, load_model, load_tokenizer, load_weights, resolve
 from workloads.rollouts import BatchInfo, write_rollouts
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class InferenceWorkload:
             self.backend: InferenceBackend = VLLMBackend(resolve(settings.model), dtype=settings.dtype)
         else:
             self.model = load_model(settings.model, dtype=DTYPES[settings.dtype], device=settings.device)
+            if settings.cheat == "perturbed-model":
+                perturb_model(self.model)
             self.backend = TorchBackend(self.model, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
         self.store = (
             CheckpointStore(settings.checkpoint_source, settings.checkpoint_cache, settings.async_level + 1)
@@ -60,6 +63,8 @@ class InferenceWorkload:
             else None
         )
         self.checkpoint_step = 0  # step 0 is the base model
+        self.capped_at: float | None = None  # when files_per_step paused this step
+        self.checkpoint_sha256: str | None = base_checkpoint_sha256(settings.model)
         self.step: int | None = None
         self.batch_counter = 0
         settings.output_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +98,10 @@ class InferenceWorkload:
                 if self.model is None:
                     raise RuntimeError("checkpoint reloading is implemented for the torch backend only")
                 load_weights(self.model, path)
+                if self.s.cheat == "perturbed-model":
+                    perturb_model(self.model)
                 self.checkpoint_step = candidate
+                self.checkpoint_sha256 = self.store.sha256(candidate)
                 log.info("serving checkpoint of step %d for step %d", candidate, step)
                 return True
         return oldest <= self.checkpoint_step <= step
@@ -102,14 +110,25 @@ class InferenceWorkload:
         if self.checkpoint_step != 0 and self.model is not None:
             base = load_model(self.s.model, dtype=DTYPES[self.s.dtype], device=self.s.device)
             self.model.load_state_dict(base.state_dict())
+            if self.s.cheat == "perturbed-model":
+                perturb_model(self.model)
         self.checkpoint_step = 0
+        self.checkpoint_sha256 = base_checkpoint_sha256(self.s.model)
         return True
 
     def run_batch(self) -> BatchReport | None:
         started = time.perf_counter()
         step = self.current_step()
         if step != self.step:
-            self.step, self.batch_counter = step, 0
+            self.step, self.batch_counter, self.capped_at = step, 0, None
+        if self.s.files_per_step and self.batch_counter >= self.s.files_per_step:
+            # This step has its share from us: wait for the trainer to move on, but never forever
+            # (a step short of informative groups would otherwise stall the whole pool).
+            now = time.monotonic()
+            if self.capped_at is None or now - self.capped_at < self.s.step_patience_seconds:
+                self.capped_at = self.capped_at or now
+                return None
+            self.capped_at = now
         if not self.ensure_checkpoint(step):
             log.info("no checkpoint for step %d within async level %d yet", step, self.s.async_level)
             return None
@@ -123,14 +142,17 @@ class InferenceWorkload:
             step=step, max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
             length_penalty=self.s.length_penalty, with_proofs=self.s.proofs,
         )  # fmt: skip
+        if self.s.cheat == "forged-reward":
+            rollouts = forge_rewards(rollouts, self.s.n)
         node = self.s.node_address.lower().removeprefix("0x")
         path = self.s.output_dir / f"rollouts-{node}-step{step:06d}-batch{self.batch_counter:05d}.parquet"
         info = BatchInfo(
             node_address=self.s.node_address, step=step, batch_counter=self.batch_counter,
             group_size=self.s.n, max_new_tokens=self.s.max_new_tokens, model=self.s.model,
+            checkpoint_step=self.checkpoint_step, checkpoint_sha256=self.checkpoint_sha256,
         )  # fmt: skip
         digest = write_rollouts(path, rollouts, info)
-        tokens = sum(len(r.output_tokens) for r in rollouts)
+        tokens = claimed_units(sum(len(r.output_tokens) for r in rollouts), self.s.cheat)
         report = BatchReport(
             path=str(path), sha256=digest, step=step, batch_counter=self.batch_counter,
             checkpoint_step=self.checkpoint_step, rows=len(rollouts), work_units=tokens,

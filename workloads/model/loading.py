@@ -3,7 +3,10 @@ name or path (on GPU hosts; nothing can be downloaded from a model hub on CI mac
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -27,6 +30,9 @@ def resolve(name_or_path: str | Path | None) -> str:
     return str(name_or_path)
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 def load_model(
     name_or_path: str | Path | None = None,
     *,
@@ -36,8 +42,25 @@ def load_model(
     """Load a causal LM in `dtype` (bf16 like a real deployment; torch runs bf16 on CPU), eval mode.
 
     A hub name works where the hub is reachable (GPU hosts); `None` or "tiny" is the shipped model."""
-    model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), dtype=dtype)
-    return model.to(device).eval()
+    # transformers builds the model on the meta device and then fills it: two threads doing that at
+    # once (two validator services in one process) can see each other's meta tensors. One at a time.
+    with _LOAD_LOCK:
+        model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), dtype=dtype)
+        return model.to(device).eval()
+
+
+@lru_cache(maxsize=16)
+def base_checkpoint_sha256(name_or_path: str | Path | None = None) -> str | None:
+    """sha256 of a local model's weights file (`model.safetensors`): the identity of "step 0".
+    None for a hub name or a sharded model, whose weights are not one local file."""
+    weights = Path(resolve(name_or_path)) / "model.safetensors"
+    if not weights.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(weights, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_tokenizer(name_or_path: str | Path | None = None) -> PreTrainedTokenizerBase:

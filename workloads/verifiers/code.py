@@ -1,20 +1,26 @@
 """Code verifier: run the completion's program on stdin/stdout test cases in a sandbox.
 
-Containment, strongest available first:
-- root with `unshare` (these machines, containers run as root): new PID, mount and network
-  namespaces. No network interface but loopback; the host's world-writable directories (/tmp,
-  /var/tmp, /dev/shm, /run/lock) are replaced by private tmpfs mounts that vanish with the run; the
-  program runs as `nobody`, so everything else on the host is read-only to it; when the namespace's
-  first process ends (or the wall timeout kills it) the kernel kills every process it spawned.
-- otherwise (documented weaker mode): a plain subprocess in a temp dir, in its own session, killed
-  by process group; network and writes to world-writable directories are not blocked.
-Always: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE (stdout goes to a file, so it is capped
-too), RLIMIT_NOFILE, a wall-clock timeout, a scrubbed environment.
+Containment (util-linux `unshare` + chroot as root; no extra package, which is why not bubblewrap):
+- new PID, mount and network namespaces: no network interface but loopback; when the namespace's
+  first process ends (or the wall timeout kills it) the kernel kills every process it spawned, so a
+  daemonised child does not outlive the run;
+- an empty root on a tmpfs with only the interpreter, its standard library and the directories of
+  its shared libraries bind-mounted read-only, plus a writable /tmp/work: no host file (/etc/passwd,
+  the project checkout, the worker's keys) exists for the program; it runs as `nobody` after the
+  chroot, so it cannot leave it;
+- RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE (stdout goes to a file, so it is capped too),
+  RLIMIT_NOFILE, a wall-clock timeout, a scrubbed environment.
+A dataset record may ask for other limits (`verification_info.limits`), but never above the
+verifier's own maximums (`SandboxMaximums`, env `INTELLECT_SANDBOX_*`). Without root or `unshare`
+the verifier refuses to run code (`SandboxUnavailable`) unless `INTELLECT_SANDBOX_REQUIRE_ISOLATION`
+is false, which accepts a documented weaker mode: a plain subprocess with the same limits, in its own
+session, killed by process group, that can read host files and use the network.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -28,6 +34,7 @@ import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workloads.verifiers.records import TaskRecord
 
@@ -52,6 +59,36 @@ class SandboxLimits(BaseModel):
         }
 
 
+    def capped(self, maximums: SandboxMaximums) -> SandboxLimits:
+        """These limits, none above the verifier's maximums (a record cannot switch the sandbox off)."""
+        return SandboxLimits(
+            cpu_seconds=min(self.cpu_seconds, maximums.max_cpu_seconds),
+            wall_seconds=min(self.wall_seconds, maximums.max_wall_seconds),
+            memory_bytes=min(self.memory_bytes, maximums.max_memory_bytes),
+            processes=min(self.processes, maximums.max_processes),
+            file_bytes=min(self.file_bytes, maximums.max_file_bytes),
+            open_files=min(self.open_files, maximums.max_open_files),
+        )
+
+
+class SandboxMaximums(BaseSettings):
+    """The verifier's own ceilings over what a dataset record may ask for (env `INTELLECT_SANDBOX_*`)."""
+
+    model_config = SettingsConfigDict(env_prefix="INTELLECT_SANDBOX_", env_file=".env", extra="ignore")
+
+    max_cpu_seconds: int = Field(10, ge=1, description="CPU seconds per test case")
+    max_wall_seconds: float = Field(20.0, gt=0, description="wall-clock seconds per test case")
+    max_memory_bytes: int = Field(1 * 2**30, ge=32 * 2**20, description="address space (RLIMIT_AS)")
+    max_processes: int = Field(64, ge=1, description="processes of the `nobody` user (RLIMIT_NPROC)")
+    max_file_bytes: int = Field(16 * 2**20, ge=1024, description="largest file, stdout included")
+    max_open_files: int = Field(256, ge=16, description="open file descriptors")
+    require_isolation: bool = Field(True, description="refuse to run code without the namespace sandbox")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The namespace sandbox cannot be built here; the message says what is missing."""
+
+
 class RunResult(BaseModel):
     stdout: str
     returncode: int | None
@@ -72,17 +109,42 @@ def isolated() -> bool:
     return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
-def run_program(source: str, stdin: str, limits: SandboxLimits | None = None) -> RunResult:
-    limits = limits or SandboxLimits()
+@functools.cache
+def interpreter_binds(python: str) -> tuple[str, ...]:
+    """What the program's root holds, read-only: the interpreter, its standard library (with
+    lib-dynload) and the directories of the shared libraries it links, plus the dynamic loader."""
+    real = os.path.realpath(python)
+    stdlib = subprocess.run([real, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                            capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    linked = subprocess.run(["ldd", real], capture_output=True, text=True, check=True, timeout=30).stdout
+    binds = {real, stdlib}
+    for line in linked.splitlines():
+        path = line.split("=>")[-1].split("(")[0].strip()
+        if path.startswith("/"):
+            binds.add(path if "ld-linux" in path else os.path.dirname(path))
+    return tuple(sorted(binds))
+
+
+def run_program(
+    source: str, stdin: str, limits: SandboxLimits | None = None, maximums: SandboxMaximums | None = None
+) -> RunResult:
+    maximums = maximums or SandboxMaximums()
+    limits = (limits or SandboxLimits()).capped(maximums)
+    if not isolated() and maximums.require_isolation:
+        raise SandboxUnavailable(
+            "the code sandbox needs root and util-linux `unshare` (apt-get install util-linux); "
+            "set INTELLECT_SANDBOX_REQUIRE_ISOLATION=false to accept the weaker subprocess mode")
     with tempfile.TemporaryDirectory(prefix="intellect-code-") as tmp:
         prog, out_path = Path(tmp) / "main.py", Path(tmp) / "stdout"
         prog.write_text(source)
         os.chmod(tmp, 0o755)
         if isolated():
+            python = os.path.realpath(program_interpreter())
+            (Path(tmp) / "root").mkdir()
             cmd = [
                 "unshare", "--fork", "--pid", "--mount", "--net", "--kill-child", "--",
-                sys.executable, "-I", str(_CHILD), str(prog), program_interpreter(),
-                json.dumps(limits.rlimits()),
+                sys.executable, "-I", str(_CHILD), str(prog), str(Path(tmp) / "root"), python,
+                json.dumps(interpreter_binds(python)), json.dumps(limits.rlimits()),
             ]  # fmt: skip
             preexec = None
         else:
@@ -147,6 +209,7 @@ def verify_code(record: TaskRecord, completion: str, limits: SandboxLimits | Non
     cases = record.verification_info.get("test_cases")
     if not cases:
         raise ValueError(f"task {record.problem_id}: code verification_info needs non-empty 'test_cases'")
+    # The record's limits are a request; run_program caps them at the verifier's maximums.
     limits = limits or SandboxLimits(**record.verification_info.get("limits", {}))
     source = extract_code(completion)
     passed = 0

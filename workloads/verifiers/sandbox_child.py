@@ -1,8 +1,10 @@
 """Runs inside fresh mount, network and PID namespaces (via `unshare`), as root of those namespaces:
-hides the host's world-writable directories behind private tmpfs mounts, drops to `nobody`, applies
-resource limits and execs the untrusted program. Standard library only: it runs with `python -I`.
+builds an empty root on a tmpfs holding only the interpreter and its libraries (read-only bind
+mounts) and a writable /tmp/work, chroots into it, drops to `nobody`, applies the resource limits
+and execs the untrusted program. No host file but those binds exists for the program; as `nobody`
+it cannot chroot back out. Standard library only: it runs with `python -I`.
 
-argv: program_path python_executable limits_json
+argv: program_path root_dir python_executable binds_json limits_json
 """
 
 import ctypes
@@ -12,33 +14,50 @@ import resource
 import sys
 
 NOBODY = 65534
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def private_tmpfs(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if os.path.isdir(path) and libc.mount(b"tmpfs", path.encode(), b"tmpfs", 0, b"size=16m,mode=1777") != 0:
-        raise OSError(ctypes.get_errno(), f"mount tmpfs on {path}")
+def mount(source, target, fstype, flags, data=None):
+    if _libc.mount(source.encode() if source else None, target.encode(),
+                   fstype.encode() if fstype else None, flags, data.encode() if data else None) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {source} on {target}")
 
 
-def main() -> None:
-    program_path, python, limits = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+def bind_read_only(source, root):
+    """`source` appears at the same path under `root`, read-only (no setuid, no devices)."""
+    target = root + source
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    mount(source, target, None, MS_BIND | MS_REC)
+    mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def main():
+    program_path, root, python = sys.argv[1], sys.argv[2], sys.argv[3]
+    binds, limits = json.loads(sys.argv[4]), json.loads(sys.argv[5])
     with open(program_path, "rb") as f:
         source = f.read()
-    # Every world-writable place becomes a private, throw-away tmpfs; the rest of the tree is owned
-    # by root and not writable by `nobody`.
-    for path in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
-        private_tmpfs(path)
-    os.makedirs("/tmp/work", mode=0o777)
-    os.chmod("/tmp/work", 0o777)
-    with open("/tmp/work/main.py", "wb") as f:
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
+    for path in binds:
+        bind_read_only(path, root)
+    work = root + "/tmp/work"
+    os.makedirs(work)
+    os.chmod(root + "/tmp", 0o1777)
+    os.chmod(work, 0o777)
+    with open(work + "/main.py", "wb") as f:
         f.write(source)
+    os.chroot(root)
     os.chdir("/tmp/work")
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
     for name, value in limits.items():
         resource.setrlimit(getattr(resource, name), (value, value))
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp/work", "LANG": "C.UTF-8"}
+    env = {"PATH": os.path.dirname(python), "HOME": "/tmp/work", "LANG": "C.UTF-8"}
     os.execve(python, [python, "-I", "-S", "main.py"], env)
 
 

@@ -1,0 +1,338 @@
+"""Checkpoint broadcast throughput on loopback, side by side with a plain HTTP stream and shardcast.
+
+.venv/bin/python bench/broadcast.py                      # 512 MB file, table
+.venv/bin/python bench/broadcast.py --size-mb 128 --json
+
+Every server and every client is its own process (clients are measured with wait4: wall time and
+peak RSS). Figures: raw = one HTTP stream of the file to disk (uvicorn FileResponse with the same
+1 MiB chunks as ours → httpx → file, no hashing); ours origin → 1 client; ours end to end through a
+relay (publish done → client holds the verified file, the relay fetching while it serves); 4
+clients at once from a warm relay; shardcast 0.3.2 origin → client and through its middle node
+(publish done → middle complete → client done: it cannot serve before it has a whole shard set).
+Temp data lives under /tmp/bench-broadcast-* and is removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import contextlib  # noqa: E402
+
+import httpx  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from intellect.net import free_port  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+CLI = [PY, "-c", "from workloads.broadcast.cli import main; main()", "--log-level", "warning"]
+SC_BIN = Path(PY).parent
+app = typer.Typer(add_completion=False)
+
+RAW_SERVER = """
+import sys, uvicorn
+from fastapi import FastAPI
+from workloads.broadcast.api import ShardResponse
+app = FastAPI()
+@app.get("/file")
+def file():
+    return ShardResponse(sys.argv[1], media_type="application/octet-stream")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=False)
+"""
+
+RAW_CLIENT = """
+import json, sys, time, httpx
+start = time.monotonic()
+with httpx.stream("GET", sys.argv[1], timeout=60) as resp, open(sys.argv[2], "wb") as out:
+    resp.raise_for_status()
+    for chunk in resp.iter_raw():
+        out.write(chunk)
+print(json.dumps({"seconds": time.monotonic() - start}))
+"""
+
+SC_ORIGIN = """
+import sys, time
+from pathlib import Path
+from shardcast.origin_server import OriginServer
+data, port, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+trigger, done = Path(sys.argv[4]), Path(sys.argv[5])
+Path(data).mkdir(parents=True, exist_ok=True)
+(Path(data) / "data1.bin").write_bytes(b"\\0" * (1 << 20))  # the probe its clients fetch first
+node = OriginServer(data, port)
+while not trigger.exists():
+    time.sleep(0.02)
+node.broadcast(src)
+done.write_text(str(time.time()))
+while True:
+    time.sleep(1)
+"""
+
+
+class Procs:
+    """Servers started by the bench, killed (by pid) at the end."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            args,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer in {timeout}s")
+
+
+@dataclass(order=True)
+class Run:
+    """One measured client run (or several at once): wall seconds including interpreter start-up,
+    in-process transfer seconds when the client reports them (`--json`), peak RSS of the largest."""
+
+    wall: float
+    inner: float
+    rss_mb: float
+
+
+def measured(args_list: list[list[str]], work: Path) -> Run:
+    """Run these client processes at once under /usr/bin/time (its tiny RSS is what a child inherits
+    at fork, unlike this process's)."""
+    start = time.monotonic()
+    procs = []
+    for i, args in enumerate(args_list):
+        rss_file = work / f"rss-{i}.txt"
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *args]
+        procs.append(
+            (subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE), rss_file)
+        )
+    peak, inner = 0.0, 0.0
+    for proc, rss_file in procs:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(str(a) for a in proc.args[-8:])} failed: {err.decode()[-800:]}")  # type: ignore[index]
+        peak = max(peak, int(rss_file.read_text().split()[-1]) / 1024)
+        with contextlib.suppress(ValueError, IndexError, KeyError):
+            inner = max(inner, float(json.loads(out.decode().strip().splitlines()[-1])["seconds"]))
+    wall = time.monotonic() - start
+    return Run(wall, inner or wall, peak)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 22), fb.read(1 << 22)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def make_file(path: Path, size: int) -> None:
+    with open(path, "wb") as out:
+        left = size
+        while left:
+            block = os.urandom(min(1 << 24, left))
+            out.write(block)
+            left -= len(block)
+
+
+def bench_raw(work: Path, src: Path, procs: Procs, repeat: int) -> Run:
+    port = free_port()
+    procs.start([PY, "-c", RAW_SERVER, str(src), str(port)])
+    wait_http(f"http://127.0.0.1:{port}/docs")
+    runs = []
+    for i in range(repeat):
+        out = work / f"raw-{i}.bin"
+        runs.append(measured([[PY, "-c", RAW_CLIENT, f"http://127.0.0.1:{port}/file", str(out)]], work))
+        assert same_file(src, out), "raw copy differs"
+        out.unlink()
+    return min(runs, key=lambda r: r.inner)
+
+
+def bench_ours(
+    work: Path, src: Path, procs: Procs, repeat: int, clients: int, shard_size: int
+) -> dict[str, Any]:
+    env = {"INTELLECT_BROADCAST_POLL_SECONDS": "0.2", "INTELLECT_BROADCAST_SHARD_SIZE": str(shard_size)}
+    o_port, r_port = free_port(), free_port()
+    origin, relay = f"http://127.0.0.1:{o_port}", f"http://127.0.0.1:{r_port}"
+    procs.start([*CLI, "origin", "--dir", str(work / "o"), "--port", str(o_port), "--host", "127.0.0.1"], env)
+    wait_http(f"{origin}/health")
+    procs.start([*CLI, "relay", "--upstream", origin, "--dir", str(work / "r"), "--port", str(r_port),
+                 "--host", "127.0.0.1"], env)  # fmt: skip
+    wait_http(f"{relay}/health")
+
+    def fetch(version: int, url: str, out: Path) -> list[str]:
+        return [
+            *CLI,
+            "fetch",
+            "--version",
+            str(version),
+            "--out",
+            str(out),
+            "--relay",
+            url,
+            "--wait",
+            "60",
+            "--json",
+        ]
+
+    runs: dict[str, list[Run]] = {"direct": [], "e2e": [], "warm": []}
+    publish_s = 0.0
+    for i in range(repeat):
+        version = i + 1
+        t = time.monotonic()
+        subprocess.run([*CLI, "publish", str(src), "--version", str(version), "--dir", str(work / "o"),
+                        "--shard-size", str(shard_size)], check=True, cwd=REPO, env={**os.environ, **env},
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+        publish_s = time.monotonic() - t
+        # End to end: the client starts the moment publish returns; origin and relay each notice the
+        # version within a poll (0.2 s), the relay serves shards while it still fetches the rest.
+        runs["e2e"].append(measured([fetch(version, relay, work / "e2e.bin")], work))
+        runs["direct"].append(measured([fetch(version, origin, work / "direct.bin")], work))
+        runs["warm"].append(measured([fetch(version, relay, work / "warm.bin")], work))
+        for name in ("e2e.bin", "direct.bin", "warm.bin"):
+            assert same_file(src, work / name), f"{name} differs"
+            (work / name).unlink()
+    many = measured([fetch(repeat, relay, work / f"many-{c}.bin") for c in range(clients)], work)
+    for c in range(clients):
+        assert same_file(src, work / f"many-{c}.bin")
+        (work / f"many-{c}.bin").unlink()
+    best = {k: min(v, key=lambda r: r.wall if k == "e2e" else r.inner) for k, v in runs.items()}
+    return {**best, "many": many, "publish_s": publish_s}
+
+
+def bench_shardcast(work: Path, src: Path, procs: Procs) -> dict[str, Run]:
+    o_port, m_port = free_port(), free_port()
+    origin, middle = f"http://127.0.0.1:{o_port}", f"http://127.0.0.1:{m_port}"
+    trigger, done = work / "sc-go", work / "sc-done"
+    procs.start([PY, "-c", SC_ORIGIN, str(work / "sco"), str(o_port), str(src), str(trigger), str(done)])
+    wait_http(f"{origin}/data1.bin")
+    (work / "scm").mkdir()
+    (work / "scm" / "data1.bin").write_bytes(b"\0" * (1 << 20))
+    procs.start([str(SC_BIN / "shardcast-middle"), "--upstream", origin, "--data-dir", str(work / "scm"),
+                 "--port", str(m_port), "--check-interval", "1", "--log-level", "WARNING"])  # fmt: skip
+    wait_http(f"{middle}/data1.bin")
+    trigger.touch()
+    while not done.exists():
+        time.sleep(0.02)
+    published = float(done.read_text())
+    shards = (src.stat().st_size + 50_000_000 - 1) // 50_000_000
+    folder = work / "scm" / "v1"
+
+    def middle_complete() -> bool:
+        names = {p.name for p in folder.glob("shard_*.bin")} if folder.exists() else set()
+        return len(names) == shards and not list(folder.glob("*.tmp"))
+
+    while not middle_complete():  # its middle node serves nothing of v1 before it is complete
+        time.sleep(0.02)
+
+    def client(url: str, out: Path) -> list[str]:
+        return [str(SC_BIN / "shardcast-client"), "--servers", url, "--version", "v1",
+                "--output-file", str(out), "--output-dir", str(work / f"scd-{out.stem}"),
+                "--log-level", "WARNING"]  # fmt: skip
+
+    via_middle = measured([client(middle, work / "sc-e2e.bin")], work)
+    e2e = time.time() - published
+    assert same_file(src, work / "sc-e2e.bin")
+    direct = measured([client(origin, work / "sc-direct.bin")], work)
+    assert same_file(src, work / "sc-direct.bin")
+    return {"e2e": Run(e2e, e2e, via_middle.rss_mb), "direct": direct}
+
+
+@app.command()
+def main(
+    size_mb: int = typer.Option(512, "--size-mb", min=1, help="checkpoint size in MB (10^6 bytes)"),
+    clients: int = typer.Option(4, "--clients", min=1, help="clients at once from one relay"),
+    repeat: int = typer.Option(2, "--repeat", min=1, help="runs per single-client figure; best is kept"),
+    shard_size: int = typer.Option(50_000_000, "--shard-size", min=1, help="our shard size (bytes)"),
+    skip_shardcast: bool = typer.Option(False, "--skip-shardcast", help="do not run shardcast 0.3.2"),
+    as_json: bool = typer.Option(False, "--json", help="print the figures as JSON"),
+) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-broadcast-", dir="/tmp"))
+    procs = Procs()
+    size = size_mb * 1_000_000
+    try:
+        src = work / "checkpoint.safetensors"
+        make_file(src, size)
+        raw = bench_raw(work, src, procs, repeat)
+        ours = bench_ours(work, src, procs, repeat, clients, shard_size)
+        sc = bench_shardcast(work, src, procs) if not skip_shardcast and shutil.which("wget") else None
+    finally:
+        procs.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    def mbps(seconds: float, n: int = 1) -> float:
+        return n * size / 1e6 / seconds
+
+    rows: list[tuple[str, Run, int]] = [
+        ("raw HTTP stream → disk (1 stream, no hashing)", raw, 1),
+        ("ours origin → 1 client", ours["direct"], 1),
+        ("ours origin → relay → 1 client, end to end", ours["e2e"], 1),
+        ("ours warm relay → 1 client", ours["warm"], 1),
+        (f"ours warm relay → {clients} clients at once (aggregate)", ours["many"], clients),
+    ]
+    if sc:
+        rows += [("shardcast origin → 1 client", sc["direct"], 1),
+                 ("shardcast origin → middle → 1 client, end to end", sc["e2e"], 1)]  # fmt: skip
+    ratios = {
+        "ours_over_raw (transfer)": mbps(ours["direct"].inner) / mbps(raw.inner),
+        "ours_over_raw (process wall)": mbps(ours["direct"].wall) / mbps(raw.wall),
+    }
+    if sc:
+        ratios["ours_over_shardcast (relay, end to end)"] = sc["e2e"].wall / ours["e2e"].wall
+        ratios["ours_over_shardcast (origin → client, wall)"] = sc["direct"].wall / ours["direct"].wall
+    if as_json:
+        print(json.dumps({"size_mb": size_mb, "publish_s": ours["publish_s"], "ratios": ratios,
+                          "rows": [{"what": w, "wall_s": r.wall, "transfer_s": r.inner,
+                                    "mb_per_s_wall": mbps(r.wall, n), "mb_per_s_transfer": mbps(r.inner, n),
+                                    "peak_rss_mb": r.rss_mb} for w, r, n in rows]}))  # fmt: skip
+        return
+    table = Table(title=f"checkpoint broadcast, {size_mb} MB, loopback, {os.cpu_count()} CPUs")
+    for col in ("transfer", "wall s", "MB/s wall", "transfer s", "MB/s transfer", "client peak RSS MB"):
+        table.add_column(col, justify="left" if col == "transfer" else "right")
+    for what, run, n in rows:
+        table.add_row(what, f"{run.wall:.2f}", f"{mbps(run.wall, n):.0f}", f"{run.inner:.2f}",
+                      f"{mbps(run.inner, n):.0f}", f"{run.rss_mb:.0f}")  # fmt: skip
+    console = Console()
+    console.print(table)
+    console.print("wall: client process start to exit (end to end rows: publish done to client exit); "
+                  "transfer: as timed inside the client, without interpreter start-up.")  # fmt: skip
+    console.print(f"publish (split + hash, one pass) {ours['publish_s']:.2f}s; ratios: "
+                  + ", ".join(f"{k} = {v:.2f}" for k, v in ratios.items()))  # fmt: skip
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,123 @@
+"""Validator throughput vs one worker's generation, on the same rollouts, side by side.
+
+One worker generates a batch of 16 sequences (with TOPLOC proofs, as the inference workload does);
+the validator recomputes them the way `validator/checks/model.py` does (one batched prefill, then
+termination, Gumbel replay, logprobs, TOPLOC per chunk and per file). Output lengths 32, 256 and
+1,024 tokens (EOS off: fixed lengths); the ratio validation tokens/s ÷ generation tokens/s is how
+many such workers one validator keeps up with (on the same hardware). Targets: ≥ 25× at 256 tokens
+(the SYNTHETIC-2 median), aim 100× at 1,024.
+
+    .venv/bin/python bench/validator.py                         # random-weight Qwen2 "small" (512×8)
+    .venv/bin/python bench/validator.py --size tiny-long --size small --json
+
+Sizes: "tiny-long" is the shipped model's shape (hidden 128 × 4 layers) with room for 2,048
+positions; "small" and "medium" as in bench/inference.py (random weights from a seed, bf16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from validator.checks.model import recompute  # noqa: E402
+from validator.thresholds import ValidationThresholds  # noqa: E402
+from workloads.datasets import load_dataset  # noqa: E402
+from workloads.inference.generate import make_rollouts  # noqa: E402
+from workloads.inference.selection import plan_batch  # noqa: E402
+from workloads.model.backends import TorchBackend  # noqa: E402
+from workloads.model.loading import load_tokenizer  # noqa: E402
+
+SHAPES = {"tiny-long": (128, 4, 384, 4, 2), "small": (512, 8, 1408, 8, 2), "medium": (1024, 12, 2816, 16, 4)}
+NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
+
+
+def make_model(size: str, vocab: int, seed: int = 0):  # noqa: ANN201
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    hidden, layers, mlp, heads, kv = SHAPES[size]
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).to(dtype=torch.bfloat16).eval()
+
+
+def measure(size: str, length: int, batch: int, repeats: int) -> dict[str, float]:
+    tok = load_tokenizer("tiny")
+    model = make_model(size, len(tok))
+    backend = TorchBackend(model, -1, tok.pad_token_id)  # EOS -1 never matches: fixed-length decoding
+    records = load_dataset("demo")
+    plan = plan_batch(NODE, 1, 1, len(records), batch, 1, [8])
+    th = ValidationThresholds(prefill_batch_size=batch)
+    gen_s, val_s = [], []
+    rows = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        rows, _ = make_rollouts(
+            backend, tok, records, plan, step=1, max_new_tokens=length, temperature=1.0, length_penalty=3e-4
+        )
+        gen_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        reasons, _ = recompute(
+            model, rows, eos_token_id=-1, pad_token_id=tok.pad_token_id, max_new_tokens=length, th=th
+        )
+        val_s.append(time.perf_counter() - t0)
+        assert not reasons, reasons  # an honest batch passes: we time the real path, not a failure
+    tokens = sum(len(r.output_tokens) for r in rows)
+    gen, val = min(gen_s), min(val_s)
+    return {
+        "size": size,
+        "tokens": length,
+        "batch": batch,
+        "generation_tok_s": tokens / gen,
+        "validation_tok_s": tokens / val,
+        "ratio": gen / val,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", action="append", choices=sorted(SHAPES), help="model shape (repeat)")
+    parser.add_argument("--tokens", action="append", type=int, help="output length (repeat)")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    results = [
+        measure(size, length, args.batch, args.repeats)
+        for size in (args.size or ["small"])
+        for length in (args.tokens or [32, 256, 1024])
+    ]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"{'model':10s} {'tokens':>7s} {'generate tok/s':>15s} {'validate tok/s':>15s} {'ratio':>7s}  goal")
+    for r in results:
+        goal = {256: "≥ 25×", 1024: "aim 100×"}.get(r["tokens"], "")
+        print(
+            f"{r['size']:10s} {r['tokens']:>7d} {r['generation_tok_s']:>15.0f} "
+            f"{r['validation_tok_s']:>15.0f} {r['ratio']:>6.1f}×  {goal}"
+        )
+
+
+if __name__ == "__main__":
+    main()

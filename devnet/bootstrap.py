@@ -1,0 +1,118 @@
+"""Put a fresh chain into demo shape: contracts deployed, role accounts funded and whitelisted, a
+domain and a started pool. Used by `intellect devnet up` (on the anvil it starts) and by the
+docker-compose `deploy` job (on the anvil service), so both networks are built the same way.
+
+Idempotent: when `out_dir` already records a deployment that still has code on the chain, nothing
+is sent again and the recorded result is returned (a restarted deploy job is a no-op).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from eth_account import Account
+from pydantic import BaseModel
+
+from intellect.identity import Wallet
+from ledger.client import LedgerClient
+from ledger.deploy import DeployParams, deploy_all
+from ledger.models import ONE_TOKEN
+
+# Roles of the demo accounts, in derivation order (m/44'/60'/0'/0/i of the chain's mnemonic).
+ROLES = (
+    "deployer",
+    "pool-manager",
+    "validator",
+    "trainer",
+    "provider-1",
+    "provider-2",
+    "provider-3",
+    "node-1",
+    "node-2",
+    "node-3",
+    "validator-2",
+    "validator-3",
+    "provider-4",
+    "node-4",
+)
+DEMO_TOKENS = 100_000
+# Parsed by intellect.wire.requirements (see docs/orchestrator.md): CPU-only demo hosts qualify.
+DEMO_POOL_REQUIREMENTS = {"requirements": {"ram_mb": 1024, "disk_free_mb": 1024}}
+
+Progress = Callable[[str], None]
+
+
+class Bootstrapped(BaseModel):
+    rpc_url: str
+    chain_id: int
+    deployment_path: str
+    domain_id: int
+    pool_id: int
+
+
+def role_keys(mnemonic: str, roles: tuple[str, ...] = ROLES) -> dict[str, str]:
+    """Private keys (0x hex) of each role, derived from `mnemonic` as anvil derives its accounts."""
+    Account.enable_unaudited_hdwallet_features()
+    return {
+        role: "0x" + bytes(Account.from_mnemonic(mnemonic, account_path=f"m/44'/60'/0'/0/{i}").key).hex()
+        for i, role in enumerate(roles)
+    }
+
+
+def new_mnemonic() -> str:
+    """A fresh 12-word BIP-39 mnemonic (for a compose env file: never a committed default)."""
+    Account.enable_unaudited_hdwallet_features()
+    _, mnemonic = Account.create_with_mnemonic()  # 128 bits from the OS's random source
+    return str(mnemonic)
+
+
+def bootstrap(
+    rpc_url: str, wallets: dict[str, Wallet], out_dir: Path, progress: Progress = print
+) -> Bootstrapped:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = out_dir / "bootstrap.json"
+    if record.exists():
+        done = Bootstrapped.model_validate_json(record.read_text())
+        try:
+            LedgerClient(rpc_url, Path(done.deployment_path)).check()
+            progress(f"chain already bootstrapped (pool {done.pool_id}); nothing to do")
+            return done
+        except Exception as exc:  # a new chain under an old record: build again
+            progress(f"recorded deployment is not on this chain ({exc}); deploying again")
+    progress("deploying contracts")
+    deployment = deploy_all(
+        rpc_url,
+        wallets["deployer"],
+        DeployParams(validators=[w.address for r, w in wallets.items() if r.startswith("validator")]),
+    )
+    deployment_path = deployment.save(out_dir / "deployment.json")
+    admin = LedgerClient(rpc_url, deployment, wallets["deployer"])
+    progress("funding demo accounts")
+    for role, wallet in wallets.items():
+        if role == "deployer":
+            continue
+        admin.mint(wallet.address, DEMO_TOKENS * ONE_TOKEN)
+        if role.startswith("provider-"):
+            admin.whitelist_provider(wallet.address)
+    progress("creating the demo domain and pool")
+    domain_id = admin.create_domain("demo-rl", 'data:application/json,{"task":"synthetic"}')
+    manager = admin.with_wallet(wallets["pool-manager"])
+    pool_id = manager.create_pool(
+        domain_id,
+        wallets["pool-manager"].address,
+        "demo-pool",
+        "data:application/json," + json.dumps(DEMO_POOL_REQUIREMENTS, separators=(",", ":")),
+        compute_limit=0,
+    )
+    manager.start_pool(pool_id)
+    done = Bootstrapped(
+        rpc_url=rpc_url,
+        chain_id=deployment.chain_id,
+        deployment_path=str(deployment_path),
+        domain_id=domain_id,
+        pool_id=pool_id,
+    )
+    record.write_text(done.model_dump_json(indent=2))
+    return done

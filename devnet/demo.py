@@ -1,0 +1,351 @@
+"""`intellect devnet up --demo`: a whole decentralized RL run on this machine, with nobody acting.
+
+On top of the devnet's chain, Redis, discovery and orchestrator it starts the trainer (step counter
+and checkpoints), validators with a slashing quorum recorded on chain, and workers, one of which is
+run by a cheater (its operator injects `INTELLECT_INFER_CHEAT` into every task it runs, as a
+dishonest contributor would). Then it posts the RL task with the Python SDK and watches:
+
+- workers generate rollouts for the trainer's step with the newest usable checkpoint, upload them
+  and record them on chain (`submitWork`);
+- validators judge every file; the cheater's forged rewards are voted invalid by the quorum, which
+  slashes its provider's stake and ejects the node;
+- the trainer learns only from files the validators accepted, so the reward rises step by step;
+- with the demo's short reward lock, the honest workers' rewards become claimable.
+
+The watch ends when the trainer reaches `steps` and the cheater is ejected (or on timeout), and
+writes the reward curve as CSV and PNG under `<dir>/demo/`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from devnet.services import BIN, _base_env, _spawn, _wait_healthy
+from devnet.state import DevnetState, ManagedProcess
+from intellect.client import OrchestratorClient
+from intellect.identity import Wallet
+from intellect.net import free_port
+from ledger.client import LedgerClient
+from ledger.models import ONE_TOKEN
+from workloads.trainer.checkpoints import CheckpointDir
+
+Progress = Callable[[str], None]
+REPO = Path(__file__).resolve().parents[1]
+CHEATS = ("forged-reward", "perturbed-model", "inflated-units")
+VALIDATOR_ROLES = ("validator", "validator-2", "validator-3")
+# Short on purpose: rewards of honest work mature within the demo, and the cheater's files are
+# still inside the invalidation window when the quorum votes (the defaults are a day).
+DEMO_REWARD_LOCK_SECONDS = 120
+DEMO_INVALIDATION_WINDOW_SECONDS = 600
+DEMO_SLASH_TOKENS = 50
+
+
+class DemoError(RuntimeError):
+    """The demo could not be set up or did not reach its goal; the message says which part."""
+
+
+@dataclass
+class DemoPlan:
+    steps: int = 40
+    validators: int = 3
+    quorum: int = 2
+    cheat: str = "forged-reward"
+    timeout: float = 3600.0
+    batch_size: int = 16
+    n: int = 4
+    max_new_tokens: int = 16
+    files_per_step: int = 3
+
+    def check(self) -> None:
+        if not 1 <= self.validators <= len(VALIDATOR_ROLES):
+            raise DemoError(f"--validators must be 1..{len(VALIDATOR_ROLES)}")
+        if not 1 <= self.quorum <= self.validators:
+            raise DemoError(f"--quorum must be 1..{self.validators} (the number of validators)")
+        if self.cheat not in (*CHEATS, "none"):
+            raise DemoError(f"--cheat {self.cheat!r}: use one of {', '.join(CHEATS)} or none")
+        if self.steps < 1:
+            raise DemoError("--steps must be at least 1")
+
+
+@dataclass
+class DemoReport:
+    steps: int = 0
+    curve: list[float] = field(default_factory=list)
+    cheater: str = ""
+    cheater_ejected: bool = False
+    cheater_stake_before: int = 0
+    cheater_stake_after: int = 0
+    slash_votes: list[dict[str, Any]] = field(default_factory=list)
+    files_judged: int = 0
+    files_accepted: int = 0
+    tokens_generated: int = 0
+    claimable: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)  # rewards still inside the lock
+    wall_seconds: float = 0.0
+    curve_csv: str = ""
+    curve_png: str = ""
+
+    @property
+    def rise(self) -> float:
+        k = min(5, len(self.curve) // 2)
+        if k == 0:
+            return 0.0
+        return sum(self.curve[-k:]) / k - sum(self.curve[:k]) / k
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "reward_rise_first5_to_last5": self.rise}
+
+
+def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str]) -> dict[str, Any]:
+    """The RL rollout task every worker runs: follow the trainer's step counter, fetch its checkpoints
+    from the broadcast relays, write TOPLOC-proved rollout files that the worker uploads and records
+    on chain."""
+    in_container = runtime == "docker"
+    env = {
+        "INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}",
+        "INTELLECT_INFER_DATASET": "reverse",
+        "INTELLECT_INFER_BATCH_SIZE": str(plan.batch_size),
+        "INTELLECT_INFER_N": str(plan.n),
+        "INTELLECT_INFER_MAX_NEW_TOKENS": str(plan.max_new_tokens),
+        "INTELLECT_INFER_STEP_URL": f"{trainer_url}/step",
+        "INTELLECT_INFER_CHECKPOINT_SOURCE": "broadcast:" + ",".join(relays),
+        "INTELLECT_INFER_POLL_SECONDS": "0.5",
+        # Three files of 64 rows per worker and step: enough informative groups for a step, and no
+        # more than three validators on a 2-core machine can judge before the files go stale.
+        "INTELLECT_INFER_FILES_PER_STEP": str(plan.files_per_step),
+        "INTELLECT_INFER_STEP_PATIENCE_SECONDS": "20",
+        # Four workers, three validators and a trainer share this machine's cores: one thread each
+        # avoids the oversubscription that would slow every process down.
+        "OMP_NUM_THREADS": "1",
+    }
+    if not in_container:
+        env["PYTHONPATH"] = str(REPO)
+    return {
+        "name": "demo-rl-reverse",
+        "image": "intellect-workload:latest",
+        "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.inference"],
+        "env_vars": env,
+    }
+
+
+def configure_chain(state: DevnetState, plan: DemoPlan) -> None:
+    """Short reward lock, the pool's validators and its slashing quorum, all recorded on chain."""
+    deployment = Path(state.deployment_path)
+    admin = LedgerClient(state.rpc_url, deployment, Wallet.from_key(state.account("deployer").private_key))
+    params = admin.work_parameters()
+    lock, window = DEMO_REWARD_LOCK_SECONDS, DEMO_INVALIDATION_WINDOW_SECONDS
+    admin.set_work_parameters(params.reward_per_unit, lock, window, params.slash_penalty)
+    manager = admin.with_wallet(Wallet.from_key(state.account("pool-manager").private_key))
+    for role in VALIDATOR_ROLES[: plan.validators]:
+        manager.slashing.add_validator(state.pool_id, state.account(role).address)
+    manager.slashing.set_policy(state.pool_id, plan.quorum, DEMO_SLASH_TOKENS * ONE_TOKEN, 3600)
+
+
+def start_learning_services(
+    state: DevnetState, plan: DemoPlan, runtime: str, progress: Progress
+) -> tuple[ManagedProcess, list[ManagedProcess], list[ManagedProcess], Path]:
+    """The trainer, the broadcast origin (publishing each new checkpoint) and a relay, and the
+    validators; each needs the others' URLs, so ports are chosen first."""
+    directory = Path(state.directory)
+    env = _base_env(directory) | {"OMP_NUM_THREADS": "1"}
+    orchestrator = state.process("orchestrator")
+    if orchestrator is None or orchestrator.url is None:
+        raise DemoError("the devnet has no orchestrator running")
+    trainer_port = free_port()
+    trainer_url = f"http://127.0.0.1:{trainer_port}"
+    validator_ports = [free_port() for _ in range(plan.validators)]
+    origin_port, relay_port = free_port(), free_port()
+    relays = [f"http://127.0.0.1:{relay_port}", f"http://127.0.0.1:{origin_port}"]  # the origin as fallback
+    spec = task_spec(plan, trainer_url, runtime, relays)
+    task_file = directory / "demo" / "task.json"
+    task_file.parent.mkdir(parents=True, exist_ok=True)
+    task_file.write_text(json.dumps(spec, indent=2))
+
+    progress("starting the trainer")
+    trainer = _spawn(
+        "trainer",
+        [str(BIN / "intellect-train"), "--cpu-demo", "--port", str(trainer_port),
+         "--rollouts", f"http://127.0.0.1:{validator_ports[0]}", "--pool-id", str(state.pool_id),
+         "--output-dir", str(directory / "trainer"), "--max-steps", str(plan.steps),
+         "--poll-seconds", "0.5", "--keep", "10"],
+        env | {"OMP_NUM_THREADS": "2"},
+        directory,
+        trainer_url,
+    )  # fmt: skip
+    _wait_healthy(trainer, timeout=180)
+
+    progress("starting the broadcast origin and a relay")
+    broadcast = directory / "broadcast"
+    origin = _spawn(
+        "broadcast-origin",
+        [str(BIN / "intellect-broadcast"), "origin", "--dir", str(broadcast / "origin"),
+         "--port", str(origin_port), "--watch", str(directory / "trainer"), "--shard-size", str(1 << 20)],
+        env, directory, relays[1],
+    )  # fmt: skip
+    _wait_healthy(origin, timeout=60)
+    relay = _spawn(
+        "broadcast-relay",
+        [str(BIN / "intellect-broadcast"), "relay", "--upstream", relays[1],
+         "--dir", str(broadcast / "relay-1"), "--port", str(relay_port)],
+        env, directory, relays[0],
+    )  # fmt: skip
+    _wait_healthy(relay, timeout=60)
+
+    validators = []
+    for i, port in enumerate(validator_ports):
+        role = VALIDATOR_ROLES[i]
+        progress(f"starting {role}")
+        validators.append(_spawn(
+            role,
+            [str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id), "--port", str(port),
+             "--task", str(task_file), "--step-url", f"{trainer_url}/step",
+             "--orchestrator-url", orchestrator.url, "--data-dir", str(directory / role)],
+            env | {
+                "INTELLECT_VALIDATOR_RPC_URL": state.rpc_url,
+                "INTELLECT_VALIDATOR_DEPLOYMENT": state.deployment_path,
+                "INTELLECT_VALIDATOR_KEY": state.account(role).private_key,
+                "INTELLECT_VALIDATOR_POLL_SECONDS": "0.5",
+            },
+            directory,
+            f"http://127.0.0.1:{port}",
+        ))  # fmt: skip
+    for v in validators:
+        _wait_healthy(v, timeout=180)
+    return trainer, [origin, relay], validators, task_file
+
+
+def _client(state: DevnetState) -> OrchestratorClient:
+    token = (Path(state.directory) / "orchestrator" / "admin-token").read_text().strip()
+    orchestrator = state.process("orchestrator")
+    if orchestrator is None or orchestrator.url is None:
+        raise DemoError("the devnet has no orchestrator running")
+    return OrchestratorClient(orchestrator.url, token=token)
+
+
+def submit(state: DevnetState, task_file: Path) -> str:
+    """Post the RL task as a trainer would, with the Python SDK (admin token of the devnet)."""
+    with _client(state) as client:
+        return client.submit(json.loads(task_file.read_text())).id
+
+
+def finish(state: DevnetState, task_id: str) -> None:
+    """The run is over: delete the task, so the workers stop generating for a trainer that stopped."""
+    with _client(state) as client:
+        client.delete(task_id)
+
+
+def _get(url: str) -> Any:
+    try:
+        response = httpx.get(url, timeout=5)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def watch(
+    state: DevnetState, plan: DemoPlan, trainer: ManagedProcess, validators: list[ManagedProcess],
+    cheater: int | None, on_step: Callable[[int, float | None], None], progress: Progress,
+) -> DemoReport:  # fmt: skip
+    """Follow the run until the trainer reached `plan.steps` and worker `cheater`'s node was ejected
+    (or timeout)."""
+    started = time.monotonic()
+    ledger = LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
+    cheater_node = state.account(f"node-{cheater}").address if cheater else ""
+    provider = state.account(f"provider-{cheater}").address if cheater else ""
+    report = DemoReport(cheater=cheater_node)
+    joined = False
+    last_step = -1
+    checkpoints = CheckpointDir(Path(state.directory) / "trainer")
+    while time.monotonic() - started < plan.timeout:
+        history = checkpoints.history()  # from disk: the trainer stops by itself after the last step
+        report.curve = [float(item.get("task_reward_mean", 0.0)) for item in history]
+        report.steps = len(report.curve)
+        for proc in (trainer, *validators):
+            if not proc.alive() and (proc is not trainer or report.steps < plan.steps):
+                raise DemoError(f"{proc.name} exited; see {proc.log}")
+        if report.steps != last_step:
+            last_step = report.steps
+            on_step(report.steps, report.curve[-1] if report.curve else None)
+        if cheater_node and not report.cheater_ejected:
+            in_pool = ledger.is_node_in_pool(state.pool_id, cheater_node)
+            if in_pool and not joined:
+                joined = True
+                report.cheater_stake_before = ledger.get_provider(provider).stake
+            report.cheater_ejected = joined and not in_pool
+            if report.cheater_ejected:
+                progress(f"cheater {cheater_node} slashed and ejected by the validators' quorum")
+        if report.steps >= plan.steps and (report.cheater_ejected or not cheater_node):
+            break
+        time.sleep(2.0)
+    report.wall_seconds = time.monotonic() - started
+    if provider:
+        report.cheater_stake_after = ledger.get_provider(provider).stake
+    _collect_verdicts(report, validators, cheater_node)
+    for account in state.accounts:
+        if account.role.startswith("node-"):
+            report.claimable[account.address] = ledger.claimable_rewards(account.address)
+            report.pending[account.address] = ledger.pending_rewards(account.address)
+    return report
+
+
+def _all_verdicts(validator: ManagedProcess) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = _get(f"{validator.url}/verdicts?after={after}&limit=1000")
+        if not page or not page.get("items"):
+            return items
+        items.extend(page["items"])
+        after = page["items"][-1]["cursor"]
+
+
+def _collect_verdicts(report: DemoReport, validators: list[ManagedProcess], cheater: str) -> None:
+    for i, v in enumerate(validators):
+        items = _all_verdicts(v)
+        if i == 0:  # the first validator judged every file: the run's totals
+            report.files_judged = len({item["work_key"] for item in items})
+            report.files_accepted = sum(item["verdict"] == "accept" for item in items)
+            report.tokens_generated = sum(int(item.get("tokens") or 0) for item in items)
+        for item in items:
+            mine = item["node"].lower() == cheater.lower()
+            if mine and item["verdict"] == "invalidate" and item.get("tx_hash"):
+                report.slash_votes.append(
+                    {"validator": v.name, "work_key": item["work_key"], "tx_hash": item["tx_hash"],
+                     "reasons": item.get("reasons", [])[:2]}
+                )  # fmt: skip
+
+
+def write_curve(report: DemoReport, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / "reward_curve.csv"
+    with csv_path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["step", "task_reward_mean"])
+        writer.writerows((i + 1, r) for i, r in enumerate(report.curve))
+    report.curve_csv = str(csv_path)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the curve stays in the CSV
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(range(1, len(report.curve) + 1), report.curve, marker="o")
+    ax.set_xlabel("trainer step")
+    ax.set_ylabel("mean task reward (validated rollouts)")
+    ax.set_title("intellect devnet --demo: string reversal, tiny model")
+    ax.grid(alpha=0.3)
+    png = out_dir / "reward_curve.png"
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    report.curve_png = str(png)

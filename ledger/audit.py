@@ -1,0 +1,218 @@
+"""The reward audit: for every payout of a node, the work it pays, and for each work key the tx that
+submitted it, the validators' votes (tx hashes) and verdicts (reasons), and the claim that paid it.
+
+Everything is rebuilt from the chain's events, replaying `ComputePool`'s reward rules:
+- `WorkSubmitted` locks `units × rewardPerUnit` (read at that block) until `timestamp + lock period`;
+- `WorkInvalidated` drops every still-locked reward of the node; `WorkSoftInvalidated` drops that
+  work's reward if still locked (a `WorkPardoned` locks it again);
+- `RewardsClaimed` at time T pays every lock matured by T that was neither paid nor dropped.
+
+Each payout is then reconciled: the sum of the locks it pays must equal the amount the chain minted.
+A payout that does not reconcile is reported as such: nothing the protocol pays stays untraceable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+from eth_utils import to_checksum_address
+from pydantic import BaseModel, Field
+
+from ledger.client import LedgerClient
+
+
+class Verdict(BaseModel):
+    validator: str
+    verdict: str
+    reasons: list[str] = Field(default_factory=list)
+    tx_hash: str | None = None
+
+
+class AuditedWork(BaseModel):
+    pool_id: int
+    work_key: str
+    node: str
+    units: int
+    reward: int
+    submitted_tx: str
+    submitted_block: int
+    unlock_at: int
+    status: str = "submitted"  # submitted | paid | dropped | invalidated | soft_invalidated
+    invalidated_tx: str | None = Field(None, description="invalidated after its reward matured: still paid")
+    dropped_tx: str | None = None
+    paid_tx: str | None = None
+    votes: list[Verdict] = Field(default_factory=list, description="on chain: InvalidationVoted")
+    verdicts: list[Verdict] = Field(default_factory=list, description="from the validators' APIs")
+
+
+class Payout(BaseModel):
+    node: str
+    provider: str
+    amount: int
+    tx_hash: str
+    block: int
+    timestamp: int
+    work: list[AuditedWork]
+    reconciled: bool = Field(description="the paid locks add up to the minted amount")
+
+
+class Audit(BaseModel):
+    node: str
+    payouts: list[Payout]
+    unpaid: list[AuditedWork] = Field(description="work not (yet) paid: locked, dropped or claimable")
+
+
+def _hex(value: Any) -> str:
+    return "0x" + bytes(value).hex()
+
+
+def _logs(event: Any, start: int, filters: dict[str, Any]) -> list[Any]:
+    return list(event.get_logs(from_block=start, argument_filters=filters))
+
+
+class Auditor:
+    def __init__(self, client: LedgerClient, validator_urls: Iterable[str] = (), timeout: float = 10.0):
+        self.c = client
+        self.validator_urls = [u.rstrip("/") for u in validator_urls]
+        self.timeout = timeout
+        self._times: dict[int, int] = {}
+
+    def _timestamp(self, block: int) -> int:
+        if block not in self._times:
+            self._times[block] = int(self.c.w3.eth.get_block(block)["timestamp"])
+        return self._times[block]
+
+    def _param(self, name: str, block: int) -> int:
+        return int(getattr(self.c.pools.functions, name)().call(block_identifier=block))
+
+    def node(self, node: str) -> Audit:
+        node = to_checksum_address(node)
+        start = self.c.deployment.block
+        ev = self.c.pools.events
+        timeline: list[tuple[int, int, str, Any]] = []
+        for name in ("WorkSubmitted", "WorkInvalidated", "WorkSoftInvalidated", "WorkPardoned"):
+            for log in _logs(getattr(ev, name)(), start, {"node": node}):
+                timeline.append((log["blockNumber"], log["logIndex"], name, log))
+        for log in _logs(ev.RewardsClaimed(), start, {"node": node}):
+            timeline.append((log["blockNumber"], log["logIndex"], "RewardsClaimed", log))
+        timeline.sort(key=lambda t: (t[0], t[1]))
+
+        works: dict[tuple[int, str], AuditedWork] = {}
+        order: list[AuditedWork] = []
+        payouts: list[Payout] = []
+        for block, _, name, log in timeline:
+            args, tx = log["args"], _hex(log["transactionHash"])
+            now = self._timestamp(block)
+            if name == "WorkSubmitted":
+                w = AuditedWork(
+                    pool_id=args["poolId"],
+                    work_key=_hex(args["workKey"]),
+                    node=node,
+                    units=args["units"],
+                    reward=args["units"] * self._param("rewardPerUnit", block),
+                    submitted_tx=tx,
+                    submitted_block=block,
+                    unlock_at=args["timestamp"] + self._param("rewardLockPeriod", block),
+                )
+                works[(w.pool_id, w.work_key)] = w
+                order.append(w)
+            elif name == "WorkInvalidated":
+                for w in order:  # the node's every still-locked reward is dropped
+                    if w.status == "submitted" and w.unlock_at > now:
+                        w.status, w.dropped_tx = "dropped", tx
+                hit = works.get((args["poolId"], _hex(args["workKey"])))
+                if hit is not None and hit.status == "dropped":
+                    hit.status = "invalidated"
+                elif hit is not None:  # its reward had matured: the chain still pays it
+                    hit.invalidated_tx = tx
+            elif name == "WorkSoftInvalidated":
+                hit = works.get((args["poolId"], _hex(args["workKey"])))
+                if hit is not None and hit.status == "submitted" and hit.unlock_at > now:
+                    hit.status, hit.dropped_tx = "soft_invalidated", tx
+                elif hit is not None:
+                    hit.invalidated_tx = tx
+            elif name == "WorkPardoned":
+                hit = works.get((args["poolId"], _hex(args["workKey"])))
+                if hit is not None and hit.status == "soft_invalidated":
+                    hit.status, hit.dropped_tx = "submitted", None
+            else:  # RewardsClaimed: every matured, unpaid, undropped lock
+                paid = [w for w in order if w.status == "submitted" and w.unlock_at <= now]
+                for w in paid:
+                    w.status, w.paid_tx = "paid", tx
+                payouts.append(
+                    Payout(
+                        node=node,
+                        provider=args["provider"],
+                        amount=args["amount"],
+                        tx_hash=tx,
+                        block=block,
+                        timestamp=now,
+                        work=paid,
+                        reconciled=sum(w.reward for w in paid) == args["amount"],
+                    )
+                )
+        self._attach_votes(order)
+        self._attach_verdicts(order, node)
+        return Audit(node=node, payouts=payouts, unpaid=[w for w in order if w.status != "paid"])
+
+    def work_key(self, work_key: str) -> tuple[Audit, AuditedWork]:
+        """The audit of the node that submitted `work_key`, and that work's own entry."""
+        key = work_key.lower()
+        logs = [
+            log
+            for log in _logs(self.c.pools.events.WorkSubmitted(), self.c.deployment.block, {})
+            if _hex(log["args"]["workKey"]) == key
+        ]
+        if not logs:
+            raise LookupError(f"no WorkSubmitted for {work_key} on this chain")
+        audit = self.node(logs[0]["args"]["node"])
+        entry = next(
+            w for w in [*audit.unpaid, *(w for p in audit.payouts for w in p.work)] if w.work_key == key
+        )
+        return audit, entry
+
+    def _attach_votes(self, works: list[AuditedWork]) -> None:
+        by_key = {(w.pool_id, w.work_key): w for w in works}
+        for pool in {w.pool_id for w in works}:
+            for log in _logs(
+                self.c.pools.events.InvalidationVoted(), self.c.deployment.block, {"poolId": pool}
+            ):
+                w = by_key.get((pool, _hex(log["args"]["workKey"])))
+                if w is not None:
+                    w.votes.append(
+                        Verdict(
+                            validator=log["args"]["validator"],
+                            verdict="soft" if log["args"]["soft"] else "invalidate",
+                            tx_hash=_hex(log["transactionHash"]),
+                        )
+                    )
+
+    def _attach_verdicts(self, works: list[AuditedWork], node: str) -> None:
+        by_key = {w.work_key: w for w in works}
+        for url in self.validator_urls:
+            after = 0
+            while True:
+                try:
+                    page = httpx.get(
+                        f"{url}/verdicts", params={"after": after, "limit": 1000}, timeout=self.timeout
+                    )
+                    page.raise_for_status()
+                    items = page.json().get("items", [])
+                except (httpx.HTTPError, ValueError) as exc:
+                    raise ConnectionError(f"validator {url} unreachable: {exc}") from None
+                if not items:
+                    break
+                for item in items:
+                    w = by_key.get(str(item.get("work_key", "")).lower())
+                    if w is not None and str(item.get("node", "")).lower() == node.lower():
+                        w.verdicts.append(
+                            Verdict(
+                                validator=url,
+                                verdict=item["verdict"],
+                                reasons=item.get("reasons") or [],
+                                tx_hash=item.get("tx_hash"),
+                            )
+                        )
+                after = items[-1]["cursor"]

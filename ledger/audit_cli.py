@@ -1,0 +1,80 @@
+"""`intellect-pool audit`: trace every payout of a node back to the work it pays and the verdicts on
+that work (see `ledger.audit`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ledger.audit import Audit, AuditedWork, Auditor
+from ledger.cli import AsJson, DeploymentPath, RpcUrl, address, clean_errors, client, emit, fmt_tokens, out
+from ledger.errors import LedgerError
+
+
+def _votes(w: AuditedWork) -> str:
+    parts = [f"{v.verdict} by {v.validator[:10]}… tx {v.tx_hash}" for v in w.votes]
+    parts += [
+        f"{v.verdict} ({'; '.join(v.reasons)[:60] or 'no reason given'}) at {v.validator}" for v in w.verdicts
+    ]
+    return "\n".join(parts)
+
+
+def _work_table(title: str, works: list[AuditedWork]) -> Table:
+    table = Table(title=title)
+    for col in ("work key", "units", "reward", "status", "submitted by tx", "votes and verdicts"):
+        table.add_column(col, overflow="fold")
+    for w in works:
+        status = w.status + (f" (tx {w.dropped_tx})" if w.dropped_tx else "")
+        table.add_row(w.work_key, str(w.units), fmt_tokens(w.reward), status, w.submitted_tx, _votes(w))
+    return table
+
+
+@clean_errors
+def audit(
+    node: Annotated[str | None, typer.Option("--node", help="the node whose payouts to trace")] = None,
+    work_key: Annotated[
+        str | None, typer.Option("--work-key", help="trace one work key (0x + 64 hex)")
+    ] = None,
+    validator_url: Annotated[
+        list[str], typer.Option("--validator-url", help="validator API for verdict reasons (repeat)")
+    ] = [],  # noqa: B006
+    rpc_url: RpcUrl = None,
+    deployment: DeploymentPath = None,
+    as_json: AsJson = False,
+) -> None:
+    """For each payout: the work keys it pays, the tx that submitted each, the validators' votes and
+    verdicts on it, and whether the paid amounts add up to what the chain minted."""
+    if (node is None) == (work_key is None):
+        raise LedgerError("give exactly one of --node 0x… or --work-key 0x…")
+    auditor = Auditor(client(rpc_url, deployment, None, signer=False), validator_url)
+    try:
+        if work_key is not None:
+            if len(work_key.removeprefix("0x")) != 64:
+                raise LedgerError(f"--work-key {work_key!r} is not 0x + 64 hex digits")
+            result: Audit = auditor.work_key(work_key)[0]
+            key = work_key.lower()
+            result.payouts = [p for p in result.payouts if any(w.work_key == key for w in p.work)]
+            for p in result.payouts:
+                p.work = [w for w in p.work if w.work_key == key]
+            result.unpaid = [w for w in result.unpaid if w.work_key == key]
+        else:
+            result = auditor.node(address(node or "", "node"))
+    except (LookupError, ConnectionError) as exc:
+        raise LedgerError(str(exc)) from None
+    if as_json:
+        emit(result, True)
+        return
+    for p in result.payouts:
+        ok = "[green]reconciled[/green]" if p.reconciled else "[red]does NOT reconcile[/red]"
+        out.print(
+            f"payout tx {p.tx_hash} (block {p.block}): {fmt_tokens(p.amount)} tokens to {p.provider}, {ok}"
+        )
+        out.print(_work_table(f"work paid by {p.tx_hash[:12]}…", p.work))
+    if result.unpaid:
+        out.print(
+            _work_table(f"work of {result.node} not paid (locked, dropped or still claimable)", result.unpaid)
+        )
+    if not result.payouts and not result.unpaid:
+        out.print(f"no work recorded for {result.node}")

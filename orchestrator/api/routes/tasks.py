@@ -1,0 +1,60 @@
+"""`/tasks` (admin): create, list, read and delete tasks. Rows are written by `TaskStore` only.
+
+A `TaskSpec` is validated by its pydantic model (422 naming each bad field); the one check that needs
+the service's settings, that every `allowed_topologies` name is configured here, is made below.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+
+from intellect.wire.tasks import Task, TaskSpec
+from orchestrator.api.deps import ADMIN_ONLY, SettingsDep, TaskStoreDep
+from orchestrator.groups.reconcile import UnknownTopology, resolve_topology
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.store.tasks import TaskNotFound
+
+router = APIRouter(tags=["tasks"], dependencies=ADMIN_ONLY)
+
+TOPOLOGIES_FIELD = "scheduling_config.plugins.node_groups.allowed_topologies"
+
+
+def check_topologies(spec: TaskSpec, settings: OrchestratorSettings) -> None:
+    """422 when the task asks for a topology this orchestrator has no config for."""
+    configured = settings.topology_configs()
+    for name in spec.allowed_topologies:
+        try:
+            resolve_topology(name, configured)
+        except UnknownTopology as exc:
+            raise HTTPException(422, f"{TOPOLOGIES_FIELD}: {exc}") from None
+
+
+def not_found(exc: TaskNotFound) -> HTTPException:
+    return HTTPException(404, str(exc))
+
+
+@router.post("/tasks", response_model=Task, status_code=status.HTTP_201_CREATED)
+async def create_task(spec: TaskSpec, settings: SettingsDep, store: TaskStoreDep) -> Task:
+    check_topologies(spec, settings)
+    return await store.create(spec)
+
+
+@router.get("/tasks", response_model=list[Task])
+async def list_tasks(store: TaskStoreDep, include_deleted: bool = False) -> list[Task]:
+    return await store.list(include_deleted)
+
+
+@router.get("/tasks/{task_id}", response_model=Task)
+async def get_task(task_id: str, store: TaskStoreDep) -> Task:
+    try:
+        return await store.get(task_id)
+    except TaskNotFound as exc:
+        raise not_found(exc) from None
+
+
+@router.delete("/tasks/{task_id}", response_model=Task)
+async def delete_task(task_id: str, store: TaskStoreDep) -> Task:
+    try:
+        return await store.delete(task_id)
+    except TaskNotFound as exc:
+        raise not_found(exc) from None

@@ -1,0 +1,173 @@
+"""The orchestrator HTTP service: `create_app(settings)` assembles the app (routes in docs/orchestrator.md).
+
+Why this shape: routes live in `orchestrator.api.routes` as module-level routers and read what they
+need through `orchestrator.api.deps` from `app.state`; this module only decides what goes on
+`app.state` and when. Objects that need nothing running (settings, admin access, storage, upload
+service) are put there when the app is built; what needs the database, Redis and the chain (the
+`Context`, the heartbeat handler, the group keeper) by the lifespan, which also runs the migrations,
+starts the background loops under the leader lease and tears everything down in reverse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from functools import partial
+
+import structlog
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from requests.exceptions import ConnectionError as RequestsConnectionError
+
+from intellect.auth import AdminToken, load_or_create_admin_token
+from intellect.http_guard import guard
+from intellect.identity import Wallet
+from intellect.redis_server import EmbeddedRedis
+from orchestrator.access import AdminAccess
+from orchestrator.api.routes import admin, health, heartbeat, nodes, storage, tasks
+from orchestrator.chain import LedgerPoolChain, PoolChain
+from orchestrator.clients import SignedClient
+from orchestrator.context import Context, Metrics
+from orchestrator.db import make_engine, migrate, session_factory
+from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
+from orchestrator.heartbeat import HeartbeatHandler
+from orchestrator.invites import invite_loop
+from orchestrator.live import LeaderLease, LiveStore
+from orchestrator.monitor import monitor_loop
+from orchestrator.scheduling import PlanCache, Scheduler
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.storage import LocalDiskStorage, storage_router
+from orchestrator.store.nodes import NodeBook
+from orchestrator.store.tasks import TaskStore
+from orchestrator.uploads import UploadService, make_storage
+
+log = structlog.get_logger("intellect.orchestrator")
+
+
+def load_manager(settings: OrchestratorSettings) -> Wallet:
+    if settings.manager_key is not None:
+        return Wallet.from_key(settings.manager_key.get_secret_value())
+    if settings.manager_keystore is not None:
+        return Wallet.load(settings.manager_keystore)
+    raise SystemExit("no pool manager key: set INTELLECT_ORCH_MANAGER_KEY or --manager-keystore")
+
+
+def ledger_pool_chain(settings: OrchestratorSettings, manager: Wallet) -> PoolChain:
+    from ledger.client import LedgerClient
+
+    client = LedgerClient(settings.rpc_url, settings.deployment, manager)
+    return LedgerPoolChain(client, settings.pool_id, manager)
+
+
+class TaskChanges:
+    """What every task write sets off (`TaskStore.on_change`): the shared version counter moves so each
+    replica rebuilds its plan, and this process's group keeper reconciles now instead of at its next
+    period."""
+
+    def __init__(self, live: LiveStore, keeper: GroupKeeper) -> None:
+        self.live = live
+        self.keeper = keeper
+
+    async def __call__(self) -> None:
+        await self.live.bump_version()
+        self.keeper.poke()
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Database (migrated), Redis (embedded unless configured), chain, Context on `app.state`, loops.
+
+    The build-time arguments of `create_app` (`manager`, `chain`, `scheduler`) are read back from
+    `app.state`; `None` means the configured key, a LedgerClient and the group scheduler.
+    """
+    state = app.state
+    settings: OrchestratorSettings = state.settings
+    engine = make_engine(settings.effective_database_url)
+    await run_in_threadpool(migrate, engine)
+    embedded = None
+    url = settings.redis_url
+    if url is None:
+        embedded = EmbeddedRedis(data_dir=settings.state_dir / "redis").start()
+        url = embedded.url
+    redis = Redis.from_url(url)
+    key: Wallet = state.manager or load_manager(settings)
+    state.admin.allow(key.address)
+    pool_chain: PoolChain = state.chain or await run_in_threadpool(ledger_pool_chain, settings, key)
+    sessions = session_factory(engine)
+    live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
+    keeper = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
+                         settings.effective_groups_interval)
+    ctx = Context(settings=settings, redis=redis, sessions=sessions, live=live,
+                  book=NodeBook(sessions, live), tasks=TaskStore(sessions, TaskChanges(live, keeper)),
+                  plans=PlanCache(state.scheduler or GroupScheduler(), sessions), chain=pool_chain,
+                  peers=SignedClient(key, settings.http_timeout_seconds, settings.http_retries),
+                  metrics=Metrics())
+    state.ctx = ctx
+    state.heartbeat = HeartbeatHandler(ctx)
+    state.groups = keeper
+    await ctx.book.rebuild_mirror()
+    await live.bump_version()  # every replica reloads its plan from SQL
+    lease = LeaderLease(redis, live.leader_key, secrets.token_hex(8),
+                        3 * max(settings.check_interval_seconds, settings.invite_interval_seconds))
+    loops = []
+    if settings.run_background_loops:
+        loops = [asyncio.create_task(invite_loop(ctx, lease.hold)),
+                 asyncio.create_task(monitor_loop(ctx, lease.hold)),
+                 asyncio.create_task(keeper.loop(lease.hold))]
+    log.info("orchestrator started", pool=settings.pool_id, manager=key.address,
+             database=settings.effective_database_url.split("@")[-1], redis=url)
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.cancel()
+        for loop in loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+        with contextlib.suppress(Exception):
+            await lease.release()
+        await ctx.peers.aclose()
+        await redis.aclose()
+        engine.dispose()
+        if embedded:
+            embedded.stop()
+
+
+def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
+               chain: PoolChain | None = None, scheduler: Scheduler | None = None) -> FastAPI:
+    """Build the app; `manager`/`chain` default to the configured key and a LedgerClient.
+
+    Building writes the files made on first start (admin token, storage secret) and nothing else: the
+    database, Redis and the loops start with the lifespan.
+    """
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    app = FastAPI(title="Intellect orchestrator", version="0.1.0", lifespan=lifespan,
+                  description="Node lifecycle (invites, heartbeats, liveness) and the task API of one pool.")
+    state = app.state
+    state.settings = settings
+    state.manager, state.chain, state.scheduler = manager, chain, scheduler
+    state.admin = AdminAccess(AdminToken(load_or_create_admin_token(settings.admin_token_file)),
+                              settings.admin_signers, max_skew_seconds=settings.max_skew_seconds)
+    state.storage = make_storage(settings)
+    # The storage callback has no request to read `app.state` from: it looks the Context up when called.
+    state.uploads = UploadService(settings, state.storage, partial(getattr, state, "ctx"), state.admin)
+
+    app.include_router(storage.router)
+    if isinstance(state.storage, LocalDiskStorage):  # embedded default: this service serves the signed URLs
+        app.include_router(storage_router(state.storage, state.uploads.on_complete))
+    for module in (health, heartbeat, tasks, nodes, admin):
+        app.include_router(module.router)
+    # Served by a raw ASGI route placed first (skips routing and dependency solving); the FastAPI
+    # route of the same path stays for the OpenAPI document.
+    app.router.routes.insert(0, heartbeat.fast_route)
+
+    # Bodies are limited while they stream (before auth and parsing); storage PUTs enforce their
+    # own per-file limit; a dead Redis or chain answers 503/502 with a JSON reason.
+    return guard(
+        app, per_path={"/storage/objects/": None},
+        unavailable=[(RedisError, 503, "redis"), (RequestsConnectionError, 502, "chain (RPC)")],
+    )  # fmt: skip

@@ -1,0 +1,22 @@
+"""The `servers` fixture of the broadcast tests (helpers live in helpers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from intellect.testing import ServerThread
+from tests.broadcast.helpers import RelayProcess
+
+
+@pytest.fixture
+def servers() -> Iterator[list[ServerThread | RelayProcess]]:
+    """Collects everything a test starts; stops it all at the end, in reverse order."""
+    started: list[ServerThread | RelayProcess] = []
+    yield started
+    for server in reversed(started):
+        if isinstance(server, RelayProcess):
+            server.kill()
+        else:
+            server.stop()

@@ -1,0 +1,75 @@
+"""`intellect devnet up --demo` end to end, as a user runs it: chain, pool, discovery, orchestrator,
+trainer, two validators with a 2-of-2 quorum on chain, three workers of which the last forges its
+rewards. Without anyone acting, the RL task posted with the SDK runs: the trainer takes its steps
+on validated rollouts only, the cheater is slashed and ejected by the quorum, honest nodes earn
+rewards; `devnet down` leaves no process behind. (The reward's rise over many steps is asserted in
+tests/trainer/test_rl_loop.py; here the run is kept short.)"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from devnet.state import DevnetState
+from ledger.client import LedgerClient
+from ledger.models import ONE_TOKEN
+
+INTELLECT = str(Path(sys.executable).parent / "intellect")
+STEPS = 3
+
+
+def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    argv = [INTELLECT, "devnet", "up", "--demo", "--dir", str(directory), "--workers", "3", "--validators",
+            "2", "--quorum", "2", "--steps", str(STEPS), "--timeout", "1200", "--json"]  # fmt: skip
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
+        state = DevnetState.load(directory)
+        assert state is not None, run.stderr[-3000:]
+        assert run.returncode == 0, run.stderr[-3000:]
+        report = json.loads(run.stdout)
+
+        assert report["steps"] >= STEPS and len(report["curve"]) == report["steps"]
+        assert all(0.0 <= r <= 1.0 for r in report["curve"])
+        with open(report["curve_csv"]) as fh:
+            rows = list(csv.DictReader(fh))
+        assert [int(r["step"]) for r in rows] == list(range(1, report["steps"] + 1))
+
+        cheater = state.account("node-3").address
+        assert report["cheater"] == cheater and report["cheater_ejected"]
+        before = report["cheater_stake_before"]  # the slash takes 50 tokens, or all there is
+        assert before > 0 and report["cheater_stake_after"] == max(0, before - 50 * ONE_TOKEN)
+        voters = {v["validator"] for v in report["slash_votes"]}
+        assert voters == {"validator", "validator-2"}, report["slash_votes"]
+        assert any("reward" in " ".join(v["reasons"]) for v in report["slash_votes"])
+        assert report["files_accepted"] > 0 and report["files_judged"] > report["files_accepted"]
+
+        ledger = LedgerClient(state.rpc_url, Path(state.deployment_path))
+        assert not ledger.is_node_in_pool(state.pool_id, cheater)
+        honest = [state.account(f"node-{i}").address for i in (1, 2)]
+        assert all(ledger.is_node_in_pool(state.pool_id, n) for n in honest)
+        earned = {n: report["claimable"][n] + report["pending"][n] for n in honest}
+        assert all(v > 0 for v in earned.values()), earned
+        assert report["claimable"][cheater] + report["pending"][cheater] == 0  # dropped with the slash
+        policy = ledger.slashing.policy(state.pool_id)
+        assert (policy.quorum, len(ledger.slashing.validators(state.pool_id))) == (2, 2)
+    finally:
+        down = subprocess.run([INTELLECT, "devnet", "down", "--dir", str(directory)], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    # (the trainer stopped by itself after its last step)
+    for name in ("broadcast-relay", "validator", "validator-2", "worker-1", "worker-3", "anvil"):
+        assert f"stopped {name}" in down.stdout
+    leftovers = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            if str(directory) in " ".join(proc.info["cmdline"] or []) + (proc.info["cwd"] or ""):
+                leftovers.append(proc.info["cmdline"])
+        except psutil.Error:
+            continue
+    assert leftovers == [], leftovers

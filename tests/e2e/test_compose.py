@@ -1,0 +1,137 @@
+"""docker-compose.yml brought up for real, as the README shows it: `intellect compose env`, then
+`docker-compose up -d` with the locally built images (`make images`). The chain is deployed by the
+compose job, both workers join the pool, validator, trainer and broadcast origin answer, a task
+posted with the SDK (the real inference workload, one batch) runs in a container started by each
+worker through the host's engine, its rollout files go on chain and the validator accepts them;
+`docker-compose down -v` leaves no container, volume or task container behind.
+
+Needs a Docker engine, Debian's docker-compose (or `docker compose`) and the RL images; without them
+the test skips with the reason, unless INTELLECT_REQUIRE_DOCKER=1 (CI), where it fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from intellect.client import OrchestratorClient
+from intellect.testing import docker_problem
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE_IMAGE = "intellect-service:latest"
+WORKLOAD_IMAGE = "intellect-workload:latest"
+
+
+def compose_command() -> list[str] | None:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+    return ["docker", "compose"] if probe.returncode == 0 else None
+
+
+def problem() -> str | None:
+    if compose_command() is None:
+        return "neither docker-compose nor `docker compose` is installed (scripts/ci-docker.sh installs it)"
+    return docker_problem(SERVICE_IMAGE) or docker_problem(WORKLOAD_IMAGE)
+
+
+@pytest.fixture
+def requirements() -> None:
+    reason = problem()
+    if reason is None:
+        return
+    if os.environ.get("INTELLECT_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"compose test cannot run: {reason} (run make docker && make images)")
+    pytest.skip(reason)
+
+
+def read_env(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+def docker_ids(kind: str, label: str) -> list[str]:
+    """Containers (`ps`) or volumes (`volume`) carrying `label`, running or not."""
+    argv = ["docker", "ps", "-aq"] if kind == "ps" else ["docker", "volume", "ls", "-q"]
+    found = subprocess.run([*argv, "--filter", f"label={label}"], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def wait(what: str, predicate, timeout: float):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (httpx.HTTPError, subprocess.CalledProcessError) as exc:
+            last = exc
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.mark.timeout(900)
+def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_path: Path) -> None:
+    env_file = tmp_path / "compose.env"
+    intellect = str(Path(sys.executable).parent / "intellect")
+    made = subprocess.run([intellect, "compose", "env", "--out", str(env_file), "--free-ports"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    ports = read_env(env_file)
+    project = f"intellect-test-{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "compose-root"
+    root.mkdir()
+    shell_env = {**os.environ, "INTELLECT_COMPOSE_ROOT": str(root), "INTELLECT_COMPOSE_ENV": str(env_file)}
+    compose = [*(compose_command() or []), "-p", project, "--env-file", str(env_file),
+               "-f", str(REPO / "docker-compose.yml")]  # fmt: skip
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*compose, *args], capture_output=True, text=True, env=shell_env, cwd=tmp_path,
+                              check=check, timeout=600)  # fmt: skip
+
+    task_id: str | None = None
+    try:
+        up = run("up", "-d", check=False)
+        assert up.returncode == 0, up.stderr[-3000:]
+        orchestrator = f"http://127.0.0.1:{ports['ORCHESTRATOR_PORT']}"
+        up_ok = lambda: httpx.get(f"{orchestrator}/health", timeout=2).status_code == 200  # noqa: E731
+        wait("the orchestrator", up_ok, 240)
+        token = run("exec", "-T", "orchestrator", "cat", "/state/orchestrator/admin-token").stdout.strip()
+        with OrchestratorClient(orchestrator, token=token) as client:
+            healthy = lambda: sum(n.state == "Healthy" for n in client.nodes().nodes) == 2  # noqa: E731
+            wait("both workers Healthy", healthy, 300)
+            # The real inference workload from the workload image, one batch with the defaults the
+            # validator also assumes: a rollout file uploaded, submitted on chain and judged.
+            env = {"INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}", "INTELLECT_INFER_MAX_BATCHES": "1"}
+            task = client.submit({"name": "compose-rollouts", "image": WORKLOAD_IMAGE, "env_vars": env})
+            task_id = task.id
+            done = client.wait(task.id, "completed", nodes=2, timeout=300, poll=1)
+            assert done.count("completed") == 2  # type: ignore[arg-type]
+        validator = f"http://127.0.0.1:{ports['VALIDATOR_PORT']}"
+
+        def judged() -> list[dict]:
+            items = httpx.get(f"{validator}/verdicts", timeout=5).json()["items"]
+            return items if len(items) == 2 else []
+
+        verdicts = wait("the validator's two verdicts", judged, 240)
+        assert [v["verdict"] for v in verdicts] == ["accept", "accept"], verdicts
+        for name in ("DASHBOARD", "VALIDATOR", "TRAINER", "BROADCAST"):  # the learning side is up too
+            url = f"http://127.0.0.1:{ports[name + '_PORT']}/health"
+            wait(name.lower(), lambda url=url: httpx.get(url, timeout=2).status_code == 200, 240)
+    finally:
+        logs = run("logs", "--no-color", "--tail", "40", check=False).stdout
+        down = run("down", "-v", "--remove-orphans", check=False)
+    assert down.returncode == 0, down.stderr
+    left = docker_ids("ps", f"com.docker.compose.project={project}")
+    assert left == [], f"containers left behind: {left}\n{logs[-3000:]}"
+    assert docker_ids("volume", f"com.docker.compose.project={project}") == []
+    if task_id is not None:  # the workers stopped and removed their task container on the way down
+        assert docker_ids("ps", f"org.intellect.task_id={task_id}") == []

@@ -1,0 +1,168 @@
+"""Slashing by quorum on a real chain: a pool names its validators and a k-of-n policy; the k-th
+`voteInvalidate` slashes the amount, ejects the node and drops its locked rewards in one transaction,
+later votes are no-ops; soft invalidation takes one vote and the owner can pardon it; every misuse
+reverts with a named error."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from ledger_world import World
+
+from intellect.identity import Wallet
+from ledger.errors import ContractRevert, LedgerError
+from ledger.models import ONE_TOKEN, WorkStatus
+
+DAY = 24 * 3600
+SLASH = 50 * ONE_TOKEN
+
+
+def reverts(name: str):  # noqa: ANN201
+    return pytest.raises(ContractRevert, match=rf"^{name}\(")
+
+
+def key(i: int) -> bytes:
+    return hashlib.sha256(f"quorum-file-{i}".encode()).digest()
+
+
+def three_validators(world: World):  # noqa: ANN201
+    extra = world.admin.with_wallet(Wallet.from_key(world.chain.dev_keys[7]))
+    validators = [world.validator, world.stranger, extra]
+    owner = world.admin.with_wallet(world.manager)
+    for v in validators:
+        owner.slashing.add_validator(world.pool_id, v.address)
+    return owner, validators
+
+
+def test_two_of_three_quorum_slashes_once(world: World) -> None:
+    owner, (v1, v2, v3) = three_validators(world)
+    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    policy = world.admin.slashing.policy(world.pool_id)
+    assert (policy.quorum, policy.slash_amount, policy.window_seconds) == (2, SLASH, DAY)
+    assert set(world.admin.slashing.validators(world.pool_id)) == {v1.address, v2.address, v3.address}
+    world.onboard(world.provider, world.node, stake=1000 * ONE_TOKEN)
+    world.provider.submit_work(world.pool_id, world.node.address, key(1), 5)
+    stake = world.admin.get_provider(world.provider.address).stake
+
+    first = v1.slashing.vote_invalidate(world.pool_id, key(1))
+    assert first.event("InvalidationVoted").args["votes"] == 1  # type: ignore[union-attr]
+    assert first.event("WorkInvalidated") is None
+    assert world.admin.get_work(world.pool_id, key(1)).status is WorkStatus.SUBMITTED  # type: ignore[union-attr]
+    with reverts("AlreadyVoted"):
+        v1.slashing.vote_invalidate(world.pool_id, key(1))
+
+    second = v2.slashing.vote_invalidate(world.pool_id, key(1))
+    ev = second.event("WorkInvalidated")
+    assert ev is not None and ev.args["slashed"] == SLASH and ev.args["rewardsDropped"] == 5 * ONE_TOKEN
+    assert world.admin.get_provider(world.provider.address).stake == stake - SLASH
+    assert not world.admin.is_node_in_pool(world.pool_id, world.node.address)
+    assert world.admin.pending_rewards(world.node.address) == 0
+    print("final vote gas", second.gas_used)
+    assert second.gas_used <= 200_000
+
+    third = v3.slashing.vote_invalidate(world.pool_id, key(1))  # decided: a no-op, not a revert
+    assert third.event("InvalidationVoted") is None and third.event("WorkInvalidated") is None
+    assert world.admin.get_provider(world.provider.address).stake == stake - SLASH
+    assert world.admin.slashing.votes(world.pool_id, key(1), v3.address).votes == 2
+
+
+def test_named_errors(world: World) -> None:
+    owner, (v1, v2, _v3) = three_validators(world)
+    with reverts("NotPoolManager"):
+        world.stranger.slashing.set_policy(world.pool_id, 1, SLASH, DAY)
+    with reverts("InvalidQuorum"):
+        owner.slashing.set_policy(world.pool_id, 4, SLASH, DAY)
+    with reverts("InvalidWindow"):
+        owner.slashing.set_policy(world.pool_id, 2, SLASH, 0)
+    owner.slashing.set_policy(world.pool_id, 3, SLASH, DAY)
+    with reverts("InvalidQuorum"):  # removing one would leave 2 validators for a quorum of 3
+        owner.slashing.remove_validator(world.pool_id, v2.address)
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(2), 1)
+    outsider = world.admin.with_wallet(Wallet.from_key(world.chain.dev_keys[8]))
+    with reverts("NotPoolValidator"):
+        outsider.slashing.vote_invalidate(world.pool_id, key(2))
+    with reverts("WorkNotFound"):
+        v1.slashing.vote_invalidate(world.pool_id, key(99))
+    world.chain.increase_time(DAY + 1)
+    with reverts("VoteWindowClosed"):
+        v1.slashing.vote_invalidate(world.pool_id, key(2))
+    with pytest.raises(LedgerError, match="not hex"):
+        v1.slashing.vote_invalidate(world.pool_id, "0xnothex")
+
+
+def test_without_a_policy_one_global_validator_decides(world: World) -> None:
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(3), 2)
+    with reverts("NotPoolValidator"):  # no policy: only the global validator role may vote
+        world.stranger.slashing.vote_invalidate(world.pool_id, key(3))
+    result = world.validator.slashing.vote_invalidate(world.pool_id, key(3))
+    assert result.event("WorkInvalidated") is not None
+    assert world.admin.get_work(world.pool_id, key(3)).status is WorkStatus.INVALIDATED  # type: ignore[union-attr]
+
+
+def test_soft_invalidation_takes_one_vote_and_can_be_pardoned(world: World) -> None:
+    owner, (v1, _v2, _v3) = three_validators(world)
+    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(4), 3)
+    stake = world.admin.get_provider(world.provider.address).stake
+    v1.slashing.vote_soft_invalidate(world.pool_id, key(4))
+    assert world.admin.get_work(world.pool_id, key(4)).status is WorkStatus.SOFT_INVALIDATED  # type: ignore[union-attr]
+    assert world.admin.pending_rewards(world.node.address) == 0
+    assert world.admin.get_provider(world.provider.address).stake == stake  # no slash
+    assert world.admin.is_node_in_pool(world.pool_id, world.node.address)
+    with reverts("NotPoolManager"):
+        world.stranger.slashing.pardon(world.pool_id, key(4))
+    owner.slashing.pardon(world.pool_id, key(4))
+    assert world.admin.get_work(world.pool_id, key(4)).status is WorkStatus.SUBMITTED  # type: ignore[union-attr]
+    assert world.admin.pending_rewards(world.node.address) == 3 * ONE_TOKEN
+    with reverts("NotSoftInvalidated"):
+        owner.slashing.pardon(world.pool_id, key(4))
+
+
+def test_slashing_through_the_pool_cli(world: World, tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    from typer.testing import CliRunner
+
+    from ledger.cli import app
+
+    deployment = world.deployment.save(tmp_path / "deployment.json")
+    runner = CliRunner()
+    keys = world.chain.dev_keys
+
+    def run(key: str, *args: str, expect: int = 0) -> str:
+        env = {"INTELLECT_RPC_URL": world.chain.rpc_url, "INTELLECT_PRIVATE_KEY": key,
+               "INTELLECT_HOME": str(tmp_path / "home")}  # fmt: skip
+        result = runner.invoke(app, ["slashing", *args, "--deployment", str(deployment)], env=env)
+        assert result.exit_code == expect, result.output
+        return result.output
+
+    manager_key = "0x" + world.manager.private_key_hex().removeprefix("0x")
+    v1, v2 = world.validator, world.stranger
+    for v in (v1, v2):
+        run(manager_key, "validators", "add", str(world.pool_id), v.address)
+    out = run(manager_key, "policy", "set", str(world.pool_id), "--quorum", "3", "--amount", "10", expect=1)
+    assert "InvalidQuorum" in out and out.count("\n") == 1  # one unwrapped line
+    assert "tx 0x" in run(manager_key, "policy", "set", str(world.pool_id), "--quorum", "2", "--amount", "10")
+    shown = json.loads(run(manager_key, "policy", "show", str(world.pool_id), "--json"))
+    assert (shown["quorum"], shown["slash_amount"]) == (2, 10 * ONE_TOKEN)
+    assert set(json.loads(run(manager_key, "validators", "list", str(world.pool_id), "--json"))) == {
+        v1.address,
+        v2.address,
+    }
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(5), 1)
+    work = "0x" + key(5).hex()
+    v1_key = [k for k in keys if Wallet.from_key(k).address == v1.address][0]
+    v2_key = [k for k in keys if Wallet.from_key(k).address == v2.address][0]
+    assert "vote 1 counted" in run(v1_key, "vote", str(world.pool_id), work)
+    assert "decided: WorkInvalidated" in run(v2_key, "vote", str(world.pool_id), work)
+    votes = json.loads(run(v1_key, "verdicts", str(world.pool_id), "--json"))
+    assert [(r["validator"], r["votes"]) for r in votes if r["work_key"] == work] == [
+        (v1.address, 1),
+        (v2.address, 2),
+    ]
+    assert "not hex" in run(v1_key, "vote", str(world.pool_id), "0xzz", expect=1)

@@ -1,0 +1,57 @@
+"""Checkpoints as the trainer publishes them: its step counter (`GET /step`) lists, for each step a
+worker may still use, the checkpoint's URL and sha256; step 0 is the base model. Files are fetched
+once, verified, and cached by sha256."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import httpx
+
+from validator.memory import LocalCheckpoints
+
+
+class TrainerCheckpoints:
+    def __init__(self, step_url: str, cache_dir: Path, model: str = "tiny", timeout: float = 60.0) -> None:
+        self.step_url = step_url
+        self.cache_dir = cache_dir
+        self.timeout = timeout
+        self.base = LocalCheckpoints(model)
+        self.known: dict[int, tuple[str, str]] = {}  # step -> (url, sha256), remembered once seen
+        cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def _refresh(self) -> None:
+        try:
+            body = httpx.get(self.step_url, timeout=self.timeout).json()
+        except (httpx.HTTPError, ValueError):
+            return
+        for step, entry in (body.get("checkpoints") or {}).items():
+            if isinstance(entry, dict) and entry.get("url") and entry.get("sha256"):
+                self.known[int(step)] = (str(entry["url"]), str(entry["sha256"]).lower())
+
+    def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
+        if step not in self.known:
+            self._refresh()
+        if step not in self.known:
+            return self.base.checkpoint_for(step) if step == 0 else None
+        url, sha = self.known[step]
+        target = self.cache_dir / f"{sha}.safetensors"
+        if not target.exists():
+            part = target.with_suffix(".part")
+            digest = hashlib.sha256()
+            try:
+                with httpx.stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:
+                    resp.raise_for_status()
+                    with open(part, "wb") as out:
+                        for block in resp.iter_bytes(1 << 20):
+                            digest.update(block)
+                            out.write(block)
+            except httpx.HTTPError:
+                part.unlink(missing_ok=True)
+                return None
+            if digest.hexdigest() != sha:
+                part.unlink(missing_ok=True)
+                return None
+            part.replace(target)
+        return target, sha

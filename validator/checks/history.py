@@ -1,0 +1,115 @@
+"""Checks 4–6: nothing is paid twice, every prompt and seed comes from the submitter's own plan,
+and the file belongs to a step (and a checkpoint) the trainer still accepts."""
+
+from __future__ import annotations
+
+import hashlib
+
+from validator.checks.context import FileContext, rows_named
+from workloads.inference.selection import plan_batch
+
+
+def row_hash(input_tokens: list[int], output_tokens: list[int], seed: int) -> str:
+    blob = ",".join(map(str, input_tokens)) + "|" + ",".join(map(str, output_tokens)) + "|" + str(seed)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def duplicates(ctx: FileContext) -> list[str]:
+    """Check 4: the file, any of its rows, or its (node, step, batch counter) seen before in the pool."""
+    assert ctx.info is not None
+    pool = ctx.submission.pool_id
+    ctx.row_hashes = [row_hash(r.input_tokens, r.output_tokens, r.seed) for r in ctx.rows]
+    ctx.plan_key = f"plan:{ctx.info.node_address.lower()}:{ctx.info.step}:{ctx.info.batch_counter}"
+    reasons = []
+    if ctx.seen.file_seen(pool, ctx.sha256):
+        reasons.append(f"duplicate: this file (sha256 {ctx.sha256[:16]}…) was already submitted in this pool")
+    within = [i for i, h in enumerate(ctx.row_hashes) if h in ctx.row_hashes[:i]]
+    if within:
+        reasons.append(f"duplicate: {rows_named(within)} repeat earlier rows of the same file")
+    before = ctx.seen.rows_seen(pool, ctx.row_hashes + [ctx.plan_key])
+    copied = [i for i, h in enumerate(ctx.row_hashes) if h in before]
+    if copied:
+        reasons.append(f"duplicate: {rows_named(copied)} were already submitted in an earlier file")
+    if ctx.plan_key in before:
+        reasons.append(
+            f"duplicate: batch counter {ctx.info.batch_counter} of step {ctx.info.step} was already used "
+            "by this node"
+        )
+    return reasons
+
+
+def plan_derivation(ctx: FileContext) -> list[str]:
+    """Check 5: prompts, seeds and target lengths are exactly the submitter's plan for (step, counter)."""
+    assert ctx.info is not None
+    info, task, reasons = ctx.info, ctx.task, []
+    submitter = (ctx.submission.node or info.node_address).lower()
+    if info.node_address.lower() != submitter:
+        reasons.append(f"plan: the file was planned for node {info.node_address}, submitted by {submitter}")
+    try:
+        plan = plan_batch(
+            submitter,
+            info.step,
+            info.batch_counter,
+            len(ctx.records),
+            task.batch_size,
+            task.n,
+            task.target_lengths,
+        )
+    except ValueError as exc:
+        return reasons + [f"plan: {exc}"]
+    prompts: dict[int, list[int]] = {}
+    wrong_prompt, wrong_seed, wrong_target, wrong_record = [], [], [], []
+    for i, r in enumerate(ctx.rows):
+        group = i // task.n
+        if group >= len(plan.indexes):
+            break
+        index = plan.indexes[group]
+        record = ctx.records[index]
+        if index not in prompts:
+            prompts[index] = ctx.tokenizer(record.prompt)["input_ids"]
+        if r.input_tokens != prompts[index]:
+            wrong_prompt.append(i)
+        if r.seed != plan.seeds[i]:
+            wrong_seed.append(i)
+        if r.target_lengths != plan.target_lengths[group]:
+            wrong_target.append(i)
+        if r.problem_id != record.problem_id or r.task_type != record.task_type:
+            wrong_record.append(i)
+    for rows, what in (
+        (wrong_prompt, "prompts that are not the plan's"),
+        (wrong_seed, "sampling seeds that are not the plan's"),
+        (wrong_target, "target lengths that are not the plan's"),
+        (wrong_record, "a problem id or task type that is not the plan's"),
+    ):
+        if rows:
+            reasons.append(f"plan: {rows_named(rows)} with {what}")
+    return reasons
+
+
+def freshness(ctx: FileContext) -> list[str]:
+    """Check 6: the file's step is within the async level of the trainer's step at submission, and
+    the checkpoint it names is that window's and is the trainer's file for that step."""
+    assert ctx.info is not None
+    info, level, reasons = ctx.info, ctx.task.async_level, []
+    trainer = ctx.submission.trainer_step
+    if trainer is not None and not trainer - level <= info.step <= trainer:
+        reasons.append(
+            f"freshness: step {info.step} is outside the trainer's window [{trainer - level}, {trainer}] "
+            f"(async level {level})"
+        )
+    if info.checkpoint_step is None:
+        return reasons + ["freshness: the file does not name the checkpoint that generated it"]
+    if not info.step - level <= info.checkpoint_step <= info.step:
+        reasons.append(
+            f"freshness: checkpoint of step {info.checkpoint_step} is outside "
+            f"[{info.step - level}, {info.step}]"
+        )
+    known = ctx.checkpoints.checkpoint_for(info.checkpoint_step)
+    if known is None:
+        reasons.append(f"freshness: no checkpoint of step {info.checkpoint_step} is known to the trainer")
+    elif info.checkpoint_sha256 is not None and info.checkpoint_sha256 != known[1]:
+        reasons.append(
+            f"freshness: checkpoint sha256 {info.checkpoint_sha256[:16]}… is not step "
+            f"{info.checkpoint_step}'s {known[1][:16]}…"
+        )
+    return reasons

@@ -1,0 +1,118 @@
+"""Check 8, the expensive one: one batched prefill of the claimed checkpoint over prompt + output,
+then termination, Gumbel sampling replay from the seed, logprobs and TOPLOC proofs of the final
+hidden states, per row and, for subtle cheats no single chunk shows, over the whole file."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pydantic import BaseModel
+from transformers import PreTrainedModel
+
+from validator.checks.context import rows_named
+from validator.thresholds import ValidationThresholds
+from workloads.inference.verify import token_checks
+from workloads.model.prefill import prefill_batch
+from workloads.rollouts import Rollout
+from workloads.toploc import ToplocThresholds, verify_proofs_batch
+
+
+class FileStats(BaseModel):
+    """What calibration looks at: per-file aggregates and per-row worst values."""
+
+    chunks: int = 0
+    median_chunk_share: float = 0.0  # share of chunks whose mantissa-error median is >= 1
+    mant_mean: float = 0.0  # mean over chunks of the chunk's mantissa-error mean
+    max_exp_mismatches: int = 0
+    max_chunk_mean: float = 0.0
+    max_chunk_median: float = 0.0
+    max_gap: float = 0.0
+    max_logprob_error: float = 0.0
+    min_eos_logprob: float = 0.0
+
+
+def recompute(
+    model: PreTrainedModel,
+    rows: list[Rollout],
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    max_new_tokens: int,
+    th: ValidationThresholds,
+) -> tuple[list[str], FileStats]:
+    chunk_limits = ToplocThresholds(
+        max_exp_mismatches=th.chunk_max_exp_mismatches,
+        max_mant_err_mean=th.chunk_max_mant_mean,
+        max_mant_err_median=th.chunk_max_mant_median,
+    )
+    failed: dict[str, list[int]] = {}
+    means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
+    for start in range(0, len(rows), th.prefill_batch_size):
+        chunk = rows[start : start + th.prefill_batch_size]
+        result = prefill_batch(
+            model, [r.input_tokens for r in chunk], [r.output_tokens for r in chunk], 1.0, pad_token_id
+        )
+        gaps, logprobs = token_checks(chunk, result)
+        verdicts = verify_proofs_batch([p.hidden for p in result], [r.proofs for r in chunk], chunk_limits)
+        for offset, (r, verdict) in enumerate(zip(chunk, verdicts, strict=True)):
+            i = start + offset
+            for c in verdict.chunks:
+                means.append(c.mant_err_mean)
+                medians.append(c.mant_err_median)
+                exps.append(c.exp_mismatches)
+            if not verdict.passed:
+                failed.setdefault("toploc", []).append(i)
+            gap = float(gaps[i - start].max())
+            gaps_all.append(gap)
+            if gap > th.sampling_tolerance:
+                failed.setdefault("sampling", []).append(i)
+            lp = logprobs[i - start]
+            diff = (torch.tensor(r.output_logprobs, dtype=torch.float32) - lp).abs()
+            err = float(diff.max())
+            lp_errors.append(err)
+            if err > th.logprob_tolerance or float(diff.mean()) > th.logprob_mean_tolerance:
+                failed.setdefault("logprobs", []).append(i)
+            tokens = r.output_tokens
+            if eos_token_id in tokens[:-1]:
+                failed.setdefault("tokens after EOS", []).append(i)
+            elif tokens[-1] == eos_token_id:
+                eos_lps.append(float(lp[-1]))
+                # An unlikely EOS is forced only if the seed's Gumbel replay would not have picked it:
+                # honest samples do land on rare EOS tokens now and then.
+                if float(lp[-1]) < th.min_eos_logprob and float(gaps[i - start][-1]) > th.sampling_tolerance:
+                    failed.setdefault("an unlikely (forced) EOS", []).append(i)
+            elif len(tokens) != max_new_tokens:
+                failed.setdefault("output cut short (no EOS, under the task's max_new_tokens)", []).append(i)
+    stats = FileStats(
+        chunks=len(means),
+        median_chunk_share=float(np.mean(np.asarray(medians) >= 1)) if medians else 0.0,
+        mant_mean=float(np.mean(means)) if means else 0.0,
+        max_exp_mismatches=max(exps, default=0),
+        max_chunk_mean=max(means, default=0.0),
+        max_chunk_median=max(medians, default=0.0),
+        max_gap=max(gaps_all, default=0.0),
+        max_logprob_error=max(lp_errors, default=0.0),
+        min_eos_logprob=min(eos_lps, default=0.0),
+    )
+    labels = {
+        "toploc": "TOPLOC proofs that do not match the recomputed hidden states",
+        "sampling": "tokens the seed's Gumbel sampling does not reproduce",
+        "logprobs": f"logprobs off the recomputed ones (row mean > {th.logprob_mean_tolerance} or a token > "
+                    f"{th.logprob_tolerance})",
+    }
+    reasons = [
+        f"{'termination' if what not in labels else what}: {rows_named(rows_)} with {labels.get(what, what)}"
+        for what, rows_ in failed.items()
+    ]
+    if stats.chunks >= th.file_min_chunks:
+        if stats.median_chunk_share > th.file_max_median_chunks:
+            reasons.append(
+                f"toploc: {stats.median_chunk_share:.0%} of the file's chunks have a mantissa median >= 1 "
+                f"(honest files: at most {th.file_max_median_chunks:.0%}); not the claimed model and dtype"
+            )
+        if stats.mant_mean >= th.file_max_mant_mean:
+            reasons.append(
+                f"toploc: mean mantissa error {stats.mant_mean:.3f} over the file is at or above "
+                f"{th.file_max_mant_mean}; not the claimed model and dtype"
+            )
+    return reasons, stats

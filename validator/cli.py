@@ -1,0 +1,187 @@
+"""`intellect-validator`: judge rollout files (`check`), or watch a pool and vote (`run`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from intellect.identity import Wallet, resolve_passphrase
+from intellect.logs import configure_logging
+from validator.api import create_app
+from validator.checkpoints import TrainerCheckpoints
+from validator.memory import LocalCheckpoints, MemorySeenStore
+from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
+from validator.service import ValidatorService
+from validator.settings import ValidatorSettings
+from validator.store import SqlSeenStore
+from validator.task import TaskSettings
+from validator.thresholds import ValidationThresholds
+from validator.verdicts import CheckpointSource, Judge, Submission
+
+app = typer.Typer(
+    help="The validator: judge rollout files, watch a pool, vote to slash cheaters.", no_args_is_help=True
+)
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+@app.callback()
+def main() -> None:
+    """The validator: judge rollout files, watch a pool, vote to slash cheaters."""
+
+
+def _checkpoint_flags(values: list[str]) -> dict[int, Path]:
+    steps: dict[int, Path] = {}
+    for value in values:
+        step, sep, path = value.partition("=")
+        if not sep or not step.isdigit() or not path:
+            raise typer.BadParameter(f"--checkpoint {value!r}: use STEP=PATH, e.g. 3=ckpt/step_3.safetensors")
+        if not Path(path).is_file():
+            raise typer.BadParameter(f"--checkpoint {value!r}: {path} does not exist")
+        steps[int(step)] = Path(path)
+    return steps
+
+
+@app.command()
+def check(
+    paths: list[Path] = typer.Argument(..., help="rollout files (parquet) to judge, in submission order"),
+    node: str | None = typer.Option(
+        None, "--node", help="submitter's address (default: the file's own claim)"
+    ),
+    work_units: int | None = typer.Option(None, "--work-units", min=0, help="units claimed on chain"),
+    trainer_step: int | None = typer.Option(None, "--trainer-step", min=0, help="trainer step at submission"),
+    work_key: str | None = typer.Option(None, "--work-key", help="0x + sha256 recorded on chain"),
+    task: Path | None = typer.Option(None, "--task", help="task spec JSON (its INTELLECT_INFER_* env vars)"),
+    checkpoint: list[str] = typer.Option(
+        [], "--checkpoint", help="STEP=PATH of a trainer checkpoint (repeat)"
+    ),
+    max_bytes: int = typer.Option(DEFAULT_MAX_BYTES, "--max-bytes", min=1, help="largest file accepted"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per file, one per line"),
+) -> None:
+    """Run the full validation pipeline on local files. Exit 0 when all are accepted, 1 otherwise.
+
+    Files are judged in the order given, so a later file repeating an earlier one is a duplicate."""
+    try:
+        settings = TaskSettings.from_spec_file(task) if task else TaskSettings.defaults()
+        steps = _checkpoint_flags(checkpoint)
+    except (ValueError, typer.BadParameter) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    pipeline = Pipeline(
+        settings,
+        MemorySeenStore(),
+        LocalCheckpoints(settings.model, steps),
+        ValidationThresholds(),
+        max_bytes=max_bytes,
+    )
+    submission = Submission(node=node, work_units=work_units, trainer_step=trainer_step, work_key=work_key)
+    verdicts = [pipeline.judge(p, submission) for p in paths]
+    if as_json:
+        for v in verdicts:
+            print(
+                json.dumps(
+                    {
+                        "file": v.file,
+                        "verdict": v.verdict,
+                        "reasons": v.reasons,
+                        "rows": v.rows,
+                        "seconds": v.seconds,
+                        "tokens": v.tokens,
+                        "step": v.step,
+                        "timings": v.timings,
+                    }
+                )
+            )
+    else:
+        table = Table(title="validation")
+        for col in ("file", "verdict", "rows", "tokens", "seconds", "reasons"):
+            table.add_column(col, overflow="fold")
+        for v in verdicts:
+            color = {"accept": "green", "invalidate": "red"}.get(v.verdict, "yellow")
+            table.add_row(
+                Path(v.file).name,
+                f"[{color}]{v.verdict}[/{color}]",
+                str(v.rows),
+                str(v.tokens),
+                f"{v.seconds:.2f}",
+                "\n".join(v.reasons),
+            )
+        console.print(table)
+    if any(v.verdict != "accept" for v in verdicts):
+        raise typer.Exit(1)
+
+
+def build_judge(settings: ValidatorSettings) -> Callable[[SqlSeenStore], Judge]:
+    """The real pipeline, with the pool's task settings and the trainer's checkpoints."""
+    task = TaskSettings.from_spec_file(settings.task_file) if settings.task_file else TaskSettings.defaults()
+    if settings.step_url:
+        checkpoints: CheckpointSource = TrainerCheckpoints(
+            settings.step_url, settings.data_dir / "checkpoints", task.model
+        )
+    else:
+        checkpoints = LocalCheckpoints(task.model)
+
+    def factory(seen: SqlSeenStore) -> Judge:
+        return Pipeline(task, seen, checkpoints, ValidationThresholds(), max_bytes=settings.max_file_bytes)
+
+    return factory
+
+
+def load_wallet(settings: ValidatorSettings) -> Wallet:
+    if settings.key is not None:
+        return Wallet.from_key(settings.key.get_secret_value())
+    if settings.keystore is not None:
+        return Wallet.load(settings.keystore, resolve_passphrase("Validator keystore passphrase: "))
+    raise ValueError("no validator key: set INTELLECT_VALIDATOR_KEY or --keystore (a keystore file)")
+
+
+@app.command()
+def run(
+    rpc_url: str | None = typer.Option(None, help="chain RPC [env INTELLECT_VALIDATOR_RPC_URL]"),
+    deployment: Path | None = typer.Option(None, help="deployment.json of the contracts"),
+    pool: list[int] = typer.Option([], "--pool", help="pool id to validate (repeat); default 1"),
+    keystore: Path | None = typer.Option(None, help="keystore of the validator key"),
+    orchestrator_url: str | None = typer.Option(None, help="orchestrator (file storage)"),
+    step_url: str | None = typer.Option(None, help="trainer step counter URL"),
+    task_file: Path | None = typer.Option(None, "--task", help="the pool's task spec JSON"),
+    data_dir: Path | None = typer.Option(None, help="database, files and checkpoints"),
+    database_url: str | None = typer.Option(None, help="SQLAlchemy URL (default SQLite in data dir)"),
+    host: str | None = typer.Option(None, help="API address"),
+    port: int | None = typer.Option(None, help="API port"),
+    vote: bool | None = typer.Option(None, "--vote/--no-vote", help="send invalidation votes"),
+) -> None:
+    """Watch the pools' submitted work, judge every file, vote to slash cheaters; serve the API."""
+    overrides = {
+        "rpc_url": rpc_url,
+        "deployment": deployment,
+        "pool_ids": pool or None,
+        "keystore": keystore,
+        "orchestrator_url": orchestrator_url,
+        "step_url": step_url,
+        "task_file": task_file,
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "host": host,
+        "port": port,
+        "vote": vote,
+    }
+    try:
+        settings = ValidatorSettings(**{k: v for k, v in overrides.items() if v is not None})
+        wallet = load_wallet(settings)
+        judge_factory = build_judge(settings)
+    except (ValueError, OSError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    configure_logging()
+    import uvicorn
+
+    service = ValidatorService(settings, wallet, judge_factory).start()
+    try:
+        uvicorn.run(create_app(service), host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        service.stop()

@@ -1,0 +1,127 @@
+"""The validation pipeline: one rollout file + its submission → a verdict with reasons.
+
+Checks run cheapest first (docs/validator.md): 1 identity → 2 schema and bounds → 3 work units →
+4 duplicates → 5 plan derivation → 6 freshness → 7 rewards → 8 recompute (prefill: termination,
+sampling, logprobs, TOPLOC). A failure of 1 is `soft_invalidate` (no slash: storage may be at
+fault); any failure of 2–8 is `invalidate`. The recompute runs only when 2–7 passed: a file that
+already failed needs no forward pass to be rejected.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from validator.checks.basic import file_identity, schema_and_bounds, work_units
+from validator.checks.context import FileContext
+from validator.checks.history import duplicates, freshness, plan_derivation
+from validator.checks.model import FileStats, recompute
+from validator.checks.rewards import rewards_and_advantages
+from validator.task import TaskSettings
+from validator.thresholds import ValidationThresholds
+from validator.verdicts import CheckpointSource, SeenStore, Submission, Verdict, VerdictKind
+from workloads.datasets import load_dataset
+from workloads.model.loading import load_model, load_tokenizer, load_weights
+
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class Pipeline:
+    """A `Judge`. Thread-compatible, not thread-safe: give each validation thread its own."""
+
+    def __init__(
+        self,
+        task: TaskSettings,
+        seen: SeenStore,
+        checkpoints: CheckpointSource,
+        thresholds: ValidationThresholds | None = None,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        models_kept: int = 3,
+    ) -> None:
+        self.task = task
+        self.seen = seen
+        self.checkpoints = checkpoints
+        self.thresholds = thresholds or ValidationThresholds()
+        self.max_bytes = max_bytes
+        self.records = load_dataset(task.dataset)
+        self.tokenizer = load_tokenizer(task.model)
+        self._models: OrderedDict[str, PreTrainedModel] = OrderedDict()
+        self.models_kept = max(1, models_kept)
+        base = load_model(task.model, dtype=torch.bfloat16)
+        self.vocab_size = int(base.config.vocab_size)
+        self._base = base
+        self.last_stats: FileStats | None = None
+
+    def model_for(self, path: Path, sha256: str) -> PreTrainedModel:
+        """The claimed checkpoint's weights in bf16 (as generated), cached by sha256."""
+        if sha256 in self._models:
+            self._models.move_to_end(sha256)
+            return self._models[sha256]
+        model = load_model(self.task.model, dtype=torch.bfloat16)
+        load_weights(model, path)
+        self._models[sha256] = model
+        while len(self._models) > self.models_kept:
+            self._models.popitem(last=False)
+        return model
+
+    def judge(self, path: Path, submission: Submission) -> Verdict:
+        started = time.perf_counter()
+        ctx = FileContext(
+            path=Path(path), submission=submission, task=self.task, thresholds=self.thresholds,
+            records=self.records, tokenizer=self.tokenizer, seen=self.seen, checkpoints=self.checkpoints,
+            vocab_size=self.vocab_size,
+        )  # fmt: skip
+        timings: dict[str, float] = {}
+
+        def run(name: str, check: Callable[[], list[str]]) -> list[str]:
+            t0 = time.perf_counter()
+            try:
+                return check()
+            finally:
+                timings[name] = round(time.perf_counter() - t0, 6)
+
+        def verdict(kind: VerdictKind, reasons: list[str]) -> Verdict:
+            return Verdict(
+                file=str(path), verdict=kind, reasons=reasons, rows=len(ctx.rows), tokens=ctx.tokens,
+                step=ctx.info.step if ctx.info else None, seconds=round(time.perf_counter() - started, 6),
+                timings=timings,
+            )  # fmt: skip
+
+        self.last_stats = None
+        if not ctx.path.is_file():
+            return verdict("soft_invalidate", [f"file: {path} does not exist"])
+        soft = run("identity", lambda: file_identity(ctx, self.max_bytes))
+        if soft:
+            return verdict("soft_invalidate", soft)
+        reasons = run("schema", lambda: schema_and_bounds(ctx))
+        if ctx.info is None:
+            return verdict("invalidate", reasons)
+        reasons += run("work_units", lambda: work_units(ctx))
+        reasons += run("duplicates", lambda: duplicates(ctx))
+        reasons += run("plan", lambda: plan_derivation(ctx))
+        reasons += run("freshness", lambda: freshness(ctx))
+        if not reasons:
+            reasons += run("rewards", lambda: rewards_and_advantages(ctx))
+        if not reasons:
+            reasons += run("recompute", lambda: self._recompute(ctx))
+        self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
+        return verdict("invalidate" if reasons else "accept", reasons)
+
+    def _recompute(self, ctx: FileContext) -> list[str]:
+        assert ctx.info is not None and ctx.info.checkpoint_step is not None
+        known = self.checkpoints.checkpoint_for(ctx.info.checkpoint_step)
+        assert known is not None  # freshness passed
+        model = self.model_for(*known)
+        reasons, stats = recompute(
+            model, ctx.rows, eos_token_id=int(self.tokenizer.eos_token_id),
+            pad_token_id=int(self.tokenizer.pad_token_id), max_new_tokens=self.task.max_new_tokens,
+            th=self.thresholds,
+        )  # fmt: skip
+        self.last_stats = stats
+        return reasons

@@ -1,0 +1,37 @@
+"""Service settings: flags, then `INTELLECT_VALIDATOR_*` environment variables, then `.env`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from intellect.settings import IntellectSettings, default_home
+
+
+class ValidatorSettings(IntellectSettings):
+    model_config = SettingsConfigDict(env_prefix="INTELLECT_VALIDATOR_", env_file=".env", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="API address")
+    port: int = Field(8091, ge=0, le=65535, description="API port (0: a free one)")
+    rpc_url: str = "http://127.0.0.1:8545"
+    deployment: Path = Field(default_factory=lambda: default_home() / "deployment.json")
+    pool_ids: list[int] = Field(default_factory=lambda: [1], min_length=1, description="pools to validate")
+    key: SecretStr | None = Field(None, description="the validator's private key (devnets); or keystore")
+    keystore: Path | None = Field(None, description="keystore file of the validator's key")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
+    data_dir: Path = Field(default_factory=lambda: default_home() / "validator")
+    orchestrator_url: str = Field("http://127.0.0.1:8090", description="where files are (GET /storage/files)")
+    step_url: str | None = Field(None, description="trainer step counter (GET /step) for freshness checks")
+    task_file: Path | None = Field(
+        None, description="task spec JSON the pool runs (default: workload defaults)"
+    )
+    confirmations: int = Field(0, ge=0, description="blocks below the head before an event is read")
+    poll_seconds: float = Field(1.0, gt=0)
+    max_file_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    fetch_timeout_seconds: float = Field(60.0, gt=0)
+    fetch_window_seconds: float = Field(
+        3600.0, gt=0, description="after this long unfetchable, a file is soft-invalidated (never slashed)"
+    )
+    vote: bool = Field(True, description="send invalidation votes (off: judge and report only)")

@@ -1,0 +1,333 @@
+"""What the validator must never lose, in SQL (SQLite by default, PostgreSQL by URL).
+
+One store class per table group, each the only writer of its tables:
+- `ChainCursor`: per pool, the next block to read and the hash of every block consumed (the last
+  `KEEP_BLOCKS`), so a reorg is found by a hash mismatch, not only guarded by a fixed depth.
+- `Submissions`: every `WorkSubmitted` seen, with its fetch attempts: the work queue.
+- `Verdicts`: each decision with reasons, timings and the vote's tx hash; its id is the strictly
+  increasing cursor of `GET /verdicts` and `GET /accepted`.
+- `SqlSeenStore`: the duplicate memory of the pipeline (`validator.verdicts.SeenStore`).
+
+The watcher records a block's submissions and advances the cursor in one transaction, and a verdict
+is written in the same transaction that marks its submission judged: a restart neither skips a
+file nor judges one twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    delete,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from validator.verdicts import Verdict
+
+KEEP_BLOCKS = 256
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class CursorRow(Base):
+    __tablename__ = "cursor"
+    pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    next_block: Mapped[int] = mapped_column(BigInteger)
+
+
+class BlockRow(Base):
+    __tablename__ = "blocks"
+    pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    number: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    hash: Mapped[str] = mapped_column(String(66))
+
+
+class SubmissionRow(Base):
+    __tablename__ = "submissions"
+    pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    work_key: Mapped[str] = mapped_column(String(66), primary_key=True)
+    node: Mapped[str] = mapped_column(String(42), index=True)
+    provider: Mapped[str] = mapped_column(String(42))
+    units: Mapped[int] = mapped_column(BigInteger)
+    block_number: Mapped[int] = mapped_column(BigInteger, index=True)
+    tx_hash: Mapped[str] = mapped_column(String(66))
+    submitted_at: Mapped[int] = mapped_column(BigInteger)  # chain timestamp
+    trainer_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending | judged
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class VerdictRow(Base):
+    __tablename__ = "verdicts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pool_id: Mapped[int] = mapped_column(Integer, index=True)
+    work_key: Mapped[str] = mapped_column(String(66), index=True)
+    node: Mapped[str] = mapped_column(String(42), index=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    verdict: Mapped[str] = mapped_column(String(16), index=True)
+    reasons: Mapped[str] = mapped_column(Text)  # JSON list
+    rows: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seconds: Mapped[float] = mapped_column(Float)
+    timings: Mapped[str] = mapped_column(Text)  # JSON object
+    block_number: Mapped[int] = mapped_column(BigInteger)
+    file_path: Mapped[str | None] = mapped_column(Text, nullable=True)  # kept copy (accepted files)
+    vote_tx: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    vote_state: Mapped[str] = mapped_column(String(16), default="none")  # none | pending | sent | failed
+    vote_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    decided_at: Mapped[float] = mapped_column(Float)
+
+
+class SeenFileRow(Base):
+    __tablename__ = "seen_files"
+    pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
+class SeenRowRow(Base):
+    __tablename__ = "seen_rows"
+    pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(128), primary_key=True)
+
+
+def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
+    """`url` (e.g. postgresql+psycopg://…) or SQLite in `data_dir`; creates the tables."""
+    if url is None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{data_dir / 'validator.db'}"
+    engine: Engine = create_engine(url, pool_pre_ping=True)
+    Base.metadata.create_all(engine)
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+class Database:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self.sessions() as session, session.begin():
+            yield session
+
+
+class ChainCursor:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def next_block(self, pool_id: int, default: int) -> int:
+        with self.db.transaction() as s:
+            row = s.get(CursorRow, pool_id)
+            return row.next_block if row else default
+
+    def recent_blocks(self, pool_id: int) -> list[tuple[int, str]]:
+        with self.db.transaction() as s:
+            rows = s.scalars(
+                select(BlockRow)
+                .where(BlockRow.pool_id == pool_id)
+                .order_by(BlockRow.number.desc())
+                .limit(KEEP_BLOCKS)
+            )
+            return [(r.number, r.hash) for r in rows]
+
+    def advance(self, s: Session, pool_id: int, next_block: int, hashes: dict[int, str]) -> None:
+        """In the caller's transaction (with the submissions of those blocks)."""
+        row = s.get(CursorRow, pool_id)
+        if row is None:
+            s.add(CursorRow(pool_id=pool_id, next_block=next_block))
+        else:
+            row.next_block = next_block
+        for number, block_hash in hashes.items():
+            s.merge(BlockRow(pool_id=pool_id, number=number, hash=block_hash))
+        s.execute(
+            delete(BlockRow).where(BlockRow.pool_id == pool_id, BlockRow.number < next_block - KEEP_BLOCKS)
+        )
+
+    def rewind(self, pool_id: int, to_block: int) -> None:
+        """A reorg replaced blocks >= to_block: forget them and what was read from them but not judged."""
+        with self.db.transaction() as s:
+            s.execute(delete(BlockRow).where(BlockRow.pool_id == pool_id, BlockRow.number >= to_block))
+            s.execute(
+                delete(SubmissionRow).where(
+                    SubmissionRow.pool_id == pool_id,
+                    SubmissionRow.block_number >= to_block,
+                    SubmissionRow.state == "pending",
+                )
+            )
+            # Votes sent from a replaced block may be gone with it: send them again (idempotent).
+            s.execute(
+                update(VerdictRow)
+                .where(
+                    VerdictRow.pool_id == pool_id,
+                    VerdictRow.block_number >= to_block,
+                    VerdictRow.vote_state == "sent",
+                )
+                .values(vote_state="pending")
+            )
+            row = s.get(CursorRow, pool_id)
+            if row is not None and row.next_block > to_block:
+                row.next_block = to_block
+
+
+class Submissions:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(self, s: Session, row: SubmissionRow) -> bool:
+        """In the watcher's transaction; False when this work key is already known (re-read after a reorg)."""
+        if s.get(SubmissionRow, (row.pool_id, row.work_key)) is not None:
+            return False
+        s.add(row)
+        return True
+
+    def due(self, limit: int = 16) -> list[SubmissionRow]:
+        now = time.time()
+        with self.db.transaction() as s:
+            return list(
+                s.scalars(
+                    select(SubmissionRow)
+                    .where(SubmissionRow.state == "pending", SubmissionRow.next_attempt_at <= now)
+                    .order_by(SubmissionRow.block_number, SubmissionRow.work_key)
+                    .limit(limit)
+                )
+            )
+
+    def pending_count(self) -> int:
+        with self.db.transaction() as s:
+            return len(
+                list(s.scalars(select(SubmissionRow.work_key).where(SubmissionRow.state == "pending")))
+            )
+
+    def retry_later(self, pool_id: int, work_key: str, error: str, delay: float) -> int:
+        with self.db.transaction() as s:
+            row = s.get(SubmissionRow, (pool_id, work_key))
+            assert row is not None
+            row.attempts += 1
+            row.next_attempt_at = time.time() + delay
+            row.last_error = error[:2000]
+            return row.attempts
+
+
+class Verdicts:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def record(self, sub: SubmissionRow, verdict: Verdict, sha256: str, kept: Path | None, vote: bool) -> int:
+        """Store the verdict and mark its submission judged, atomically; returns the verdict id."""
+        with self.db.transaction() as s:
+            row = s.get(SubmissionRow, (sub.pool_id, sub.work_key))
+            if row is None or row.state == "judged":
+                existing = s.scalars(
+                    select(VerdictRow.id).where(
+                        VerdictRow.pool_id == sub.pool_id, VerdictRow.work_key == sub.work_key
+                    )
+                ).first()
+                return int(existing or 0)
+            row.state = "judged"
+            v = VerdictRow(
+                pool_id=sub.pool_id,
+                work_key=sub.work_key,
+                node=sub.node,
+                sha256=sha256,
+                verdict=verdict.verdict,
+                reasons=json.dumps(verdict.reasons),
+                rows=verdict.rows,
+                tokens=verdict.tokens,
+                step=verdict.step,
+                seconds=verdict.seconds,
+                timings=json.dumps(verdict.timings),
+                block_number=sub.block_number,
+                file_path=str(kept) if kept else None,
+                vote_state="pending" if vote and verdict.verdict != "accept" else "none",
+                decided_at=time.time(),
+            )
+            s.add(v)
+            s.flush()
+            return int(v.id)
+
+    def votes_due(self) -> list[VerdictRow]:
+        with self.db.transaction() as s:
+            return list(
+                s.scalars(
+                    select(VerdictRow).where(VerdictRow.vote_state == "pending").order_by(VerdictRow.id)
+                )
+            )
+
+    def vote_done(self, verdict_id: int, tx_hash: str | None, error: str | None = None) -> None:
+        with self.db.transaction() as s:
+            row = s.get(VerdictRow, verdict_id)
+            assert row is not None
+            row.vote_tx = tx_hash
+            row.vote_state = "failed" if error else "sent"
+            row.vote_error = error
+
+    def page(
+        self, *, pool_id: int | None, node: str | None, after: int, limit: int, accepted_only: bool = False
+    ) -> list[VerdictRow]:
+        with self.db.transaction() as s:
+            q = select(VerdictRow).where(VerdictRow.id > after)
+            if pool_id is not None:
+                q = q.where(VerdictRow.pool_id == pool_id)
+            if node is not None:
+                q = q.where(VerdictRow.node == node)
+            if accepted_only:
+                q = q.where(VerdictRow.verdict == "accept")
+            return list(s.scalars(q.order_by(VerdictRow.id).limit(limit)))
+
+    def by_sha256(self, sha256: str) -> VerdictRow | None:
+        with self.db.transaction() as s:
+            return s.scalars(
+                select(VerdictRow).where(VerdictRow.sha256 == sha256, VerdictRow.verdict == "accept")
+            ).first()
+
+    def counts(self) -> dict[str, int]:
+        with self.db.transaction() as s:
+            out: dict[str, int] = {}
+            for verdict in s.scalars(select(VerdictRow.verdict)):
+                out[verdict] = out.get(verdict, 0) + 1
+            return out
+
+
+class SqlSeenStore:
+    """The pipeline's duplicate memory, in the validator's database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def file_seen(self, pool_id: int | None, sha256: str) -> bool:
+        with self.db.transaction() as s:
+            return s.get(SeenFileRow, (pool_id or 0, sha256)) is not None
+
+    def rows_seen(self, pool_id: int | None, row_hashes: list[str]) -> set[str]:
+        if not row_hashes:
+            return set()
+        with self.db.transaction() as s:
+            found = s.scalars(
+                select(SeenRowRow.digest).where(
+                    SeenRowRow.pool_id == (pool_id or 0), SeenRowRow.digest.in_(row_hashes)
+                )
+            )
+            return set(found)
+
+    def remember(self, pool_id: int | None, sha256: str, row_hashes: list[str]) -> None:
+        with self.db.transaction() as s:
+            s.merge(SeenFileRow(pool_id=pool_id or 0, sha256=sha256))
+            for digest in set(row_hashes):
+                s.merge(SeenRowRow(pool_id=pool_id or 0, digest=digest))

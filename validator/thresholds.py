@@ -1,0 +1,62 @@
+"""Thresholds of the recompute checks, calibrated on data (`bench/validator_calibration.py`,
+figures in docs/validator.md): each sits between the worst honest value and the best cheating
+value measured, with the margin on both sides stated there.
+
+Defaults are for the shipped tiny model (4 layers, hidden 128) in bf16. Its honest recompute
+differs from generation by less than one mantissa unit, so the reference's per-chunk limits
+(exponent mismatches <= 38 of 128, mantissa mean < 10, median < 8), set for models whose bf16
+rounding differences compound over dozens of layers, would pass fp32 inference and perturbed
+weights. Real models: `ValidationThresholds.reference()` (documented beside ours).
+
+Two levels:
+- per chunk of 32 positions (one TOPLOC proof chunk): gross mismatches fail the row;
+- per file: statistics over all chunks of all rows, which separate subtle cheats (fp32/fp16
+  inference) that no single chunk can: honest files have (almost) no chunk whose mantissa-error
+  median reaches 1 and a low mean error; a wrong dtype moves both for most chunks at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from intellect.settings import IntellectSettings
+
+
+class ValidationThresholds(IntellectSettings):
+    model_config = SettingsConfigDict(env_prefix="INTELLECT_VALIDATOR_", env_file=".env", extra="ignore")
+
+    chunk_max_exp_mismatches: int = Field(12, ge=0, description="per chunk, out of 128 top-k points")
+    chunk_max_mant_mean: float = Field(8.0, gt=0, description="per chunk: mantissa error mean must be below")
+    chunk_max_mant_median: float = Field(4.0, gt=0, description="per chunk: mantissa error median below")
+    file_max_median_chunks: float = Field(
+        0.50, ge=0, le=1, description="per file: largest share of chunks whose mantissa median is >= 1"
+    )
+    file_max_mant_mean: float = Field(0.72, gt=0, description="per file: mean of the chunks' mantissa means")
+    file_min_chunks: int = Field(8, ge=1, description="file-level statistics need at least this many chunks")
+    sampling_tolerance: float = Field(
+        0.2, ge=0, description="Gumbel score gap allowed for recompute near-ties"
+    )
+    # Per token, an honest row stays within 0.09 on the base model, but on trained checkpoints about one
+    # row in 6,000 had a single token beyond 0.15 (bf16 near-ties; 4 honest files slashed in a 40-step
+    # demo). A forged row shifts many tokens, so the row's mean decides; the per-token cap only
+    # bounds a single edit. Honest row means: p99 0.011, worst 0.015 (384 rows at step 40).
+    logprob_tolerance: float = Field(0.5, ge=0, description="|claimed - recomputed| logprob, any one token")
+    logprob_mean_tolerance: float = Field(0.05, ge=0, description="|claimed - recomputed| logprob, row mean")
+    min_eos_logprob: float = Field(math.log(1e-4), description="an EOS less likely than this was forced")
+    reward_tolerance: float = Field(1e-4, ge=0, description="float32 round-off allowed on rewards")
+    advantage_tolerance: float = Field(1e-3, ge=0, description="float32 round-off allowed on advantages")
+    prefill_batch_size: int = Field(64, ge=1, description="rows recomputed per forward pass")
+
+    @classmethod
+    def reference(cls) -> ValidationThresholds:
+        """The reference's per-chunk limits for large models (INTELLECT-2 / SYNTHETIC-2)."""
+        return cls(
+            chunk_max_exp_mismatches=38,
+            chunk_max_mant_mean=10.0,
+            chunk_max_mant_median=8.0,
+            file_max_median_chunks=1.0,
+            file_max_mant_mean=10.0,
+        )

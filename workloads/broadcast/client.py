@@ -1,0 +1,383 @@
+"""Download one version from a set of relays into one file, verified, in bounded memory.
+
+How, and why:
+- Shards are fetched concurrently (6 by default) from relays chosen at random, weighted by
+  success-rate EMA × bandwidth EMA, so a slow or failing relay gets less traffic but is not forgotten
+  (its success rate heals a little on every other transfer).
+- Each shard streams straight into its offset of a preallocated temp file (`os.pwrite`), hashed on
+  the way: no shard files, no join step, no buffer larger than one network read (~64 KiB).
+- A connection that drops mid-shard resumes with `Range: bytes=<received>-`, keeping the hash state,
+  on the same or another relay (shards are identical everywhere, the final sha256 decides).
+- A shard whose sha256 differs is rewritten from another relay; a relay that served it bad is not
+  asked for that shard again. When every relay served it bad the version is dropped (ShardCorrupt).
+- A thread hashes the file in order, following the completed prefix, while the rest downloads; if
+  the whole-file hash differs at the end the temp file is deleted (ChecksumMismatch). Only a fully
+  verified file is renamed to `dest`. Temp names are unique per call: many clients may share a dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import structlog
+
+from workloads.broadcast.errors import (
+    BroadcastError,
+    ChecksumMismatch,
+    ManifestMismatch,
+    ShardCorrupt,
+    ShardUnavailable,
+    VersionNotFound,
+)
+from workloads.broadcast.manifest import BLOCK, VersionManifest, shard_name
+
+log = structlog.get_logger(__name__)
+
+Progress = Callable[[str, int, int], None]
+"""Called as (relay url, shard index, bytes of that shard received so far) after every network read."""
+
+
+class Hasher(Protocol):
+    def update(self, data: bytes, /) -> Any: ...
+    def hexdigest(self) -> str: ...
+
+
+class _Cancelled(Exception):
+    """Another shard failed: this one stops quietly."""
+
+
+class RelayScores:
+    """Weighted random relay choice: weight = success-rate EMA × bandwidth EMA (MB/s)."""
+
+    ALPHA = 0.3
+    HEAL = 0.01
+    FLOOR = 1e-3
+
+    def __init__(self, relays: Sequence[str], rng: random.Random | None = None) -> None:
+        self.relays = list(relays)
+        self.success = dict.fromkeys(self.relays, 1.0)
+        self.bandwidth: dict[str, float | None] = dict.fromkeys(self.relays, None)
+        self.rng = rng or random.Random()
+        self._lock = threading.Lock()
+
+    def weight(self, relay: str) -> float:
+        known = [b for b in self.bandwidth.values() if b is not None]
+        bandwidth = self.bandwidth[relay]
+        if bandwidth is None:  # untried: as good as the best seen, so it gets explored
+            bandwidth = max(known, default=1.0)
+        return max(self.FLOOR, self.success[relay] * bandwidth)
+
+    def pick(self, exclude: set[str]) -> str | None:
+        with self._lock:
+            choices = [r for r in self.relays if r not in exclude]
+            if not choices:
+                return None
+            return self.rng.choices(choices, weights=[self.weight(r) for r in choices], k=1)[0]
+
+    def record(self, relay: str, ok: bool, nbytes: int, seconds: float) -> None:
+        with self._lock:
+            for other in self.relays:
+                self.success[other] = min(1.0, self.success[other] + self.HEAL)
+            self.success[relay] = self.ALPHA * float(ok) + (1 - self.ALPHA) * self.success[relay]
+            if ok and nbytes and seconds > 0:
+                mbps = nbytes / seconds / 1e6
+                old = self.bandwidth[relay]
+                self.bandwidth[relay] = mbps if old is None else self.ALPHA * mbps + (1 - self.ALPHA) * old
+
+
+@dataclass
+class ShardJob:
+    """One byte range of the destination file and where to get it (`path` under each relay)."""
+
+    index: int
+    offset: int
+    size: int
+    path: str
+    sha256: str | None = None
+
+
+@dataclass
+class DownloadResult:
+    version: int
+    path: Path
+    size: int
+    digest: str
+    seconds: float
+    bytes_by_relay: dict[str, int] = field(default_factory=dict)
+    rejected_shards: int = 0
+    resumed_requests: int = 0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.size / 1e6 / max(self.seconds, 1e-9)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "path": str(self.path), "size": self.size, "digest": self.digest,
+                "seconds": round(self.seconds, 3), "mb_per_s": round(self.mb_per_s, 1),
+                "bytes_by_relay": self.bytes_by_relay, "rejected_shards": self.rejected_shards,
+                "resumed_requests": self.resumed_requests}  # fmt: skip
+
+
+class _InOrderHasher(threading.Thread):
+    """Hashes the destination file shard by shard, in order, as soon as each shard is final, by
+    reading it back (from the page cache). Runs alongside the downloads, so at the end only the tail
+    is left to hash."""
+
+    def __init__(self, fd: int, jobs: Sequence[ShardJob], hasher: Hasher, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="broadcast-hash")
+        self.fd, self.jobs, self.hasher, self.stop = fd, list(jobs), hasher, stop
+        self.done: set[int] = set()
+        self.cond = threading.Condition()
+        self.error: BaseException | None = None
+
+    def mark_done(self, index: int) -> None:
+        with self.cond:
+            self.done.add(index)
+            self.cond.notify()
+
+    def run(self) -> None:
+        try:
+            for job in self.jobs:
+                with self.cond:
+                    while job.index not in self.done and not self.stop.is_set():
+                        self.cond.wait(0.2)
+                if self.stop.is_set():
+                    return
+                pos, end = job.offset, job.offset + job.size
+                while pos < end:
+                    block = os.pread(self.fd, min(BLOCK, end - pos), pos)
+                    if not block:
+                        raise OSError(f"short read at byte {pos} of the temp file")
+                    self.hasher.update(block)
+                    pos += len(block)
+        except BaseException as exc:  # reported by the caller after join()
+            self.error = exc
+
+
+class Transfer:
+    """Runs a list of ShardJobs from several relays into one file; shared by our protocol and the
+    shardcast reader (which has no per-shard hashes, only a whole-file blake3)."""
+
+    def __init__(
+        self, relays: Sequence[str], *, concurrency: int = 6, timeout: float = 30.0,
+        progress: Progress | None = None, rng: random.Random | None = None,
+    ) -> None:  # fmt: skip
+        if not relays:
+            raise ValueError("no relay given: pass at least one URL")
+        self.relays = [r.rstrip("/") for r in relays]
+        self.scores = RelayScores(self.relays, rng)
+        self.concurrency = max(1, concurrency)
+        self.progress = progress
+        self.http = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=5.0),
+            limits=httpx.Limits(
+                max_connections=4 * self.concurrency, max_keepalive_connections=4 * self.concurrency
+            ),
+        )
+        self.stop = threading.Event()
+        self.max_attempts = max(6, 4 * len(self.relays))
+        self._stats_lock = threading.Lock()
+        self.bytes_by_relay: dict[str, int] = dict.fromkeys(self.relays, 0)
+        self.rejected = 0
+        self.resumed = 0
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Transfer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(
+        self, jobs: Sequence[ShardJob], size: int, dest: Path, whole: Hasher, expected: str, what: str
+    ) -> tuple[Path, str]:
+        """Download `jobs` into `dest` (size bytes); the whole-file `whole` digest must equal
+        `expected`. Returns (dest, digest). `what` names the version in errors."""
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.part")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        hasher = _InOrderHasher(fd, jobs, whole, self.stop)
+        ok = False
+        try:
+            os.ftruncate(fd, size)
+            hasher.start()
+            with ThreadPoolExecutor(max(1, min(self.concurrency, len(jobs))), "broadcast-shard") as pool:
+                futures = [pool.submit(self._fetch, job, fd, hasher, what) for job in jobs]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f.exception() for f in done if f.exception() is not None]
+                if failed:
+                    self.stop.set()
+                    for future in futures:
+                        future.cancel()
+                    raise next((e for e in failed if not isinstance(e, _Cancelled)), failed[0])
+            hasher.join()
+            if hasher.error is not None:
+                raise BroadcastError(f"{what}: could not hash the downloaded file: {hasher.error}")
+            digest = whole.hexdigest()
+            if digest != expected:
+                raise ChecksumMismatch(
+                    f"{what}: assembled file hashes to {digest}, manifest says {expected}; version dropped"
+                )
+            os.replace(tmp, dest)  # no fsync: a checkpoint lost to a power cut is simply fetched again
+            ok = True
+            return dest, digest
+        finally:
+            self.stop.set()
+            os.close(fd)
+            if not ok:
+                tmp.unlink(missing_ok=True)
+
+    def _fetch(self, job: ShardJob, fd: int, hasher: _InOrderHasher, what: str) -> None:
+        received, digest = 0, hashlib.sha256()
+        corrupt_from: set[str] = set()  # relays that served this shard with the wrong sha256
+        down: set[str] = set()  # relays that failed this shard on the network side, cleared on backoff
+        sources: set[str] = set()  # relays that contributed to the current partial bytes
+        errors: list[str] = []
+        backoff = 0.2
+        for _ in range(self.max_attempts):
+            if self.stop.is_set():
+                raise _Cancelled()
+            relay = self.scores.pick(corrupt_from | down)
+            if relay is None:
+                if len(corrupt_from) == len(self.relays):
+                    break
+                time.sleep(backoff)  # every relay failed recently: wait, then try them all again
+                backoff = min(2.0, backoff * 2)
+                down.clear()
+                continue
+            start, got = time.monotonic(), 0
+            try:
+                headers = {"Range": f"bytes={received}-"} if received else {}
+                with self.http.stream("GET", f"{relay}/{job.path}", headers=headers) as resp:
+                    if received and resp.status_code == 206:
+                        with self._stats_lock:
+                            self.resumed += 1
+                    elif resp.status_code == 200:
+                        received, digest, sources = 0, hashlib.sha256(), set()
+                    else:
+                        raise httpx.HTTPStatusError(
+                            f"HTTP {resp.status_code}", request=resp.request, response=resp
+                        )
+                    sources.add(relay)
+                    for chunk in resp.iter_raw():
+                        if self.stop.is_set():
+                            raise _Cancelled()
+                        if received + len(chunk) > job.size:
+                            raise httpx.RemoteProtocolError(f"more than the {job.size} bytes of the shard")
+                        os.pwrite(fd, chunk, job.offset + received)
+                        digest.update(chunk)
+                        received += len(chunk)
+                        got += len(chunk)
+                        if self.progress:
+                            self.progress(relay, job.index, received)
+                if received != job.size:
+                    raise httpx.RemoteProtocolError(f"shard ended at {received} of {job.size} bytes")
+            except (httpx.HTTPError, OSError) as exc:
+                self._count(relay, got)
+                self.scores.record(relay, False, got, time.monotonic() - start)
+                down.add(relay)
+                errors.append(f"{relay}: {exc or type(exc).__name__}")
+                continue
+            self._count(relay, got)
+            if job.sha256 is not None and digest.hexdigest() != job.sha256:
+                self.scores.record(relay, False, got, time.monotonic() - start)
+                corrupt_from |= sources
+                errors.append(f"{relay}: sha256 {digest.hexdigest()} != {job.sha256}")
+                with self._stats_lock:
+                    self.rejected += 1
+                log.warning(
+                    "shard rejected", what=what, shard=job.index, relay=relay, reason="sha256 mismatch"
+                )
+                received, digest, sources = 0, hashlib.sha256(), set()
+                continue
+            self.scores.record(relay, True, got, time.monotonic() - start)
+            hasher.mark_done(job.index)
+            return
+        if corrupt_from and len(corrupt_from) == len(self.relays):
+            raise ShardCorrupt(
+                f"{what}: shard {job.index} failed its sha256 check from every relay "
+                f"({', '.join(sorted(corrupt_from))}); version dropped"
+            )
+        raise ShardUnavailable(
+            f"{what}: shard {job.index} could not be fetched after {self.max_attempts} attempts: "
+            + "; ".join(errors[-4:])
+        )
+
+    def _count(self, relay: str, nbytes: int) -> None:
+        with self._stats_lock:
+            self.bytes_by_relay[relay] += nbytes
+
+
+def fetch_manifest(
+    http: httpx.Client, relays: Sequence[str], version: int, expected_sha256: str | None = None
+) -> VersionManifest:
+    """The version's manifest from the first relay that has it (and agrees with `expected_sha256`)."""
+    problems: list[str] = []
+    for relay in relays:
+        try:
+            resp = http.get(f"{relay}/v{version}/manifest.json")
+        except httpx.HTTPError as exc:
+            problems.append(f"{relay}: {exc or type(exc).__name__}")
+            continue
+        if resp.status_code != 200:
+            problems.append(f"{relay}: HTTP {resp.status_code}")
+            continue
+        manifest = VersionManifest.parse(resp.content, f"manifest of v{version} from {relay}")
+        if manifest.version != version:
+            problems.append(f"{relay}: answered with version {manifest.version}")
+            continue
+        if expected_sha256 and manifest.sha256 != expected_sha256.lower():
+            raise ManifestMismatch(
+                f"v{version} from {relay} has sha256 {manifest.sha256}, expected {expected_sha256}"
+            )
+        return manifest
+    raise VersionNotFound(f"no relay holds version {version}: " + "; ".join(problems))
+
+
+def download(
+    version: int, dest: Path | str, relays: Sequence[str], *, expected_sha256: str | None = None,
+    concurrency: int = 6, timeout: float = 30.0, wait_seconds: float = 0.0,
+    progress: Progress | None = None, rng: random.Random | None = None,
+) -> DownloadResult:  # fmt: skip
+    """Download `version` into `dest`, verified against its manifest (and `expected_sha256` if given).
+
+    `wait_seconds` > 0 polls the relays that long for a version not published yet. Raises a
+    BroadcastError subclass; on any failure `dest` is left untouched and no temp file remains."""
+    started = time.monotonic()
+    with Transfer(relays, concurrency=concurrency, timeout=timeout, progress=progress, rng=rng) as transfer:
+        deadline = started + wait_seconds
+        while True:
+            try:
+                manifest = fetch_manifest(transfer.http, transfer.relays, version, expected_sha256)
+                break
+            except VersionNotFound:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.25)
+        jobs = [
+            ShardJob(s.index, s.offset, s.size, f"v{version}/{shard_name(s.index)}", s.sha256)
+            for s in manifest.shards
+        ]
+        path, digest = transfer.run(
+            jobs, manifest.size, Path(dest), hashlib.sha256(), manifest.sha256, f"v{version}"
+        )
+        result = DownloadResult(
+            version, path, manifest.size, digest, time.monotonic() - started, transfer.bytes_by_relay,
+            transfer.rejected, transfer.resumed,
+        )  # fmt: skip
+    log.info("downloaded", **{k: v for k, v in result.as_dict().items() if k != "bytes_by_relay"})
+    return result

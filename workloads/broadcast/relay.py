@@ -1,0 +1,163 @@
+"""A relay: follows one upstream (the origin or another relay) and re-serves what it mirrors.
+
+Pipelined: as soon as the upstream lists a version, the relay stores its manifest (the version is
+listed here from then on) and fetches its shards, `relay_concurrency` at a time, in index order, the
+order clients ask for them. Each shard is streamed to a temp file, its sha256 checked, and only then
+renamed into place, the moment from which it is served; a downstream request that arrived earlier
+was held by the app (see api.py) and is answered right away. A shard with the wrong sha256 is
+discarded and fetched again on the next round: a relay never serves a bad shard it fetched.
+
+Only the newest `keep` versions are mirrored: older ones would be pruned on arrival anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import structlog
+from fastapi import FastAPI
+from prometheus_client import Counter
+
+from workloads.broadcast.api import create_app
+from workloads.broadcast.errors import BroadcastError
+from workloads.broadcast.manifest import VersionManifest, shard_name
+from workloads.broadcast.store import VersionStore
+
+log = structlog.get_logger(__name__)
+
+
+class Relay:
+    """The follow loop of a relay; `start()` runs it in a thread, `stop()` ends it."""
+
+    def __init__(
+        self, upstream: str, store: VersionStore, *, concurrency: int = 4, poll_seconds: float = 1.0,
+        timeout: float = 30.0, fetched: Counter | None = None, rejected: Counter | None = None,
+    ) -> None:  # fmt: skip
+        self.upstream = upstream.rstrip("/")
+        self.store = store
+        self.poll = poll_seconds
+        self.http = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=5.0),
+            limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2),
+        )
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="relay-fetch")
+        self.in_flight: set[tuple[int, int]] = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="relay-follow")
+        self.fetched, self.rejected = fetched, rejected
+        self.upstream_ok = False
+
+    def start(self) -> Relay:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.http.close()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.sync_once()
+                self.upstream_ok = True
+            except (httpx.HTTPError, BroadcastError, ValueError) as exc:
+                self.upstream_ok = False
+                log.warning("upstream unreachable or invalid", upstream=self.upstream, error=str(exc))
+            self.stopped.wait(self.poll)
+
+    def sync_once(self) -> None:
+        """One round: learn new versions from upstream, queue every missing shard not in flight."""
+        resp = self.http.get(f"{self.upstream}/versions")
+        resp.raise_for_status()
+        listed: list[dict[str, Any]] = resp.json()["versions"]
+        wanted = sorted(int(item["version"]) for item in listed)[-self.store.keep :]
+        held = self.store.versions()
+        for item in listed:
+            version = int(item["version"])
+            if version not in wanted or version in held:
+                continue
+            if held and version < min(held) and len(held) >= self.store.keep:
+                continue  # older than everything kept: it would be pruned on arrival
+            manifest = VersionManifest.model_validate(item["manifest"])
+            if self.store.add_manifest(manifest):
+                log.info("mirroring", version=version, shards=len(manifest.shards), size=manifest.size)
+        for manifest in self.store.manifests():
+            for index in self.store.missing_shards(manifest.version):
+                key = (manifest.version, index)
+                with self.lock:
+                    if key in self.in_flight or self.stopped.is_set():
+                        continue
+                    self.in_flight.add(key)
+                self.pool.submit(self._fetch_guarded, manifest, index)
+
+    def _fetch_guarded(self, manifest: VersionManifest, index: int) -> None:
+        try:
+            self.fetch_shard(manifest, index)
+        except Exception as exc:  # the next round queues the shard again
+            log.warning("shard fetch failed", version=manifest.version, shard=index, error=str(exc))
+        finally:
+            with self.lock:
+                self.in_flight.discard((manifest.version, index))
+
+    def fetch_shard(self, manifest: VersionManifest, index: int) -> bool:
+        """Fetch, verify and commit one shard. False if it was bad (discarded) or the version pruned."""
+        info = manifest.shard(index)
+        if self.store.manifest(manifest.version) is None:
+            return False
+        tmp = self.store.temp_shard(manifest.version, index)
+        digest = hashlib.sha256()
+        try:
+            url = f"{self.upstream}/v{manifest.version}/{shard_name(index)}"
+            with self.http.stream("GET", url) as resp, open(tmp, "wb") as out:
+                resp.raise_for_status()
+                for chunk in resp.iter_raw():
+                    if self.stopped.is_set():
+                        return False
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != info.sha256:
+                if self.rejected is not None:
+                    self.rejected.inc()
+                log.warning("upstream shard rejected: sha256 mismatch, will refetch",
+                            version=manifest.version, shard=index, upstream=self.upstream)  # fmt: skip
+                return False
+            committed = self.store.commit_shard(manifest.version, index, tmp)
+            if committed and self.fetched is not None:
+                self.fetched.inc()
+            return committed
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def create_relay_app(
+    upstream: str, store: VersionStore, *, concurrency: int = 4, poll_seconds: float = 1.0,
+    shard_wait: float = 10.0, timeout: float = 30.0, probe_size: int = 1 << 20,
+) -> FastAPI:  # fmt: skip
+    """The relay's app; its lifespan starts and stops the follow loop."""
+    app = create_app(store, "relay", shard_wait=shard_wait, probe_size=probe_size)
+    registry = app.state.metrics.registry
+    fetched = Counter("broadcast_shards_fetched", "verified shards fetched from upstream", registry=registry)
+    rejected = Counter("broadcast_shards_rejected", "upstream shards failing sha256", registry=registry)
+    relay = Relay(upstream, store, concurrency=concurrency, poll_seconds=poll_seconds, timeout=timeout,
+                  fetched=fetched, rejected=rejected)  # fmt: skip
+    app.state.relay = relay
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        relay.start()
+        try:
+            yield
+        finally:
+            relay.stop()
+
+    app.router.lifespan_context = lifespan
+    return app

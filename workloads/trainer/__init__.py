@@ -1,0 +1,1 @@
+"""The trainer workload: GRPO on validated rollouts, one checkpoint per step, and the step counter."""
