@@ -22,7 +22,8 @@ class ServerThread:
 
     def __init__(self, app: Any, port: int | None = None) -> None:
         self.port = port or free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+                                timeout_graceful_shutdown=10)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
 
@@ -41,9 +42,19 @@ class ServerThread:
             time.sleep(0.02)
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the server and its lifespan; raise if its thread outlives `timeout` even when forced.
+
+        A thread left running keeps the app's background loops alive after the test's Redis and
+        chain are gone: they then wrote errors into every later test's captured output (seen in CI).
+        """
         self.server.should_exit = True
-        self.thread.join(timeout=15)
+        self.thread.join(timeout=timeout)
+        if self.thread.is_alive():  # open connections or a slow shutdown: stop waiting for them
+            self.server.force_exit = True
+            self.thread.join(timeout=timeout)
+        if self.thread.is_alive():
+            raise RuntimeError(f"server on port {self.port} did not stop in {2 * timeout:.0f}s")
 
     def __enter__(self) -> ServerThread:
         return self.start()

@@ -20,6 +20,7 @@ from intellect.wire.invites import InviteRequest
 from intellect.wire.nodes import DiscoveredNode, NodeState
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
+from orchestrator.pacing import Pacing
 from orchestrator.store.nodes import audit
 
 log = structlog.get_logger("intellect.orchestrator.invites")
@@ -127,11 +128,13 @@ async def invite_pass(ctx: Context) -> None:
 
 
 async def invite_loop(ctx: Context, is_leader: Callable[[], Awaitable[bool]]) -> None:
+    pacing = Pacing("invite pass", ctx.settings.invite_interval_seconds)
     while True:
         started = time.monotonic()
         try:
             if await is_leader():
                 await invite_pass(ctx)
+            pacing.succeeded()
         except Exception:  # a flaky RPC or Redis must not end the loop
-            log.exception("invite pass failed")
-        await asyncio.sleep(max(0.0, ctx.settings.invite_interval_seconds - (time.monotonic() - started)))
+            pacing.failed()
+        await asyncio.sleep(pacing.wait_after(started, time.monotonic()))

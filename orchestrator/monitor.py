@@ -20,6 +20,7 @@ from sqlalchemy import select
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
+from orchestrator.pacing import Pacing
 from orchestrator.store.nodes import audit, may_heartbeat
 
 log = structlog.get_logger("intellect.orchestrator.monitor")
@@ -112,11 +113,13 @@ async def check_pass(ctx: Context, grace_until: float = 0.0) -> None:
 
 async def monitor_loop(ctx: Context, is_leader: Callable[[], Awaitable[bool]]) -> None:
     grace_until = time.time() + ctx.settings.heartbeat_ttl_seconds
+    pacing = Pacing("liveness check", ctx.settings.check_interval_seconds)
     while True:
         started = time.monotonic()
         try:
             if await is_leader():
                 await check_pass(ctx, grace_until)
+            pacing.succeeded()
         except Exception:
-            log.exception("liveness check failed")
-        await asyncio.sleep(max(0.0, ctx.settings.check_interval_seconds - (time.monotonic() - started)))
+            pacing.failed()
+        await asyncio.sleep(pacing.wait_after(started, time.monotonic()))

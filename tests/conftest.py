@@ -8,6 +8,7 @@ in-process apps over ONE Redis started per session (flushed between modules).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             folder = ""
         if folder in SLOW_FOLDERS or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_server_outlives_its_module() -> Iterator[None]:
+    """Fail the module that leaves a uvicorn thread running (intellect.testing.ServerThread).
+
+    A leaked server keeps its app's loops running after the module's Redis and chain stop; they then
+    logged into later modules' captured output and broke tests far from the cause (seen in CI).
+    """
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    leaked = [t.name for t in threading.enumerate()
+              if t.name.startswith("uvicorn-") and t.is_alive() and t.ident not in before]
+    assert not leaked, f"server threads still running after this module: {leaked}"
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from intellect.wire.tasks import AssignedTask, GroupContext, Task
 from orchestrator.groups.reconcile import Changes, reconcile
 from orchestrator.groups.topology import Topology
 from orchestrator.models import GroupMemberRow, NodeGroupRow, TaskRow
+from orchestrator.pacing import Pacing
 from orchestrator.scheduling import Plan, task_from_row
 
 log = structlog.get_logger("intellect.orchestrator.groups")
@@ -91,14 +92,16 @@ class GroupKeeper:
         return changes
 
     async def loop(self, is_leader: Callable[[], Awaitable[bool]]) -> None:
+        pacing = Pacing("group reconcile", self.interval)
         while True:
             started = time.monotonic()
             self._wake.clear()
             try:
                 if await is_leader():
                     await self.run_once()
+                pacing.succeeded()
             except Exception:  # a busy database must not end the loop
-                log.exception("group reconcile failed")
-            remaining = max(0.0, self.interval - (time.monotonic() - started))
+                pacing.failed()
+            remaining = pacing.wait_after(started, time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=remaining)
