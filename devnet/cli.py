@@ -79,7 +79,10 @@ def _print(state: DevnetState, as_json: bool) -> None:
     if token.exists():
         table.add_row("orchestrator admin token", f"{token} (POST /tasks with it)")
     console.print(table)
-    console.print("Stop it with [bold]intellect devnet down[/bold].")
+    if any(proc["alive"] for proc in info["processes"]):
+        console.print("Stop it with [bold]intellect devnet down[/bold].")
+    else:
+        console.print("Nothing is running: start it with [bold]intellect devnet up[/bold].")
 
 
 @devnet_app.command("up")
@@ -227,6 +230,78 @@ def down(
     stopped = network.down(directory, purge, progress=lambda msg: console.print(msg))
     if not stopped:
         console.print("nothing was running")
+
+
+@devnet_app.command("restart")
+def restart(
+    names: list[str] = typer.Argument(..., help="process names as `devnet status` lists them, e.g. "
+                                      "orchestrator, worker-1, redis, anvil"),
+    directory: Path = DirOption,
+    kill: bool = typer.Option(False, "--kill", help="SIGKILL instead of SIGTERM, as a crash would"),
+    timeout: float = typer.Option(180, min=1, help="seconds to wait for each to answer again"),
+    as_json: bool = typer.Option(False, "--json", help="print pid and seconds per process as JSON"),
+) -> None:
+    """Stop one or more devnet processes and start them again as `up` did (same command, port and
+    state), waiting until each answers; `down` stops what this started."""
+    import time
+
+    from devnet.processes import RestartError
+    from devnet.processes import restart as restart_process
+
+    state = DevnetState.load(directory.resolve())
+    if state is None:
+        err.print(f"no devnet in {directory}: start one with `intellect devnet up`")
+        raise typer.Exit(1)
+    done = []
+    for name in names:
+        started = time.monotonic()
+        try:
+            proc = restart_process(state, name, kill=kill, timeout=timeout)
+        except RestartError as exc:
+            err.print(f"[red]restart failed:[/red] {exc}")
+            raise typer.Exit(1) from None
+        done.append({"name": name, "pid": proc.pid, "seconds": round(time.monotonic() - started, 2)})
+        if not as_json:
+            console.print(f"restarted {name}: pid {proc.pid}, answering after {done[-1]['seconds']} s")
+    if as_json:
+        print(json.dumps(done))
+
+
+@devnet_app.command("drill")
+def drill(
+    services: list[str] = typer.Argument(None, help="processes to kill, in order (default: redis "
+                                         "orchestrator discovery worker-1 anvil)"),
+    directory: Path = DirOption,
+    timeout: float = typer.Option(180, min=1, help="seconds each fault may take to recover"),
+    as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+) -> None:
+    """Fault drill on a running devnet: with a task in flight and its files on chain, kill -9 each
+    service in turn, restart it as `up` did, and measure how long until nothing is missing."""
+    from devnet.drill import DEFAULT_SERVICES, DrillError, run_drill
+    from devnet.processes import RestartError
+
+    state = DevnetState.load(directory.resolve())
+    if state is None:
+        err.print(f"no devnet in {directory}: start one with `intellect devnet up`")
+        raise typer.Exit(1)
+    say = (lambda msg: None) if as_json else (lambda msg: console.print(msg))
+    try:
+        results = run_drill(state, list(services or DEFAULT_SERVICES), timeout, progress=say)
+    except (DrillError, RestartError) as exc:
+        err.print(f"[red]drill failed:[/red] {exc}")
+        raise typer.Exit(1) from None
+    if as_json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        table = Table(title="Fault drill (kill -9, restart as `up` did)")
+        for column in ("service", "answering (s)", "all back (s)", "lost"):
+            table.add_column(column)
+        for r in results:
+            back = f"{r.recovered_seconds:.1f}" if r.recovered_seconds is not None else "no"
+            table.add_row(r.service, f"{r.answering_seconds:.1f}", back, "; ".join(r.lost) or "nothing")
+        console.print(table)
+    if any(r.recovered_seconds is None for r in results):
+        raise typer.Exit(1)
 
 
 @devnet_app.command("status")

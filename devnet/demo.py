@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from devnet.services import BIN, _base_env, _spawn, _wait_healthy
+from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from intellect.client import OrchestratorClient
 from intellect.identity import Wallet
@@ -156,7 +156,7 @@ def start_learning_services(
     """The trainer, the broadcast origin (publishing each new checkpoint) and a relay, and the
     validators; each needs the others' URLs, so ports are chosen first."""
     directory = Path(state.directory)
-    env = _base_env(directory) | {"OMP_NUM_THREADS": "1"}
+    env = base_env(directory) | {"OMP_NUM_THREADS": "1"}
     orchestrator = state.process("orchestrator")
     if orchestrator is None or orchestrator.url is None:
         raise DemoError("the devnet has no orchestrator running")
@@ -171,7 +171,7 @@ def start_learning_services(
     task_file.write_text(json.dumps(spec, indent=2))
 
     progress("starting the trainer")
-    trainer = _spawn(
+    trainer = spawn(
         "trainer",
         [str(BIN / "intellect-train"), "--cpu-demo", "--port", str(trainer_port),
          "--rollouts", f"http://127.0.0.1:{validator_ports[0]}", "--pool-id", str(state.pool_id),
@@ -181,30 +181,30 @@ def start_learning_services(
         directory,
         trainer_url,
     )  # fmt: skip
-    _wait_healthy(trainer, timeout=180)
+    wait_healthy(trainer, timeout=180)
 
     progress("starting the broadcast origin and a relay")
     broadcast = directory / "broadcast"
-    origin = _spawn(
+    origin = spawn(
         "broadcast-origin",
         [str(BIN / "intellect-broadcast"), "origin", "--dir", str(broadcast / "origin"),
          "--port", str(origin_port), "--watch", str(directory / "trainer"), "--shard-size", str(1 << 20)],
         env, directory, relays[1],
     )  # fmt: skip
-    _wait_healthy(origin, timeout=60)
-    relay = _spawn(
+    wait_healthy(origin, timeout=60)
+    relay = spawn(
         "broadcast-relay",
         [str(BIN / "intellect-broadcast"), "relay", "--upstream", relays[1],
          "--dir", str(broadcast / "relay-1"), "--port", str(relay_port)],
         env, directory, relays[0],
     )  # fmt: skip
-    _wait_healthy(relay, timeout=60)
+    wait_healthy(relay, timeout=60)
 
     validators = []
     for i, port in enumerate(validator_ports):
         role = VALIDATOR_ROLES[i]
         progress(f"starting {role}")
-        validators.append(_spawn(
+        validators.append(spawn(
             role,
             [str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id), "--port", str(port),
              "--task", str(task_file), "--step-url", f"{trainer_url}/step",
@@ -219,7 +219,7 @@ def start_learning_services(
             f"http://127.0.0.1:{port}",
         ))  # fmt: skip
     for v in validators:
-        _wait_healthy(v, timeout=180)
+        wait_healthy(v, timeout=180)
     return trainer, [origin, relay], validators, task_file
 
 

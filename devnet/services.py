@@ -1,69 +1,20 @@
 """The off-chain half of the devnet: one Redis, discovery, the orchestrator and a few workers.
 
-Each is its own detached process (its console script, configured through its environment), logs to
-`<dir>/<name>.log`, and is recorded in devnet.json so `intellect devnet down` stops it by pid.
+Each is its own detached process started by devnet/processes.py, so `intellect devnet down` stops it
+by pid and `intellect devnet restart NAME` starts it again as it was.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-import psutil
-
+from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from intellect.net import free_port, wait_for_port
 from intellect.redis_server import redis_server_binary
 
 Progress = Callable[[str], None]
-BIN = Path(sys.executable).parent
-
-
-def _spawn(
-    name: str, argv: list[str], env: dict[str, str], directory: Path, url: str | None
-) -> ManagedProcess:
-    log = directory / f"{name}.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # survives the `intellect devnet up` process
-        )
-    return ManagedProcess(
-        name=name,
-        pid=proc.pid,
-        create_time=psutil.Process(proc.pid).create_time(),
-        cmd=argv,
-        log=str(log),
-        url=url,
-    )
-
-
-def _wait_healthy(proc: ManagedProcess, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited during start-up; see {proc.log}")
-        try:
-            if httpx.get(f"{proc.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"{proc.name} did not become healthy in {timeout:.0f}s; see {proc.log}")
-
-
-def _base_env(directory: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
-    return env | {"INTELLECT_HOME": str(directory / "home"), "PYTHONUNBUFFERED": "1"}
 
 
 def start_services(
@@ -73,14 +24,14 @@ def start_services(
     """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
     environment (the demo's cheating operator sets its task environment there)."""
     directory = Path(state.directory)
-    env = _base_env(directory)
+    env = base_env(directory)
     procs: list[ManagedProcess] = []
 
     progress("starting redis")
     port = free_port()
     redis_dir = directory / "redis"
     redis_dir.mkdir(exist_ok=True)
-    redis = _spawn(
+    redis = spawn(
         "redis",
         [
             str(redis_server_binary()),
@@ -104,7 +55,7 @@ def start_services(
 
     progress("starting discovery")
     port = free_port()
-    discovery = _spawn(
+    discovery = spawn(
         "discovery",
         [str(BIN / "intellect-discovery"), "serve"],
         env
@@ -120,11 +71,11 @@ def start_services(
         f"http://127.0.0.1:{port}",
     )
     procs.append(discovery)
-    _wait_healthy(discovery)
+    wait_healthy(discovery)
 
     progress("starting the orchestrator")
     port = free_port()
-    orchestrator = _spawn(
+    orchestrator = spawn(
         "orchestrator",
         [str(BIN / "intellect-orchestrator"), "serve"],
         env
@@ -143,12 +94,12 @@ def start_services(
         f"http://127.0.0.1:{port}",
     )
     procs.append(orchestrator)
-    _wait_healthy(orchestrator)
+    wait_healthy(orchestrator)
 
     for index in range(1, workers + 1):
         progress(f"starting worker {index}")
         port = free_port()
-        worker = _spawn(
+        worker = spawn(
             f"worker-{index}",
             [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", runtime, "--api-port", str(port)],
             env
@@ -172,7 +123,7 @@ def start_services(
         )
         procs.append(worker)
     for worker in procs[3:]:
-        _wait_healthy(worker)
+        wait_healthy(worker)
 
     state.processes.extend(procs)
     state.save()

@@ -18,6 +18,7 @@ class ManagedProcess(BaseModel):
     pid: int
     create_time: float = Field(description="guards against a recycled pid")
     cmd: list[str]
+    env: dict[str, str] = Field(default_factory=dict, description="its own settings, reused by a restart")
     log: str | None = None
     url: str | None = None
 
@@ -27,6 +28,16 @@ class ManagedProcess(BaseModel):
             return abs(proc.create_time() - self.create_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
+    def kill(self, timeout: float = 10.0) -> bool:
+        """SIGKILL, as a crash would, and wait until it is gone; True if it was running."""
+        if not self.alive():
+            return False
+        os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.05)
+        return True
 
     def stop(self, timeout: float = 10.0) -> bool:
         """SIGTERM, then SIGKILL after `timeout`; True if it was running."""

@@ -79,7 +79,9 @@ class Anvil:
             if block_time:
                 cmd += ["--block-time", str(block_time)]
             if state_path:
-                cmd += ["--state", str(state_path)]
+                # Loaded at start, dumped on exit and every second: a kill -9 loses at most the last
+                # second of blocks (the window the devnet documents and its fault test measures).
+                cmd += ["--state", str(state_path), "--state-interval", "1"]
             out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             chain = cls(proc, chosen, accounts, log_path)

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 from web3 import Web3
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
 
@@ -70,7 +70,7 @@ def call_view(fn: Callable[[], T]) -> T:
 
 
 class TxSender:
-    def __init__(self, w3: Web3, wallet: Wallet, chain_key: str, timeout: float = 60.0, attempts: int = 6):
+    def __init__(self, w3: Web3, wallet: Wallet, chain_key: str, timeout: float = 60.0, attempts: int = 8):
         self.w3 = w3
         self.wallet = wallet
         self.timeout = timeout
@@ -138,7 +138,8 @@ class TxSender:
         retrying = Retrying(
             retry=retry_if_exception_type(_Retry),
             stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=0.05, max=2),
+            # jittered: processes sharing a key that collided on a nonce must not retry in lockstep
+            wait=wait_random_exponential(multiplier=0.05, max=2),
             reraise=True,
         )
         try:

@@ -1,0 +1,108 @@
+"""Starting, health-checking and restarting the devnet's detached processes.
+
+Each service is its own process (its console script, configured through its environment), logs to
+`<dir>/<name>.log`, and is recorded in devnet.json with its command and its own settings, so that
+`intellect devnet down` stops it by pid and `intellect devnet restart NAME` starts it again exactly as
+`up` did: same command, same port, same state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from devnet.state import DevnetState, ManagedProcess
+
+BIN = Path(sys.executable).parent
+OWN_ENV_PREFIXES = ("INTELLECT_", "OMP_", "PYTHONUNBUFFERED")
+"""Environment variables a service is configured by: recorded per process so a restart reuses them."""
+
+
+class RestartError(Exception):
+    """A process could not be restarted; the message says which and what to do."""
+
+
+def base_env(directory: Path) -> dict[str, str]:
+    """The caller's environment without its INTELLECT_* settings, plus the devnet's home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
+    return env | {"INTELLECT_HOME": str(directory / "home"), "PYTHONUNBUFFERED": "1"}
+
+
+def spawn(
+    name: str, argv: list[str], env: dict[str, str], directory: Path, url: str | None
+) -> ManagedProcess:
+    """Start `argv` detached (its own session: it outlives `devnet up`), logging to `<dir>/<name>.log`."""
+    log = directory / f"{name}.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    return ManagedProcess(
+        name=name,
+        pid=proc.pid,
+        create_time=psutil.Process(proc.pid).create_time(),
+        cmd=argv,
+        env={k: v for k, v in env.items() if k.startswith(OWN_ENV_PREFIXES)},
+        log=str(log),
+        url=url,
+    )
+
+
+def wait_healthy(proc: ManagedProcess, timeout: float = 90.0) -> None:
+    """Wait until `proc.url`/health answers 200 (or, for Redis/anvil, their port accepts)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited during start-up; see {proc.log}")
+        if proc.url is None or _answers(proc.name, proc.url):
+            return
+        time.sleep(0.25)
+    raise RuntimeError(f"{proc.name} did not become healthy in {timeout:.0f}s; see {proc.log}")
+
+
+def _answers(name: str, url: str) -> bool:
+    """Redis answers PING, anvil eth_chainId, every other service GET /health."""
+    try:
+        if url.startswith("redis://"):
+            from redis import Redis
+
+            with Redis.from_url(url, socket_timeout=2) as client:
+                return bool(client.ping())
+        if name == "anvil":
+            body = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}
+            return httpx.post(url, json=body, timeout=2).status_code == 200
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except Exception:  # not up yet: any transport or protocol error
+        return False
+
+
+def restart(state: DevnetState, name: str, *, kill: bool = False, timeout: float = 180.0) -> ManagedProcess:
+    """Stop process `name` (SIGTERM, or SIGKILL with `kill`, as a crash would) and start it again with
+    the command and settings `up` gave it; waits until it answers. Returns the new record (saved)."""
+    old = state.process(name)
+    if old is None:
+        known = ", ".join(p.name for p in state.processes) or "none"
+        raise RestartError(f"no process named {name!r} in this devnet (known: {known})")
+    if not old.cmd:
+        raise RestartError(f"{name} was recorded without its command; `intellect devnet down` and `up` again")
+    if kill:
+        old.kill()
+    else:
+        old.stop()
+    directory = Path(state.directory)
+    env = base_env(directory) | old.env
+    new = spawn(name, old.cmd, env, directory, old.url)
+    state.processes = [new if p.name == name else p for p in state.processes]
+    state.save()
+    try:
+        wait_healthy(new, timeout)
+    except RuntimeError as exc:
+        raise RestartError(str(exc)) from None
+    return new
