@@ -27,10 +27,10 @@ class OrchestratorSettings(IntellectSettings):
     manager_key: SecretStr | None = Field(default=None, description="pool manager's private key (devnets)")
     manager_keystore: Path | None = Field(default=None, description="keystore of the pool manager's key")
 
-    heartbeat_interval_seconds: float = Field(default=10.0, gt=0)
-    heartbeat_ttl_seconds: float = Field(default=90.0, gt=0)
-    check_interval_seconds: float = Field(default=15.0, gt=0)
-    miss_threshold: int = Field(default=3, ge=1)
+    heartbeat_interval_seconds: float = Field(default=5.0, gt=0)
+    heartbeat_ttl_seconds: float = Field(default=15.0, gt=0)
+    check_interval_seconds: float = Field(default=5.0, gt=0)
+    miss_threshold: int = Field(default=2, ge=1)
     invite_interval_seconds: float = Field(default=10.0, gt=0, description="discovery poll period")
     invite_timeout_seconds: float = Field(default=60.0, gt=0, description="WaitingForHeartbeat → re-invite")
     invite_valid_seconds: int = Field(default=3600, ge=60, description="on-chain expiry of an invite")
@@ -98,6 +98,12 @@ class OrchestratorSettings(IntellectSettings):
     @property
     def effective_groups_interval(self) -> float:
         return self.groups_interval_seconds or self.check_interval_seconds
+
+    @property
+    def dead_within_seconds(self) -> float:
+        """A node that stops is Dead at most this long after its last heartbeat: the TTL, then
+        `miss_threshold` checks (the first of which may come a whole period late). Defaults: 25 s."""
+        return self.heartbeat_ttl_seconds + self.miss_threshold * self.check_interval_seconds
 
     @property
     def effective_public_url(self) -> str:

@@ -1,5 +1,8 @@
 """Heartbeats: every interval, tell the orchestrator how the task is doing; apply the task it returns.
 
+Applying runs beside the beats, never in their way: a reconcile that takes longer than half an interval
+(an image pull) continues in the background while the node keeps beating with its last status.
+
 Pull model: the reply's `current_task` is the desired state; the runtime reconciles to it and the
 resulting status goes out with the next heartbeat. All HTTP calls have timeouts; failures are
 logged and retried at the next tick, never fatal.
@@ -53,6 +56,7 @@ class Heartbeater:
         self.on_status = on_status
         self.stats = HeartbeatStats()
         self._client: httpx.AsyncClient | None = None
+        self._applying: asyncio.Task[None] | None = None
 
     def _client_for(self, orchestrator_url: str) -> httpx.AsyncClient:
         """One keep-alive connection per orchestrator: a new TCP connection per beat costs the server."""
@@ -66,6 +70,8 @@ class Heartbeater:
         return self._client
 
     async def aclose(self) -> None:
+        if self._applying is not None and not self._applying.done():
+            await asyncio.wait({self._applying}, timeout=self.timeout)
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -94,12 +100,20 @@ class Heartbeater:
             self.stats.last_error = str(exc) or type(exc).__name__
             log.warning("heartbeat to %s failed: %s", orchestrator_url, self.stats.last_error)
             return None
-        status = await self.apply(reply.current_task)
+        if self._applying is None or self._applying.done():
+            self._applying = asyncio.create_task(self._apply_and_record(reply.current_task))
+        # A quick reconcile (the usual case) is reported with the next beat, as before; a slow one
+        # (an image pull, a big mount) goes on in the background and the beats go on meanwhile:
+        # with a 15 s TTL a pull that held the loop would get a working node declared dead.
+        await asyncio.wait({self._applying}, timeout=max(0.05, self.next_delay() / 2))
+        return reply
+
+    async def _apply_and_record(self, desired: AssignedTask | None) -> None:
+        status = await self.apply(desired)
         if status != self.status:
             self.status = status
             if self.on_status:
                 self.on_status(status)
-        return reply
 
     async def apply(self, desired: AssignedTask | None) -> TaskStatus | None:
         """The runtime's status for `desired`. If the runtime raises, the desired task is reported

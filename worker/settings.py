@@ -25,7 +25,7 @@ class WorkerSettings(IntellectSettings):
     advertised_ip: str | None = Field(default=None, description="IP others reach; default api_host")
     compute_units: int = Field(default=1, ge=1)
     stake: int | None = Field(default=None, ge=0, description="token base units; default: minimum")
-    heartbeat_interval: float = Field(default=10.0, gt=0)
+    heartbeat_interval: float = Field(default=5.0, gt=0)
     metadata_refresh: float = Field(default=60.0, gt=0, description="seconds between discovery uploads")
     request_timeout: float = Field(default=5.0, gt=0, description="timeout of every outgoing HTTP call")
     max_skew_seconds: int = Field(default=60, ge=1)

@@ -60,7 +60,7 @@ class RuntimeConfig(BaseModel):
     task_env: dict[str, str] = Field(default_factory=dict, description="operator's extra task env")
     task_network: str | None = Field(default=None, description="Docker network of task containers "
                                      "(None: the engine's default bridge; 'host' to reach loopback services)")
-    orphan_ttl: float = Field(default=90.0, gt=0, description="a task outlives a dead worker by at most "
+    orphan_ttl: float = Field(default=15.0, gt=0, description="a task outlives a dead worker by at most "
                               "this (process runtime; the orchestrator's heartbeat TTL by default)")
 
     @property

@@ -63,7 +63,7 @@ class Supervisor:
         self.stopping = False
         self.restarts = 0
         self.owner_file: Path | None = None
-        self.orphan_ttl = 90.0
+        self.orphan_ttl = 15.0
         self.orphaned_detail: str | None = None
 
     def write_state(self, state: str, exit_code: int | None = None, detail: str | None = None) -> None:
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-restarts", type=int, default=3)
     parser.add_argument("--restart-delay", type=float, default=1.0)
     parser.add_argument("--owner-file", type=Path, default=None, help="the owning worker (write_owner)")
-    parser.add_argument("--orphan-ttl", type=float, default=90.0, help="stop the task after the owner "
+    parser.add_argument("--orphan-ttl", type=float, default=15.0, help="stop the task after the owner "
                         "is gone this long")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
