@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,18 @@ class Snapshot:
     work_records: int
     block: int
     supervisors: tuple[tuple[str, int], ...]  # (worker name, task supervisors running)
+    beats: tuple[tuple[str, float], ...] = ()  # (node, unix time of its last heartbeat)
 
-    def missing_from(self, now: Snapshot | None) -> list[str]:
-        """What of this snapshot `now` lacks (empty: recovered)."""
+    def missing_from(self, now: Snapshot | None, since: float = 0.0) -> list[str]:
+        """What of this snapshot `now` lacks (empty: recovered); every node that was Healthy must
+        also have sent a heartbeat after `since` (the kill), i.e. really re-attached."""
         if now is None:
             return ["the orchestrator or the chain does not answer"]
         gaps = [f"task {t} gone" for t in sorted(self.tasks - now.tasks)]
         gaps += [f"node {n[:10]}… not Healthy" for n in sorted(self.healthy - now.healthy)]
+        beat = dict(now.beats)
+        gaps += [f"no heartbeat from {n[:10]}… since the fault" for n in sorted(self.healthy)
+                 if beat.get(n, 0.0) <= since]  # fmt: skip
         was, got = dict(self.assigned), dict(now.assigned)
         gaps += [f"node {n[:10]}… reports {got.get(n)} instead of {t}"
                  for n, t in was.items() if got.get(n) != t]  # fmt: skip
@@ -120,7 +126,9 @@ class Drill:
         healthy = frozenset(n.address for n in nodes if n.state.value == "Healthy")
         assigned = tuple(sorted((n.address, n.task.task_id) for n in nodes
                                 if n.address in healthy and n.task is not None))  # fmt: skip
-        return Snapshot(tasks, healthy, assigned, work, block, tuple(self.supervisors().items()))
+        beats = tuple(sorted((n.address, n.last_heartbeat_at.replace(tzinfo=UTC).timestamp())
+                             for n in nodes if n.last_heartbeat_at is not None))  # fmt: skip
+        return Snapshot(tasks, healthy, assigned, work, block, tuple(self.supervisors().items()), beats)
 
     def supervisors(self) -> dict[str, int]:
         """Task supervisors (worker/runtime/supervise.py) alive per worker, told apart by state dir."""
@@ -139,12 +147,13 @@ class Drill:
         """Post the drill task unless one runs, and wait until every worker is Healthy, runs it and
         has its file on chain; returns the snapshot every fault must come back to."""
         nodes = [self.state.account(f"node-{w.split('-')[1]}").address for w in self.workers]
-        task_id = next((t.id for t in self.api.list() if t.name == "fault-drill"), None)
+        task_id = next((t.id for t in self.api.list() if t.spec.name == "fault-drill"), None)
+        want_work = 0  # an earlier drill's task: its files are on chain already
         if task_id is None:
             self.progress("posting the drill task")
+            want_work = self.chain.work_count(self.state.pool_id)
             task_id = self.api.submit(drill_task()).id
         deadline = time.monotonic() + timeout
-        want_work = self.chain.work_count(self.state.pool_id)
         while True:
             snap = self.snapshot()
             if snap is not None:
@@ -170,13 +179,13 @@ class Drill:
             known = ", ".join(p.name for p in self.state.processes)
             raise DrillError(f"no process named {service!r} in this devnet (known: {known})")
         self.progress(f"kill -9 {service} (pid {old.pid})")
-        started = time.monotonic()
+        started, killed_at = time.monotonic(), time.time()
         new = restart(self.state, service, kill=True, timeout=timeout)
         answering = time.monotonic() - started
         deadline = started + timeout
         gaps: list[str] = []
         while time.monotonic() < deadline:
-            gaps = before.missing_from(self.snapshot())
+            gaps = before.missing_from(self.snapshot(), since=killed_at)
             if not gaps:
                 recovered = time.monotonic() - started
                 self.progress(f"{service}: answering after {answering:.1f}s, all back after {recovered:.1f}s")
