@@ -101,7 +101,7 @@ def test_corrupt_shards_are_rejected_and_fetched_elsewhere(tmp_path, servers):
     assert sha256(tmp_path / "out") == sha256(src)
     assert result.rejected_shards >= 1  # 46 shards: the bad relay is picked for some of them
 
-    with pytest.raises(ShardCorrupt, match="failed its sha256 check from every relay.*version dropped"):
+    with pytest.raises(ShardCorrupt, match="failed its blake3 check from every relay.*version dropped"):
         download(1, tmp_path / "only-bad", [bad.url])
     assert not (tmp_path / "only-bad").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]

@@ -124,8 +124,9 @@ def fetch(
     out: Path = typer.Option(..., "--out", help="destination file (replaced only once verified)"),
     relays: list[str] = typer.Option(..., "--relay", help="relay or origin URL (repeat for several)"),
     sha256: str | None = typer.Option(None, "--sha256", help="expected whole-file sha256"),
-    concurrency: int = typer.Option(
-        defaults.client_concurrency, "--concurrency", min=1, help="shards at once"
+    concurrency: int | None = typer.Option(
+        defaults.client_concurrency, "--concurrency", min=1,
+        help="shards at once (default: two per relay, at most cores - 1)",
     ),
     wait: float = typer.Option(0.0, "--wait", min=0, help="seconds to wait for the version to appear"),
     shardcast: bool = typer.Option(False, "--shardcast", help="the relays are shardcast 0.3.2 servers"),
@@ -138,7 +139,7 @@ def fetch(
     try:
         if shardcast:
             result = download_shardcast(
-                version, out, relays, concurrency=concurrency, timeout=defaults.timeout_seconds,
+                version, out, relays, concurrency=concurrency or 6, timeout=defaults.timeout_seconds,
                 wait_seconds=wait,
             )  # fmt: skip
         else:

@@ -1,18 +1,20 @@
 """Download one version from a set of relays into one file, verified, in bounded memory.
 
 How, and why:
-- Shards are fetched concurrently (6 by default) from relays chosen at random, weighted by
-  success-rate EMA × bandwidth EMA, so a slow or failing relay gets less traffic but is not forgotten
-  (its success rate heals a little on every other transfer).
+- Shards are fetched concurrently (auto_concurrency: by relays and cores) from relays chosen at
+  random, weighted by success-rate EMA × bandwidth EMA, so a slow or failing relay gets less
+  traffic but is not forgotten (its success rate heals a little on every other transfer).
 - Each shard streams straight into its offset of a preallocated temp file (`os.pwrite`), hashed on
   the way: no shard files, no join step, no buffer larger than one network read (~64 KiB).
 - A connection that drops mid-shard resumes with `Range: bytes=<received>-`, keeping the hash state,
-  on the same or another relay (shards are identical everywhere, the final sha256 decides).
-- A shard whose sha256 differs is rewritten from another relay; a relay that served it bad is not
+  on the same or another relay (shards are identical everywhere, the shard's hash decides).
+- A shard whose hash differs is rewritten from another relay; a relay that served it bad is not
   asked for that shard again. When every relay served it bad the version is dropped (ShardCorrupt).
-- A thread hashes the file in order, following the completed prefix, while the rest downloads; if
-  the whole-file hash differs at the end the temp file is deleted (ChecksumMismatch). Only a fully
-  verified file is renamed to `dest`. Temp names are unique per call: many clients may share a dir.
+- Shards are checked by blake3 when the manifest has it (4x cheaper than sha256 here), else sha256.
+- Given a trusted whole-file sha256, a thread hashes the file in order, following the completed
+  prefix, while the rest downloads; if it differs at the end the temp file is deleted
+  (ChecksumMismatch). Only a fully verified file is renamed to `dest`. Temp names are unique per
+  call: many clients may share a dir.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import structlog
@@ -40,17 +42,12 @@ from workloads.broadcast.errors import (
     ShardUnavailable,
     VersionNotFound,
 )
-from workloads.broadcast.manifest import BLOCK, VersionManifest, shard_name
+from workloads.broadcast.manifest import BLOCK, Hasher, VersionManifest, new_hasher, shard_name
 
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called as (relay url, shard index, bytes of that shard received so far) after every network read."""
-
-
-class Hasher(Protocol):
-    def update(self, data: bytes, /) -> Any: ...
-    def hexdigest(self) -> str: ...
 
 
 class _Cancelled(Exception):
@@ -104,7 +101,7 @@ class ShardJob:
     offset: int
     size: int
     path: str
-    sha256: str | None = None
+    check: tuple[str, str] | None = None  # (algorithm, hex digest); None: only the whole file is checked
 
 
 @dataclass
@@ -202,19 +199,23 @@ class Transfer:
         self.close()
 
     def run(
-        self, jobs: Sequence[ShardJob], size: int, dest: Path, whole: Hasher, expected: str, what: str
+        self, jobs: Sequence[ShardJob], size: int, dest: Path, whole: Hasher | None, expected: str, what: str
     ) -> tuple[Path, str]:
-        """Download `jobs` into `dest` (size bytes); the whole-file `whole` digest must equal
-        `expected`. Returns (dest, digest). `what` names the version in errors."""
+        """Download `jobs` into `dest` (size bytes). With `whole`, the whole file's digest must equal
+        `expected` (hashed in order beside the downloads); without, every job must carry its own check
+        and `expected` is returned as the digest. `what` names the version in errors."""
+        if whole is None and any(job.check is None for job in jobs):
+            raise ValueError("a transfer without a whole-file hash needs a check on every shard")
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.part")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        hasher = _InOrderHasher(fd, jobs, whole, self.stop)
+        hasher = _InOrderHasher(fd, jobs, whole, self.stop) if whole is not None else None
         ok = False
         try:
             os.ftruncate(fd, size)
-            hasher.start()
+            if hasher is not None:
+                hasher.start()
             with ThreadPoolExecutor(max(1, min(self.concurrency, len(jobs))), "broadcast-shard") as pool:
                 futures = [pool.submit(self._fetch, job, fd, hasher, what) for job in jobs]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
@@ -224,14 +225,16 @@ class Transfer:
                     for future in futures:
                         future.cancel()
                     raise next((e for e in failed if not isinstance(e, _Cancelled)), failed[0])
-            hasher.join()
-            if hasher.error is not None:
-                raise BroadcastError(f"{what}: could not hash the downloaded file: {hasher.error}")
-            digest = whole.hexdigest()
-            if digest != expected:
-                raise ChecksumMismatch(
-                    f"{what}: assembled file hashes to {digest}, manifest says {expected}; version dropped"
-                )
+            digest = expected
+            if hasher is not None and whole is not None:
+                hasher.join()
+                if hasher.error is not None:
+                    raise BroadcastError(f"{what}: could not hash the downloaded file: {hasher.error}")
+                digest = whole.hexdigest()
+                if digest != expected:
+                    raise ChecksumMismatch(
+                        f"{what}: assembled file hashes to {digest}, expected {expected}; version dropped"
+                    )
             os.replace(tmp, dest)  # no fsync: a checkpoint lost to a power cut is simply fetched again
             ok = True
             return dest, digest
@@ -241,8 +244,9 @@ class Transfer:
             if not ok:
                 tmp.unlink(missing_ok=True)
 
-    def _fetch(self, job: ShardJob, fd: int, hasher: _InOrderHasher, what: str) -> None:
-        received, digest = 0, hashlib.sha256()
+    def _fetch(self, job: ShardJob, fd: int, hasher: _InOrderHasher | None, what: str) -> None:
+        algorithm = job.check[0] if job.check else "sha256"
+        received, digest = 0, new_hasher(algorithm)
         corrupt_from: set[str] = set()  # relays that served this shard with the wrong sha256
         down: set[str] = set()  # relays that failed this shard on the network side, cleared on backoff
         sources: set[str] = set()  # relays that contributed to the current partial bytes
@@ -267,7 +271,7 @@ class Transfer:
                         with self._stats_lock:
                             self.resumed += 1
                     elif resp.status_code == 200:
-                        received, digest, sources = 0, hashlib.sha256(), set()
+                        received, digest, sources = 0, new_hasher(algorithm), set()
                     else:
                         raise httpx.HTTPStatusError(
                             f"HTTP {resp.status_code}", request=resp.request, response=resp
@@ -293,23 +297,24 @@ class Transfer:
                 errors.append(f"{relay}: {exc or type(exc).__name__}")
                 continue
             self._count(relay, got)
-            if job.sha256 is not None and digest.hexdigest() != job.sha256:
+            if job.check is not None and digest.hexdigest() != job.check[1]:
                 self.scores.record(relay, False, got, time.monotonic() - start)
                 corrupt_from |= sources
-                errors.append(f"{relay}: sha256 {digest.hexdigest()} != {job.sha256}")
+                errors.append(f"{relay}: {algorithm} {digest.hexdigest()} != {job.check[1]}")
                 with self._stats_lock:
                     self.rejected += 1
                 log.warning(
-                    "shard rejected", what=what, shard=job.index, relay=relay, reason="sha256 mismatch"
+                    "shard rejected", what=what, shard=job.index, relay=relay, reason=f"{algorithm} mismatch"
                 )
-                received, digest, sources = 0, hashlib.sha256(), set()
+                received, digest, sources = 0, new_hasher(algorithm), set()
                 continue
             self.scores.record(relay, True, got, time.monotonic() - start)
-            hasher.mark_done(job.index)
+            if hasher is not None:
+                hasher.mark_done(job.index)
             return
         if corrupt_from and len(corrupt_from) == len(self.relays):
             raise ShardCorrupt(
-                f"{what}: shard {job.index} failed its sha256 check from every relay "
+                f"{what}: shard {job.index} failed its {algorithm} check from every relay "
                 f"({', '.join(sorted(corrupt_from))}); version dropped"
             )
         raise ShardUnavailable(
@@ -348,17 +353,31 @@ def fetch_manifest(
     raise VersionNotFound(f"no relay holds version {version}: " + "; ".join(problems))
 
 
+def auto_concurrency(relays: int, cpus: int | None = None) -> int:
+    """Shards fetched at once when the caller does not say: two per relay (a second stream hides a
+    relay's per-request latency), at most one per core beyond the first (each stream is a Python
+    thread parsing HTTP and hashing; on 2 cores one stream was fastest on loopback), at most 8."""
+    cores = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, min(2 * relays, cores - 1, 8))
+
+
 def download(
     version: int, dest: Path | str, relays: Sequence[str], *, expected_sha256: str | None = None,
-    concurrency: int = 6, timeout: float = 30.0, wait_seconds: float = 0.0,
+    concurrency: int | None = None, timeout: float = 30.0, wait_seconds: float = 0.0,
     progress: Progress | None = None, rng: random.Random | None = None,
 ) -> DownloadResult:  # fmt: skip
-    """Download `version` into `dest`, verified against its manifest (and `expected_sha256` if given).
+    """Download `version` into `dest`, every shard verified against its manifest.
+
+    With `expected_sha256` (a digest from a source you trust more than the relays, e.g. the trainer's
+    step counter) the manifest must carry it and the assembled file is hashed again, beside the
+    downloads, to bind the shards to it. Without, the manifest is the trust anchor: the file is the
+    concatenation of shards that each matched it, and its sha256 is the manifest's.
 
     `wait_seconds` > 0 polls the relays that long for a version not published yet. Raises a
     BroadcastError subclass; on any failure `dest` is left untouched and no temp file remains."""
     started = time.monotonic()
-    with Transfer(relays, concurrency=concurrency, timeout=timeout, progress=progress, rng=rng) as transfer:
+    streams = concurrency if concurrency is not None else auto_concurrency(len(relays))
+    with Transfer(relays, concurrency=streams, timeout=timeout, progress=progress, rng=rng) as transfer:
         deadline = started + wait_seconds
         while True:
             try:
@@ -369,12 +388,11 @@ def download(
                     raise
                 time.sleep(0.25)
         jobs = [
-            ShardJob(s.index, s.offset, s.size, f"v{version}/{shard_name(s.index)}", s.sha256)
+            ShardJob(s.index, s.offset, s.size, f"v{version}/{shard_name(s.index)}", s.check())
             for s in manifest.shards
         ]
-        path, digest = transfer.run(
-            jobs, manifest.size, Path(dest), hashlib.sha256(), manifest.sha256, f"v{version}"
-        )
+        whole = hashlib.sha256() if expected_sha256 else None
+        path, digest = transfer.run(jobs, manifest.size, Path(dest), whole, manifest.sha256, f"v{version}")
         result = DownloadResult(
             version, path, manifest.size, digest, time.monotonic() - started, transfer.bytes_by_relay,
             transfer.rejected, transfer.resumed,

@@ -2,9 +2,9 @@
 
 Pipelined: as soon as the upstream lists a version, the relay stores its manifest (the version is
 listed here from then on) and fetches its shards, `relay_concurrency` at a time, in index order, the
-order clients ask for them. Each shard is streamed to a temp file, its sha256 checked, and only then
-renamed into place, the moment from which it is served; a downstream request that arrived earlier
-was held by the app (see api.py) and is answered right away. A shard with the wrong sha256 is
+order clients ask for them. Each shard is streamed to a temp file, its hash checked (blake3; sha256
+in older manifests), and only then renamed into place, the moment from which it is served; a downstream request that arrived earlier
+was held by the app (see api.py) and is answered right away. A shard with the wrong hash is
 discarded and fetched again on the next round: a relay never serves a bad shard it fetched.
 
 Only the newest `keep` versions are mirrored: older ones would be pruned on arrival anyway.
@@ -12,7 +12,6 @@ Only the newest `keep` versions are mirrored: older ones would be pruned on arri
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ from prometheus_client import Counter
 
 from workloads.broadcast.api import create_app
 from workloads.broadcast.errors import BroadcastError
-from workloads.broadcast.manifest import VersionManifest, shard_name
+from workloads.broadcast.manifest import VersionManifest, new_hasher, shard_name
 from workloads.broadcast.store import VersionStore
 
 log = structlog.get_logger(__name__)
@@ -114,7 +113,8 @@ class Relay:
         if self.store.manifest(manifest.version) is None:
             return False
         tmp = self.store.temp_shard(manifest.version, index)
-        digest = hashlib.sha256()
+        algorithm, expected = info.check()
+        digest = new_hasher(algorithm)
         try:
             url = f"{self.upstream}/v{manifest.version}/{shard_name(index)}"
             with self.http.stream("GET", url) as resp, open(tmp, "wb") as out:
@@ -124,10 +124,10 @@ class Relay:
                         return False
                     digest.update(chunk)
                     out.write(chunk)
-            if digest.hexdigest() != info.sha256:
+            if digest.hexdigest() != expected:
                 if self.rejected is not None:
                     self.rejected.inc()
-                log.warning("upstream shard rejected: sha256 mismatch, will refetch",
+                log.warning(f"upstream shard rejected: {algorithm} mismatch, will refetch",
                             version=manifest.version, shard=index, upstream=self.upstream)  # fmt: skip
                 return False
             committed = self.store.commit_shard(manifest.version, index, tmp)

@@ -21,5 +21,7 @@ class BroadcastSettings(BaseSettings):
         10.0, ge=0, description="a relay holds a request for a listed shard this long while it arrives"
     )
     probe_size: int = Field(1 << 20, ge=1, description="bytes of /data1.bin, shardcast clients' speed probe")
-    client_concurrency: int = Field(6, ge=1, description="shards a client downloads at once")
+    client_concurrency: int | None = Field(
+        None, ge=1, description="shards a client downloads at once (default: by relays and cores)"
+    )
     timeout_seconds: float = Field(30.0, gt=0, description="per-request read timeout")
