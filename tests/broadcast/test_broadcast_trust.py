@@ -80,6 +80,8 @@ def test_trusted_sha256_of_an_honest_version_passes(tmp_path, servers):
     assert result.digest == sha256(src) == sha256(tmp_path / "out")
 
 
-@pytest.mark.parametrize(("relays", "cpus", "streams"), [(1, 2, 1), (1, 8, 2), (3, 8, 6), (10, 64, 8), (2, 1, 1)])
+@pytest.mark.parametrize(
+    ("relays", "cpus", "streams"), [(1, 2, 1), (1, 8, 2), (3, 8, 6), (10, 64, 8), (2, 1, 1)]
+)
 def test_auto_concurrency(relays: int, cpus: int, streams: int) -> None:
     assert auto_concurrency(relays, cpus) == streams

@@ -5,7 +5,8 @@ How, and why:
   random, weighted by success-rate EMA × bandwidth EMA, so a slow or failing relay gets less
   traffic but is not forgotten (its success rate heals a little on every other transfer).
 - Each shard streams straight into its offset of a preallocated temp file (`os.pwrite`), hashed on
-  the way: no shard files, no join step, no buffer larger than one network read (~64 KiB).
+  the way: no shard files, no join step, one 1 MiB read buffer per stream (streams.py says why
+  shard bodies are read with http.client).
 - A connection that drops mid-shard resumes with `Range: bytes=<received>-`, keeping the hash state,
   on the same or another relay (shards are identical everywhere, the shard's hash decides).
 - A shard whose hash differs is rewritten from another relay; a relay that served it bad is not
@@ -20,6 +21,7 @@ How, and why:
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import random
 import threading
@@ -43,6 +45,7 @@ from workloads.broadcast.errors import (
     VersionNotFound,
 )
 from workloads.broadcast.manifest import BLOCK, Hasher, VersionManifest, new_hasher, shard_name
+from workloads.broadcast.streams import ShardStreams, StreamError
 
 log = structlog.get_logger(__name__)
 
@@ -182,6 +185,7 @@ class Transfer:
                 max_connections=4 * self.concurrency, max_keepalive_connections=4 * self.concurrency
             ),
         )
+        self.streams = ShardStreams(timeout)
         self.stop = threading.Event()
         self.max_attempts = max(6, 4 * len(self.relays))
         self._stats_lock = threading.Lock()
@@ -191,6 +195,7 @@ class Transfer:
 
     def close(self) -> None:
         self.http.close()
+        self.streams.close()
 
     def __enter__(self) -> Transfer:
         return self
@@ -265,32 +270,29 @@ class Transfer:
                 continue
             start, got = time.monotonic(), 0
             try:
-                headers = {"Range": f"bytes={received}-"} if received else {}
-                with self.http.stream("GET", f"{relay}/{job.path}", headers=headers) as resp:
-                    if received and resp.status_code == 206:
+                with self.streams.get(relay, job.path, received) as resp:
+                    if received and resp.status == 206:
                         with self._stats_lock:
                             self.resumed += 1
-                    elif resp.status_code == 200:
+                    elif resp.status == 200:
                         received, digest, sources = 0, new_hasher(algorithm), set()
-                    else:
-                        raise httpx.HTTPStatusError(
-                            f"HTTP {resp.status_code}", request=resp.request, response=resp
-                        )
                     sources.add(relay)
-                    for chunk in resp.iter_raw():
+                    view = self.streams.buffer()
+                    while n := resp.readinto(view):
                         if self.stop.is_set():
                             raise _Cancelled()
-                        if received + len(chunk) > job.size:
-                            raise httpx.RemoteProtocolError(f"more than the {job.size} bytes of the shard")
+                        if received + n > job.size:
+                            raise StreamError(f"more than the {job.size} bytes of the shard")
+                        chunk = view[:n]
                         os.pwrite(fd, chunk, job.offset + received)
                         digest.update(chunk)
-                        received += len(chunk)
-                        got += len(chunk)
+                        received += n
+                        got += n
                         if self.progress:
                             self.progress(relay, job.index, received)
                 if received != job.size:
-                    raise httpx.RemoteProtocolError(f"shard ended at {received} of {job.size} bytes")
-            except (httpx.HTTPError, OSError) as exc:
+                    raise StreamError(f"shard ended at {received} of {job.size} bytes")
+            except (StreamError, http.client.HTTPException, OSError) as exc:
                 self._count(relay, got)
                 self.scores.record(relay, False, got, time.monotonic() - start)
                 down.add(relay)

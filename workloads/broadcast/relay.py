@@ -3,9 +3,10 @@
 Pipelined: as soon as the upstream lists a version, the relay stores its manifest (the version is
 listed here from then on) and fetches its shards, `relay_concurrency` at a time, in index order, the
 order clients ask for them. Each shard is streamed to a temp file, its hash checked (blake3; sha256
-in older manifests), and only then renamed into place, the moment from which it is served; a downstream request that arrived earlier
-was held by the app (see api.py) and is answered right away. A shard with the wrong hash is
-discarded and fetched again on the next round: a relay never serves a bad shard it fetched.
+in older manifests), and only then renamed into place, the moment from which it is served; a
+downstream request that arrived earlier was held by the app (see api.py) and is answered right
+away. A shard with the wrong hash is discarded and fetched again on the next round: a relay never
+serves a bad shard it fetched.
 
 Only the newest `keep` versions are mirrored: older ones would be pruned on arrival anyway.
 """
@@ -27,6 +28,7 @@ from workloads.broadcast.api import create_app
 from workloads.broadcast.errors import BroadcastError
 from workloads.broadcast.manifest import VersionManifest, new_hasher, shard_name
 from workloads.broadcast.store import VersionStore
+from workloads.broadcast.streams import ShardStreams, StreamError
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +43,7 @@ class Relay:
         self.upstream = upstream.rstrip("/")
         self.store = store
         self.poll = poll_seconds
+        self.streams = ShardStreams(timeout)  # shard bodies (streams.py says why not httpx)
         self.http = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=5.0),
             limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2),
@@ -62,6 +65,7 @@ class Relay:
         self.thread.join(timeout=10)
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.http.close()
+        self.streams.close()
 
     def _run(self) -> None:
         while not self.stopped.is_set():
@@ -116,14 +120,18 @@ class Relay:
         algorithm, expected = info.check()
         digest = new_hasher(algorithm)
         try:
-            url = f"{self.upstream}/v{manifest.version}/{shard_name(index)}"
-            with self.http.stream("GET", url) as resp, open(tmp, "wb") as out:
-                resp.raise_for_status()
-                for chunk in resp.iter_raw():
+            path = f"v{manifest.version}/{shard_name(index)}"
+            with self.streams.get(self.upstream, path) as resp, open(tmp, "wb") as out:
+                view, received = self.streams.buffer(), 0
+                while n := resp.readinto(view):
                     if self.stopped.is_set():
                         return False
+                    chunk = view[:n]
                     digest.update(chunk)
                     out.write(chunk)
+                    received += n
+            if received != info.size:  # cut short: not corrupt, just incomplete
+                raise StreamError(f"upstream sent {received} of the shard's {info.size} bytes")
             if digest.hexdigest() != expected:
                 if self.rejected is not None:
                     self.rejected.inc()
