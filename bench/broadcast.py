@@ -144,9 +144,12 @@ class Run:
     rss_mb: float
 
 
-def measured(args_list: list[list[str]], work: Path) -> Run:
+def measured(args_list: list[list[str]], work: Path, settle: bool = True) -> Run:
     """Run these client processes at once under /usr/bin/time (its tiny RSS is what a child inherits
-    at fork, unlike this process's)."""
+    at fork, unlike this process's). `settle` first flushes dirty pages (os.sync): otherwise a run
+    right after others that wrote GBs is throttled by their writeback and measures the disk."""
+    if settle:
+        os.sync()
     start = time.monotonic()
     procs = []
     for i, args in enumerate(args_list):
@@ -235,6 +238,7 @@ def bench_ours(
     publish_s = 0.0
     for i in range(repeat):
         version = i + 1
+        os.sync()
         t = time.monotonic()
         subprocess.run([*CLI, "publish", str(src), "--version", str(version), "--dir", str(work / "o"),
                         "--shard-size", str(shard_size)], check=True, cwd=REPO, env={**os.environ, **env},
@@ -242,7 +246,7 @@ def bench_ours(
         publish_s = time.monotonic() - t
         # End to end: the client starts the moment publish returns; origin and relay each notice the
         # version within a poll (0.2 s), the relay serves shards while it still fetches the rest.
-        runs["e2e"].append(measured([fetch(version, relay, work / "e2e.bin")], work))
+        runs["e2e"].append(measured([fetch(version, relay, work / "e2e.bin")], work, settle=False))
         runs["direct"].append(measured([fetch(version, origin, work / "direct.bin")], work))
         runs["warm"].append(measured([fetch(version, relay, work / "warm.bin")], work))
         for name in ("e2e.bin", "direct.bin", "warm.bin"):
@@ -267,6 +271,7 @@ def bench_shardcast(work: Path, src: Path, procs: Procs) -> dict[str, Run]:
     procs.start([str(SC_BIN / "shardcast-middle"), "--upstream", origin, "--data-dir", str(work / "scm"),
                  "--port", str(m_port), "--check-interval", "1", "--log-level", "WARNING"])  # fmt: skip
     wait_http(f"{middle}/data1.bin")
+    os.sync()
     trigger.touch()
     while not done.exists():
         time.sleep(0.02)
@@ -286,7 +291,7 @@ def bench_shardcast(work: Path, src: Path, procs: Procs) -> dict[str, Run]:
                 "--output-file", str(out), "--output-dir", str(work / f"scd-{out.stem}"),
                 "--log-level", "WARNING"]  # fmt: skip
 
-    via_middle = measured([client(middle, work / "sc-e2e.bin")], work)
+    via_middle = measured([client(middle, work / "sc-e2e.bin")], work, settle=False)
     e2e = time.time() - published
     assert same_file(src, work / "sc-e2e.bin")
     direct = measured([client(origin, work / "sc-direct.bin")], work)
