@@ -35,7 +35,7 @@ test: lint ## the full test suite (starts its own anvil, Redis and servers)
 test-fast: ## pure functions and in-process apps over one Redis: no chain, no containers (< 60 s)
 	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider
 
-lint: ## ruff check + mypy (strict on intellect/; the tree is not ruff-formatted yet, so no format check)
+lint: ## ruff check + mypy (strict on intellect/, the stores, the routes and the modules listed in pyproject)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

@@ -9,7 +9,17 @@ import typer
 from rich.table import Table
 
 from ledger.audit import Audit, AuditedWork, Auditor
-from ledger.cli import AsJson, DeploymentPath, RpcUrl, address, clean_errors, client, emit, fmt_tokens, out
+from ledger.cli_common import (
+    AsJson,
+    DeploymentPath,
+    RpcUrl,
+    address,
+    clean_errors,
+    client,
+    emit,
+    fmt_tokens,
+    out,
+)
 from ledger.errors import LedgerError
 
 

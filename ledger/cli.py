@@ -7,30 +7,35 @@ Every failure prints one line naming what to fix and exits with code 1.
 
 from __future__ import annotations
 
-import functools
-import json
 import secrets
-import sys
 import time
-from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
-from eth_utils import is_address, to_checksum_address
-from pydantic import BaseModel, ValidationError
-from rich.console import Console
 from rich.table import Table
 
-from intellect.identity import IdentityError
 from intellect.logs import setup_logging
-from ledger.client import LedgerClient
+from ledger.audit_cli import audit
+from ledger.cli_common import (
+    AsJson,
+    DeploymentPath,
+    Keystore,
+    RpcUrl,
+    address,
+    clean_errors,
+    client,
+    emit,
+    fmt_tokens,
+    kv_table,
+    settings,
+    tokens,
+    tx_done,
+)
 from ledger.deploy import DeployParams, deploy_all
 from ledger.errors import LedgerError
 from ledger.invites import sign_invite
-from ledger.models import ONE_TOKEN, TxResult
-from ledger.settings import LedgerSettings
+from ledger.slashing_cli import app as slashing_app
 
 app = typer.Typer(
     name="intellect-pool",
@@ -43,106 +48,6 @@ app = typer.Typer(
 def _set_up_logging() -> None:
     # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
     setup_logging()
-
-out = Console(soft_wrap=True)  # messages never break inside an address or hash
-err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
-
-RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM JSON-RPC URL [env INTELLECT_RPC_URL]")]
-DeploymentPath = Annotated[
-    Path | None, typer.Option("--deployment", help="deployment file [env INTELLECT_DEPLOYMENT]")
-]
-Keystore = Annotated[
-    Path | None, typer.Option("--keystore", help="keystore file (else env INTELLECT_PRIVATE_KEY)")
-]
-AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def clean_errors(fn: F) -> F:
-    """One line on stderr and exit code 1 instead of a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (LedgerError, IdentityError) as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            err.print(
-                f"[red]error:[/red] {'.'.join(map(str, first['loc']))}: {first['msg']}", highlight=False
-            )
-        except (ValueError, OSError) as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def settings(rpc_url: str | None, deployment: Path | None, keystore: Path | None) -> LedgerSettings:
-    overrides: dict[str, Any] = {"rpc_url": rpc_url, "deployment": deployment, "keystore": keystore}
-    return LedgerSettings(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def client(
-    rpc_url: str | None, deployment: Path | None, keystore: Path | None, *, signer: bool
-) -> LedgerClient:
-    s = settings(rpc_url, deployment, keystore)
-    wallet = s.require_wallet() if signer else s.wallet()
-    return LedgerClient(s.rpc_url, s.deployment, wallet, timeout=s.tx_timeout)
-
-
-def tokens(text: str) -> int:
-    """'12.5' tokens -> base units."""
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise LedgerError(f"not a token amount: {text!r} (e.g. 200 or 0.5)") from None
-    if value < 0:
-        raise LedgerError(f"token amount must not be negative: {text}")
-    return int(value * ONE_TOKEN)
-
-
-def fmt_tokens(base: int) -> str:
-    return f"{Decimal(base) / ONE_TOKEN:f}"
-
-
-def address(text: str, what: str = "address") -> str:
-    if not is_address(text):
-        raise LedgerError(f"{what} {text!r} is not a 0x-prefixed 20-byte address")
-    return to_checksum_address(text)
-
-
-def emit(data: Any, as_json: bool, table: Table | None = None, message: str | None = None) -> None:
-    if as_json:
-        if isinstance(data, BaseModel):
-            data = data.model_dump(mode="json")
-        elif isinstance(data, list):
-            data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-        return
-    if table is not None:
-        out.print(table)
-    if message:
-        out.print(message, highlight=False)
-
-
-def tx_done(result: TxResult | list[TxResult], as_json: bool, message: str) -> None:
-    results = result if isinstance(result, list) else [result]
-    data = {"message": message, "transactions": [r.model_dump(mode="json") for r in results]}
-    gas = sum(r.gas_used for r in results)
-    emit(data, as_json, message=f"[green]ok[/green] {message} (gas {gas}, tx {results[-1].tx_hash})")
-
-
-def kv_table(title: str, rows: dict[str, Any]) -> Table:
-    table = Table(title=title, show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for k, v in rows.items():
-        table.add_row(k, str(v))
-    return table
-
 
 # ---- deployment ----
 
@@ -284,8 +189,8 @@ def pool(
 def invite(
     pool_id: int,
     node: Annotated[str, typer.Argument(help="node address to invite")],
-    ttl: Annotated[int, typer.Option(help="seconds until the invite expires")] = 3600,
-    nonce: Annotated[int | None, typer.Option(help="invite nonce [default: random]")] = None,
+    ttl: Annotated[int, typer.Option(min=1, help="seconds until the invite expires")] = 3600,
+    nonce: Annotated[int | None, typer.Option(min=0, help="invite nonce [default: random]")] = None,
     rpc_url: RpcUrl = None,
     deployment: DeploymentPath = None,
     keystore: Keystore = None,
@@ -426,13 +331,14 @@ def blacklist_node(
 @clean_errors
 def work(
     pool_id: int,
-    since: Annotated[int, typer.Option(help="only work submitted at or after this unix time")] = 0,
+    since: Annotated[int, typer.Option(min=0, help="only work submitted at or after this unix time")] = 0,
     rpc_url: RpcUrl = None,
     deployment: DeploymentPath = None,
     as_json: AsJson = False,
 ) -> None:
     """List accepted (not invalidated) work submissions of a pool, oldest first."""
     c = client(rpc_url, deployment, None, signer=False)
+    c.get_pool(pool_id)  # PoolNotFound for a pool that does not exist, as every other command says
     records = c.work_since(pool_id, since)
     table = Table(title=f"pool {pool_id}: {len(records)} submission(s)")
     for col in ("time", "work key", "node", "units", "reward"):
@@ -586,13 +492,7 @@ def claim_rewards(
     tx_done(result, as_json, f"claimed {fmt_tokens(ev.args['amount']) if ev else '?'} tokens")
 
 
-# Registered last: the sub-app reuses this module's option types and helpers.
-from ledger.slashing_cli import app as slashing_app  # noqa: E402
-
 app.add_typer(slashing_app, name="slashing")
-
-from ledger.audit_cli import audit  # noqa: E402
-
 app.command("audit")(audit)
 
 if __name__ == "__main__":

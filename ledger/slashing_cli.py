@@ -16,7 +16,7 @@ import httpx
 import typer
 from rich.table import Table
 
-from ledger.cli import (
+from ledger.cli_common import (
     AsJson,
     DeploymentPath,
     Keystore,

@@ -24,6 +24,10 @@ from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.nodes import NodeState
 
 
+def as_text(value: bytes | str) -> str:
+    """A Redis reply as text: bytes from a client without decode_responses, str from one with it."""
+    return value.decode() if isinstance(value, bytes) else value
+
 class LiveStore:
     def __init__(self, redis: Redis, pool_id: int, ttl_seconds: float) -> None:
         self.redis = redis
@@ -87,7 +91,7 @@ class LiveStore:
 
     async def heartbeat_details(self, address: str) -> tuple[TaskStatus | None, dict[str, float], str | None]:
         raw = await self.redis.hgetall(self.hb_key(address))
-        data = {k.decode(): v.decode() for k, v in raw.items()}
+        data = {as_text(k): as_text(v) for k, v in raw.items()}
         task = TaskStatus.model_validate_json(data["task"]) if data.get("task") else None
         metrics = json.loads(data["metrics"]) if data.get("metrics") else {}
         return task, metrics, data.get("version") or None
@@ -139,7 +143,7 @@ class LeaderLease:
         return bool(await self.redis.eval(self._RENEW, 1, self.key, self.holder, self.ttl_ms))
 
     async def release(self) -> None:
-        if (await self.redis.get(self.key) or b"").decode() == self.holder:
+        if as_text(await self.redis.get(self.key) or b"") == self.holder:
             await self.redis.delete(self.key)
 
 

@@ -39,7 +39,7 @@ class Pacing:
         """The interval while passes succeed; interval x 2^failures (capped) while they fail."""
         if not self.failures:
             return self.interval
-        return min(self.cap, self.interval * 2 ** min(self.failures, 16))
+        return min(self.cap, self.interval * (1 << min(self.failures, 16)))
 
     def wait_after(self, started: float, now: float) -> float:
         """Seconds to sleep after a pass that started at `started` (monotonic clock)."""

@@ -48,6 +48,7 @@ from intellect.wire.tasks import AssignedTask, TaskSpec
 from intellect.wire.templates import UnknownTemplateVariable, expand
 from orchestrator.access import AdminAccess
 from orchestrator.context import Context
+from orchestrator.live import as_text
 from orchestrator.models import FileCounterRow, UploadRow, utcnow
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.storage import (
@@ -200,8 +201,8 @@ class UploadService:
         raw_state = await ctx.redis.hget(ctx.live.state_key, node)
         if raw_state is None:
             raise HTTPException(404, f"node {node} is not known to this orchestrator (pool {s.pool_id})")
-        if raw_state.decode() != NodeState.HEALTHY.value:
-            raise HTTPException(403, f"node {node} is {raw_state.decode()}, not Healthy: heartbeat first")
+        if as_text(raw_state) != NodeState.HEALTHY.value:
+            raise HTTPException(403, f"node {node} is {as_text(raw_state)}, not Healthy: heartbeat first")
         if body.size_bytes > s.upload_max_bytes:
             raise HTTPException(413, f"file is {body.size_bytes} bytes; the limit is {s.upload_max_bytes} "
                                      "(setting upload_max_bytes)")

@@ -164,7 +164,13 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
     cli.run(owner, "whitelist-provider", provider.address)
     assert client.get_provider(provider.address).whitelisted
 
-    cli.run(owner, "mint", provider.address, "100")
+    # A mixed-case address with a wrong EIP-55 checksum is a typo: refused, naming the checksummed form.
+    letter = next(i for i, ch in enumerate(provider.address) if i > 1 and ch.isalpha())
+    typo = provider.address[:letter] + provider.address[letter].swapcase() + provider.address[letter + 1:]
+    refused = cli.run(owner, "mint", typo, "100", expect=1)
+    assert "wrong EIP-55 checksum" in refused and provider.address in refused
+    assert client.balance_of(provider.address) == 0  # nothing minted
+    cli.run(owner, "mint", provider.address.lower(), "100")  # all lower case carries no checksum: fine
     p = client.with_wallet(provider)
     p.register_provider(100 * ONE_TOKEN)
     nodes = [Wallet.create() for _ in range(3)]
@@ -198,5 +204,7 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
     out = cli.run(owner, "nodes", "1", "--deployment", str(tmp_path / "nope.json"), expect=1)
     assert "no deployment file" in out
     assert "work key must be 32 bytes" in cli.run(other, "invalidate", pool_id, "0x1234", expect=1)
+    assert "PoolNotFound" in cli.run(None, "work", "999", expect=1)  # not an empty list and exit 0
+    assert "--ttl" in cli.run(owner, "invite", pool_id, nodes[2].address, "--ttl", "-100", expect=2)
     for command in ("deploy", "nodes", "invalidate", "balances"):
         assert "--json" in cli.run(None, command, "--help")
