@@ -18,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from intellect.openapi import finish_openapi
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_BODY = 1024 * 1024  # 1 MiB: every JSON body of the protocol is far smaller
@@ -169,8 +171,10 @@ def guard(
     per_path: Mapping[str, int | None] | None = None,
     unavailable: list[Unavailable] | None = None,
 ) -> FastAPI:
-    """Install the body limit and the JSON error handlers on `app` (returns it)."""
+    """Install the body limit and the JSON error handlers on `app`, and an OpenAPI document that lists
+    those errors (intellect.openapi); returns `app`."""
     app.add_middleware(BodyLimit, default=max_body, per_path=dict(per_path or {}))
+    finish_openapi(app)
     app.add_exception_handler(RequestValidationError, validation_error)
     for exc_type, status, what in unavailable or []:
         app.add_exception_handler(exc_type, unavailable_handler(status, what))

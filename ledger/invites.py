@@ -7,9 +7,10 @@ Both are EIP-191 `personal_sign` over a 32-byte keccak digest of packed argument
 from __future__ import annotations
 
 from eth_utils import keccak, to_checksum_address
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
 from intellect.identity import Wallet, recover_message
+from intellect.wire.invites import NONCE_HEX, nonce_hex
 
 
 def _u256(value: int) -> bytes:
@@ -40,6 +41,20 @@ class Invite(BaseModel):
     @classmethod
     def _checksum(cls, v: str) -> str:
         return to_checksum_address(v)
+
+    @field_validator("nonce", mode="before")
+    @classmethod
+    def _nonce_from_hex(cls, v: object) -> object:
+        """JSON carries the nonce as the worker's API does: 0x + 64 hex digits (an int is taken too)."""
+        if isinstance(v, str):
+            if not NONCE_HEX.fullmatch(v):
+                raise ValueError(f"nonce {v!r} must be 0x + 64 hex digits (32 bytes)")
+            return int(v, 16)
+        return v
+
+    @field_serializer("nonce")
+    def _nonce_to_hex(self, v: int) -> str:
+        return nonce_hex(v)
 
     def digest(self) -> bytes:
         return invite_digest(self.domain_id, self.pool_id, self.node, self.nonce, self.expiration)

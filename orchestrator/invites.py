@@ -16,7 +16,7 @@ import structlog
 from fastapi.concurrency import run_in_threadpool
 
 from intellect.errors import PeerError
-from intellect.wire.invites import InviteRequest
+from intellect.wire.invites import InviteRequest, nonce_hex
 from intellect.wire.nodes import DiscoveredNode, NodeState
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
@@ -83,7 +83,7 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
     invite = await run_in_threadpool(ctx.chain.invite, row.address, settings.invite_valid_seconds)
     request = InviteRequest(
         domain_id=invite.domain_id, pool_id=invite.pool_id, node_address=row.address,
-        nonce="0x" + invite.nonce.to_bytes(32, "big").hex(), expiration=invite.expiration,
+        nonce=nonce_hex(invite.nonce), expiration=invite.expiration,
         signature=invite.signature, orchestrator_url=settings.effective_public_url,
     )
     try:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from intellect.identity import Wallet
+from intellect.wire.invites import NONCE_HEX
 from ledger.anvil import Anvil
 from ledger.cli import app
 from ledger.client import LedgerClient
@@ -205,6 +206,8 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
     assert "no deployment file" in out
     assert "work key must be 32 bytes" in cli.run(other, "invalidate", pool_id, "0x1234", expect=1)
     assert "PoolNotFound" in cli.run(None, "work", "999", expect=1)  # not an empty list and exit 0
+    invite = cli.json(owner, "invite", pool_id, nodes[2].address)
+    assert NONCE_HEX.fullmatch(invite["nonce"])  # the worker API's 0x + 64 hex form, not an int
     assert "--ttl" in cli.run(owner, "invite", pool_id, nodes[2].address, "--ttl", "-100", expect=2)
     for command in ("deploy", "nodes", "invalidate", "balances"):
         assert "--json" in cli.run(None, command, "--help")

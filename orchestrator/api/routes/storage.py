@@ -9,7 +9,7 @@ included by the server only when that backend is in use.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse
 
 from intellect.wire.storage import StoredFile, UploadGrant, UploadRequest
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/storage", tags=["storage"])
 
 _SCHEMA = {"requestBody": {"content": {"application/json": {"schema": UploadRequest.model_json_schema()}},
                            "required": True}}
-_HEX = frozenset("0123456789abcdef")
+SHA256_HEX = "^[0-9a-f]{64}$"
 
 
 @router.post("/request-upload", response_model=UploadGrant, openapi_extra=_SCHEMA,
@@ -30,9 +30,8 @@ async def request_upload(request: Request, uploads: UploadsDep) -> UploadGrant:
 
 @router.get("/files/{sha256}", response_model=StoredFile,
             description="Admin bearer, or signed by a validator: where the file with this sha256 is.")
-async def stored_file(request: Request, sha256: str, uploads: UploadsDep,
+async def stored_file(request: Request, uploads: UploadsDep,
+                      sha256: str = Path(pattern=SHA256_HEX, description="the file's sha256, lowercase hex"),
                       redirect: bool = Query(False, description="307 to the URL instead of JSON"),
                       ) -> StoredFile | RedirectResponse:
-    if len(sha256) != 64 or any(c not in _HEX for c in sha256):
-        raise HTTPException(400, "sha256 must be 64 lowercase hex characters")
     return await uploads.stored_file(request, sha256, redirect)
