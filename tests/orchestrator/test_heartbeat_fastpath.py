@@ -70,7 +70,8 @@ def test_fast_route_answers_and_refuses_like_the_documented_one(orchestrator) ->
     reply = beat(url, healthy)
     assert reply.status_code == 200, reply.text
     assert reply.headers["content-type"] == "application/json"
-    assert reply.json() == {"current_task": None, "interval_seconds": 10.0}
+    default_interval = OrchestratorSettings.model_fields["heartbeat_interval_seconds"].default
+    assert reply.json() == {"current_task": None, "interval_seconds": default_interval}
     assert r.zscore(seen, healthy.address) is not None
     # a replay is refused and writes nothing
     headers = sign_request(healthy, "POST", "/heartbeat", BODY)

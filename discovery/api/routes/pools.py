@@ -6,7 +6,9 @@ pool, from a whitelisted provider (when required) and meeting the pool's hardwar
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path
 from fastapi.concurrency import run_in_threadpool
 
 from discovery.api.deps import CallerDep, ChainDep, SettingsDep, StoreDep, is_validator
@@ -28,8 +30,11 @@ def eligible(record: DiscoveredNode, pool_id: int, requirements: PoolRequirement
     return not requirements.mismatches(record.metadata.compute_specs)
 
 
+PoolId = Annotated[int, Path(ge=0, le=2**256 - 1, description="pool id on chain (uint256)")]
+
+
 @router.get("/pools/{pool_id}/nodes", response_model=list[DiscoveredNode])
-async def pool_nodes(pool_id: int, who: CallerDep, settings: SettingsDep, store: StoreDep,
+async def pool_nodes(pool_id: PoolId, who: CallerDep, settings: SettingsDep, store: StoreDep,
                      chain: ChainDep) -> list[DiscoveredNode]:
     pool = await run_in_threadpool(chain.pool, pool_id)
     if pool is None:
