@@ -162,3 +162,13 @@ def test_replayed_request_is_refused(worker, devnet: Devnet) -> None:
     stale = sign_request(devnet.validator, "GET", "/logs", timestamp=int(time.time()) - 3600)
     skewed = httpx.get(f"{server.url}/logs", headers=stale)
     assert skewed.status_code == 401 and "clock" in skewed.json()["detail"]
+
+
+def test_openapi_fuzz_unsigned_and_signed_by_a_stranger(worker, devnet: Devnet) -> None:
+    """schemathesis over the worker's own API: no 5xx, every answer documented, bodies on schema."""
+    from tests.support.openapi_fuzz import NodeSignature, fuzz, validated
+
+    server, *_ = worker
+    for call in (validated(server.url), validated(server.url, auth=NodeSignature(Wallet.create()))):
+        ran = fuzz(f"{server.url}/openapi.json", call, examples=15)
+        assert "POST /invite" in ran, ran
