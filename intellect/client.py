@@ -191,8 +191,10 @@ class OrchestratorClient:
         params = {"include_deleted": "true"} if include_deleted else None
         return [Task.model_validate(t) for t in self._request("GET", "/tasks", params=params)]
 
-    def get(self, task_id: str) -> Task:
-        return Task.model_validate(self._request("GET", f"/tasks/{task_id}"))
+    def get(self, task_id: str, include_deleted: bool = False) -> Task:
+        """The task; a deleted one raises TaskApiError 404 unless `include_deleted`."""
+        params = "?include_deleted=true" if include_deleted else ""
+        return Task.model_validate(self._request("GET", f"/tasks/{task_id}{params}"))
 
     def delete(self, task_id: str) -> Task:
         return Task.model_validate(self._request("DELETE", f"/tasks/{task_id}"))

@@ -50,6 +50,9 @@ def test_submit_list_get_status_delete_with_the_token(orch: Orchestrator) -> Non
         assert client.delete(task.id).deleted
         assert task.id not in [t.id for t in client.list()]
         assert task.id in [t.id for t in client.list(include_deleted=True)]
+        with pytest.raises(TaskApiError, match="was deleted") as gone:  # deleted is gone, as in the list
+            client.get(task.id)
+        assert gone.value.status == 404 and client.get(task.id, include_deleted=True).deleted
 
 
 def test_errors_carry_the_servers_reason(orch: Orchestrator) -> None:

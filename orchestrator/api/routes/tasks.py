@@ -45,11 +45,15 @@ async def list_tasks(store: TaskStoreDep, include_deleted: bool = False) -> list
 
 
 @router.get("/tasks/{task_id}", response_model=Task)
-async def get_task(task_id: str, store: TaskStoreDep) -> Task:
+async def get_task(task_id: str, store: TaskStoreDep, include_deleted: bool = False) -> Task:
+    """A deleted task is gone (404) unless `include_deleted=true`, as in the list."""
     try:
-        return await store.get(task_id)
+        task = await store.get(task_id)
     except TaskNotFound as exc:
         raise not_found(exc) from None
+    if task.deleted and not include_deleted:
+        raise HTTPException(404, f"task {task_id} was deleted; ?include_deleted=true shows it")
+    return task
 
 
 @router.delete("/tasks/{task_id}", response_model=Task)
