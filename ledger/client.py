@@ -202,6 +202,14 @@ class LedgerClient:
         if self.allowance(self.address, spender) < amount:
             self.approve(spender, amount)
 
+    def approve_stake(self, amount: int) -> TxResult | None:
+        """Let the registry take `amount` of stake; the approve sent, or None when already allowed.
+        register_provider/increase_stake do this themselves; callers that report every transaction
+        they sent call it first."""
+        if self.allowance(self.address, self.registry.address) >= amount:
+            return None
+        return self.approve(self.registry.address, amount)
+
     # ---- registry: providers ----
 
     def register_provider(self, stake: int) -> TxResult:

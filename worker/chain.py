@@ -282,11 +282,13 @@ class WorkerChain:
             if not confirm(plan):
                 raise RegistrationDeclined(
                     "stake not approved: nothing was spent (pass --yes to skip the prompt)")
-            c = self.provider_client  # register/increase approve the registry themselves
-            if plan.register_stake:
-                txs.append(c.register_provider(plan.register_stake).tx_hash)
-            if plan.extra_stake:
-                txs.append(c.increase_stake(plan.extra_stake).tx_hash)
+            c = self.provider_client
+            steps = ((plan.register_stake, c.register_provider), (plan.extra_stake, c.increase_stake))
+            for amount, send in steps:
+                if amount:
+                    approved = c.approve_stake(amount)  # its own tx, so the count the user reads is right
+                    txs += [approved.tx_hash] if approved else []
+                    txs.append(send(amount).tx_hash)
         if plan.add_node:
             txs.append(self.provider_client.add_node(self.keys.node, compute_units).tx_hash)
         return txs
