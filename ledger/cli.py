@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from intellect.logs import setup_logging
+from ledger import node_cli
 from ledger.audit_cli import audit
 from ledger.cli_common import (
     AsJson,
@@ -341,11 +342,13 @@ def work(
     c.get_pool(pool_id)  # PoolNotFound for a pool that does not exist, as every other command says
     records = c.work_since(pool_id, since)
     table = Table(title=f"pool {pool_id}: {len(records)} submission(s)")
-    for col in ("time", "work key", "node", "units", "reward"):
+    for col in ("time", "work key", "node", "units", "reward", "status"):
         table.add_column(col)
     for r in records:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.timestamp))
-        table.add_row(when, r.work_key, r.node, str(r.units), fmt_tokens(r.reward))
+        # Not invalidated itself, but its node was slashed for another file: its reward was dropped.
+        state = "reward dropped (node slashed)" if r.units and not r.reward else "accepted"
+        table.add_row(when, r.work_key, r.node, str(r.units), fmt_tokens(r.reward), state)
     emit(records, as_json, table)
 
 
@@ -494,6 +497,8 @@ def claim_rewards(
 
 app.add_typer(slashing_app, name="slashing")
 app.command("audit")(audit)
+app.command("join")(node_cli.join)
+app.command("submit-work")(node_cli.submit_work)
 
 if __name__ == "__main__":
     app()

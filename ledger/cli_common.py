@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from eth_utils import is_address, is_hex_address, to_checksum_address
+from eth_utils import is_address, is_checksum_address, is_hex_address, to_checksum_address
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -92,7 +92,9 @@ def fmt_tokens(base: int) -> str:
 def address(text: str, what: str = "address") -> str:
     """A checksummed address. Mixed case means an EIP-55 checksum: a wrong one is refused (a typo
     would send stake or rewards elsewhere); all-lower or all-upper hex carries none and is accepted."""
-    if is_hex_address(text) and not is_address(text):
+    digits = text[2:]
+    mixed_case = digits != digits.lower() and digits != digits.upper()
+    if is_hex_address(text) and mixed_case and not is_checksum_address(text):
         raise LedgerError(
             f"{what} {text} has a wrong EIP-55 checksum (a typo?); its checksummed form would be "
             f"{to_checksum_address(text)}: check the address, then pass that form or all lower case"

@@ -183,12 +183,31 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
             Invite.model_validate(cli.json(owner, "invite", pool_id, node.address)),
         )
         p.submit_work(int(pool_id), node.address, bytes([i + 1]) * 32, 1)
+
+    # An operator recovering a node by hand: join with a saved invite, record a file's work.
+    spare = Wallet.create()
+    p.add_node(spare, 1)
+    invite_file = tmp_path / "invite.json"
+    invite_file.write_text(cli.run(owner, "invite", pool_id, spare.address, "--json"))
+    (tmp_path / "junk.json").write_text('{"pool_id": 1}')
+    assert "intellect-pool invite" in cli.run(provider_key, "join", pool_id, spare.address, "--invite",
+                                              str(tmp_path / "junk.json"), expect=1)  # fmt: skip
+    joined = json.loads(cli.run(provider_key, "join", pool_id, spare.address, "--invite", str(invite_file),
+                                "--json"))  # fmt: skip
+    assert joined["transactions"][0]["tx_hash"] and client.is_node_in_pool(int(pool_id), spare.address)
+    rollout = tmp_path / "rollout.parquet"
+    rollout.write_bytes(b"rows" * 1000)
+    assert "exactly one of" in cli.run(provider_key, "submit-work", pool_id, spare.address, "4", expect=1)
+    cli.run(provider_key, "submit-work", pool_id, spare.address, "4", "--file", str(rollout))
+    recorded = client.get_work(int(pool_id), hashlib.sha256(rollout.read_bytes()).digest())
+    assert recorded is not None and recorded.units == 4 and recorded.node == spare.address
+    cli.run(owner, "eject", pool_id, spare.address)
     cli.run(owner, "eject", pool_id, nodes[0].address)
     cli.run(owner, "blacklist-node", pool_id, nodes[1].address)
     assert client.pool_nodes(int(pool_id)) == [nodes[2].address]
     assert client.is_node_blacklisted(int(pool_id), nodes[1].address)
     cli.run(other, "soft-invalidate", pool_id, "0x" + "03" * 32)
-    assert len(cli.json(None, "work", pool_id)) == 2
+    assert len(cli.json(None, "work", pool_id)) == 3  # 3 + 1 recorded by hand, less 1 soft-invalidated
     cli.run(owner, "blacklist-provider", provider.address, "--pool", pool_id)
     assert client.pool_nodes(int(pool_id)) == []
     cli.run(owner, "blacklist-provider", provider.address)
