@@ -430,7 +430,9 @@ def grant_federator(
     tx_done(c.grant_federator(address(account)), as_json, f"{account} is now a federator")
 
 
-@app.command()
+# `mint ADDR -5` would otherwise be read as an unknown option "-5": let it reach `tokens`, which names
+# the problem (a negative amount).
+@app.command(context_settings={"ignore_unknown_options": True})
 @clean_errors
 def mint(
     to: str,

@@ -218,6 +218,7 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
     # Errors name what to fix.
     assert "not a 0x-prefixed 20-byte address" in cli.run(owner, "eject", pool_id, "0x12", expect=1)
     assert "not a token amount" in cli.run(owner, "mint", provider.address, "ten", expect=1)
+    assert "must not be negative" in cli.run(owner, "mint", provider.address, "-5", expect=1)
     assert "INTELLECT_PRIVATE_KEY" in cli.run(None, "start-pool", pool_id, expect=1)
     assert "PoolAlreadyEnded" in cli.run(owner, "end-pool", pool_id, expect=1)
     assert "NotPoolCreator" in cli.run(other, "end-pool", pool_id, expect=1)
