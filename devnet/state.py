@@ -29,26 +29,27 @@ class ManagedProcess(BaseModel):
         except psutil.Error:
             return False
 
+    def _signal_and_wait(self, sig: signal.Signals, timeout: float) -> bool:
+        """Send `sig` and wait up to `timeout` for the process to go; True if it is gone."""
+        os.kill(self.pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.05)
+        return not self.alive()
+
     def kill(self, timeout: float = 10.0) -> bool:
         """SIGKILL, as a crash would, and wait until it is gone; True if it was running."""
         if not self.alive():
             return False
-        os.kill(self.pid, signal.SIGKILL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.alive():
-            time.sleep(0.05)
+        self._signal_and_wait(signal.SIGKILL, timeout)
         return True
 
     def stop(self, timeout: float = 10.0) -> bool:
         """SIGTERM, then SIGKILL after `timeout`; True if it was running."""
         if not self.alive():
             return False
-        os.kill(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.alive():
-            time.sleep(0.1)
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
+        if not self._signal_and_wait(signal.SIGTERM, timeout):
+            self._signal_and_wait(signal.SIGKILL, timeout)
         return True
 
 
