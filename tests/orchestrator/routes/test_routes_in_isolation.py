@@ -78,8 +78,12 @@ def test_create_list_get_delete(client: TestClient, store: TaskStore) -> None:
     assert changes.count == 2
     assert client.get("/tasks").json() == []
     assert [t["id"] for t in client.get("/tasks", params={"include_deleted": True}).json()] == [task["id"]]
-    # deletion is a mark: the task is still readable, and deleting it again answers the same record
-    assert client.get(f"/tasks/{task['id']}").json()["deleted"] is True
+    # deletion is a mark: gone from GET as from the list, still readable with include_deleted, and
+    # deleting it again answers the same record
+    gone = client.get(f"/tasks/{task['id']}")
+    assert gone.status_code == 404 and "was deleted" in gone.json()["detail"]
+    kept = client.get(f"/tasks/{task['id']}", params={"include_deleted": True})
+    assert kept.status_code == 200 and kept.json()["deleted"] is True
     again = client.delete(f"/tasks/{task['id']}")
     assert again.status_code == 200 and again.json()["deleted"] is True
 
