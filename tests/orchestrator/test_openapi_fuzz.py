@@ -22,9 +22,9 @@ from discovery.settings import DiscoverySettings  # noqa: E402
 from intellect.identity import Wallet  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.testing import serve_in_thread  # noqa: E402
-from tests.support.openapi_fuzz import NodeSignature, fuzz, validated  # noqa: E402
+from tests.support.openapi_fuzz import run_fuzz  # noqa: E402
 
-NODE = Wallet.create()
+NODE_KEY = Wallet.create().private_key_hex()
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +55,10 @@ def discovery_url(
 
 def test_orchestrator(orch: Orchestrator) -> None:
     admin = {"Authorization": f"Bearer {orch.token}"}
-    for call in (validated(orch.url), validated(orch.url, headers=admin),
-                 validated(orch.url, auth=NodeSignature(NODE))):  # fmt: skip
-        ran = fuzz(f"{orch.url}/openapi.json", call)
+    for ran in (run_fuzz(orch.url), run_fuzz(orch.url, headers=admin), run_fuzz(orch.url, sign_key=NODE_KEY)):
         assert {"POST /tasks", "POST /heartbeat", "GET /nodes"} <= set(ran), ran
 
 
 def test_discovery(discovery_url: str) -> None:
-    for call in (validated(discovery_url), validated(discovery_url, auth=NodeSignature(NODE))):
-        ran = fuzz(f"{discovery_url}/openapi.json", call)
+    for ran in (run_fuzz(discovery_url), run_fuzz(discovery_url, sign_key=NODE_KEY)):
         assert any(label.startswith("PUT /nodes") for label in ran), ran
