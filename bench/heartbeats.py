@@ -45,7 +45,7 @@ from intellect.identity import Wallet  # noqa: E402
 from intellect.net import free_port  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import sign_request  # noqa: E402
-from intellect.testing import start_devnet  # noqa: E402
+from tests.support.testing import start_devnet  # noqa: E402
 
 BODY = b'{"metrics":{"tokens_per_s":123.0},"worker_version":"0.1.0"}'
 

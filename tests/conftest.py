@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from intellect.redis_server import EmbeddedRedis
-from intellect.testing import start_devnet
+from tests.support.testing import start_devnet
 
 SLOW_FIXTURES = frozenset({
     "devnet", "chain", "world", "world_snapshot", "docker_ready", "docker_harness", "harness", "bridge",
@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def no_server_outlives_its_module() -> Iterator[None]:
-    """Fail the module that leaves a uvicorn thread running (intellect.testing.ServerThread).
+    """Fail the module that leaves a uvicorn thread running (tests.support.testing.ServerThread).
 
     A leaked server keeps its app's loops running after the module's Redis and chain stop; they then
     logged into later modules' captured output and broke tests far from the cause (seen in CI).
@@ -54,7 +54,7 @@ def no_server_outlives_its_module() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def devnet():
-    """anvil + deployed contracts + a started pool (see intellect.testing.start_devnet)."""
+    """anvil + deployed contracts + a started pool (see tests.support.testing.start_devnet)."""
     net = start_devnet()
     yield net
     net.stop()

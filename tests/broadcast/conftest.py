@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from intellect.testing import ServerThread
 from tests.broadcast.helpers import RelayProcess
+from tests.support.testing import ServerThread
 
 
 @pytest.fixture

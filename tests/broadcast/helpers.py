@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from intellect.net import free_port
-from intellect.testing import ServerThread
+from tests.support.testing import ServerThread
 from workloads.broadcast.origin import create_origin_app
 from workloads.broadcast.relay import create_relay_app
 from workloads.broadcast.store import VersionStore

@@ -15,8 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from intellect.net import free_port
-from intellect.testing import ServerThread
 from tests.broadcast.helpers import SHARD, random_file, sha256, start_origin, start_relay, wait_until
+from tests.support.testing import ServerThread
 from workloads.broadcast.client import download
 from workloads.broadcast.origin import CheckpointWatcher, publish
 from workloads.broadcast.shardcast_compat import download_shardcast, parse_distribution

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Header, HTTPException
 
 from dashboard.server import create_app
 from dashboard.settings import DashboardSettings
-from intellect.testing import ServerThread
+from tests.support.testing import ServerThread
 
 NODE_A = "0x" + "a1" * 20
 NODE_B = "0x" + "b2" * 20

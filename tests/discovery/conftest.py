@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from intellect.testing import start_devnet
+from tests.support.testing import start_devnet
 
 REQUIREMENTS = '{"requirements": {"cpu_cores": 2, "ram_mb": 1000, "gpu": {"count": 0}}}'
 

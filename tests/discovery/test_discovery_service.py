@@ -12,8 +12,8 @@ from discovery.chain import LedgerChainView
 from discovery.settings import DiscoverySettings
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
-from intellect.testing import serve_in_thread
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
+from tests.support.testing import serve_in_thread
 
 
 def metadata(node: Wallet, provider: Wallet, ip: str | None = None, port: int = 9000,

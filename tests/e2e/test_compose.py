@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from intellect.client import OrchestratorClient
-from intellect.testing import docker_problem
+from tests.support.testing import docker_problem
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE_IMAGE = "intellect-service:latest"

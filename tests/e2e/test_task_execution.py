@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_control_plane import Cluster, Service, wait_until  # noqa: E402
 
-from intellect import testing  # noqa: E402
 from intellect.identity import Wallet  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import SignedAuth  # noqa: E402
@@ -42,6 +41,7 @@ from ledger.deploy import DeployParams, deploy_all  # noqa: E402
 from ledger.errors import ContractRevert  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402
+from tests.support import testing  # noqa: E402
 from worker.runtime.bridge import FileQueue  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from postgres_cluster import PostgresCluster, postgres_bin, start_cluster
 from discovery.app import create_app as create_discovery
 from discovery.chain import LedgerChainView
 from discovery.settings import DiscoverySettings
-from intellect.testing import serve_in_thread
+from tests.support.testing import serve_in_thread
 
 _names = itertools.count()
 

@@ -10,11 +10,11 @@ import httpx
 
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
-from intellect.testing import serve_in_thread
 from intellect.wire.heartbeat import HeartbeatRequest
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
 from orchestrator.app import create_app
 from orchestrator.settings import OrchestratorSettings
+from tests.support.testing import serve_in_thread
 
 FAST = dict(heartbeat_interval_seconds=0.5, heartbeat_ttl_seconds=1.5, check_interval_seconds=0.5,
             miss_threshold=2, invite_interval_seconds=0.5, invite_timeout_seconds=4, http_timeout_seconds=5,

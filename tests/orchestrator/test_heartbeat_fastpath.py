@@ -22,13 +22,13 @@ from intellect.identity import Wallet
 from intellect.net import free_port
 from intellect.redis_server import EmbeddedRedis
 from intellect.signing import SignedAuth, sign_request
-from intellect.testing import serve_in_thread
 from intellect.wire.heartbeat import HeartbeatRequest
 from orchestrator.app import create_app
 from orchestrator.chain import LedgerPoolChain
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.models import NodeRow, utcnow
 from orchestrator.settings import OrchestratorSettings
+from tests.support.testing import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = HeartbeatRequest(metrics={"tok_s": 1.0}).model_dump_json().encode()

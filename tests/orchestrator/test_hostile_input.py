@@ -23,7 +23,7 @@ from discovery.settings import DiscoverySettings  # noqa: E402
 from intellect.identity import Wallet  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import SignedAuth  # noqa: E402
-from intellect.testing import serve_in_thread  # noqa: E402
+from tests.support.testing import serve_in_thread  # noqa: E402
 
 SEED_BODY = Path(__file__).parents[1] / "fixtures" / "synthetic2_task.json"
 

@@ -21,8 +21,8 @@ from discovery.chain import LedgerChainView  # noqa: E402
 from discovery.settings import DiscoverySettings  # noqa: E402
 from intellect.identity import Wallet  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
-from intellect.testing import serve_in_thread  # noqa: E402
 from tests.support.openapi_fuzz import run_fuzz  # noqa: E402
+from tests.support.testing import serve_in_thread  # noqa: E402
 
 NODE_KEY = Wallet.create().private_key_hex()
 

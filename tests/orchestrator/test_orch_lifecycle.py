@@ -10,9 +10,9 @@ from standin_worker import standin_worker
 
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
-from intellect.testing import serve_in_thread
 from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.tasks import TaskState
+from tests.support.testing import serve_in_thread
 
 
 def test_invite_heartbeat_task_death_ejection_and_return(devnet, redis_url, discovery, tmp_path):

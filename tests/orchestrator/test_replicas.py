@@ -14,7 +14,7 @@ import redis
 from lifecycle_world import Orchestrator, upload, wait_for
 from standin_worker import standin_worker
 
-from intellect.testing import serve_in_thread
+from tests.support.testing import serve_in_thread
 
 
 def test_two_replicas_share_one_redis_and_one_database(devnet, redis_url, discovery, database_url,

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from intellect import testing
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.tasks import AssignedTask, GroupContext, Task, TaskSpec, TaskState
+from tests.support import testing
 from worker.runtime import ProcessRuntime, RuntimeBase, RuntimeConfig
 from worker.runtime.bridge import TaskBridge
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from intellect.redis_server import EmbeddedRedis
-from intellect.testing import ServerThread  # noqa: F401  (re-exported for test_signing)
+from tests.support.testing import ServerThread  # noqa: F401  (re-exported for test_signing)
 
 
 @pytest.fixture(scope="module")

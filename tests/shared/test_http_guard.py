@@ -9,8 +9,8 @@ import redis
 from fastapi import FastAPI, Request
 
 from intellect.http_guard import guard, json_safe
-from intellect.testing import ServerThread
 from intellect.wire.base import WireModel
+from tests.support.testing import ServerThread
 
 
 class Named(WireModel):

@@ -23,12 +23,12 @@ import httpx
 from intellect.identity import Wallet
 from intellect.net import free_port
 from intellect.signing import SignedAuth
-from intellect.testing import Devnet, ServerThread, serve_in_thread
 from intellect.wire.heartbeat import HeartbeatRequest
 from intellect.wire.storage import UploadRequest
 from orchestrator.app import create_app
 from orchestrator.chain import LedgerPoolChain
 from orchestrator.settings import OrchestratorSettings
+from tests.support.testing import Devnet, ServerThread, serve_in_thread
 
 FAST: dict[str, Any] = dict(
     heartbeat_interval_seconds=0.3, heartbeat_ttl_seconds=300, check_interval_seconds=0.5, miss_threshold=2,

@@ -21,9 +21,9 @@ from typer.testing import CliRunner  # noqa: E402
 from uploads_world import Heartbeats, Orchestrator, make_healthy, wait_for  # noqa: E402
 
 from intellect.identity import Wallet  # noqa: E402
-from intellect.testing import ServerThread  # noqa: E402
 from intellect.wire.storage import UploadRequest  # noqa: E402
 from ledger.models import WorkStatus  # noqa: E402
+from tests.support.testing import ServerThread  # noqa: E402
 from validator.api import create_app  # noqa: E402
 from validator.memory import LocalCheckpoints  # noqa: E402
 from validator.pipeline import Pipeline  # noqa: E402

@@ -135,7 +135,7 @@ def test_daemon_says_once_that_its_node_left_the_registry_and_backs_off(
     logs why once, with what to do, and retries ever more slowly instead of every 10 s forever."""
     from discovery.app import create_app as discovery_app
     from discovery.settings import DiscoverySettings
-    from intellect.testing import ServerThread
+    from tests.support.testing import ServerThread
     from worker import daemon as daemon_module
 
     chain = make_chain(devnet, devnet.fresh_provider())

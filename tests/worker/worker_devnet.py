@@ -12,10 +12,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from intellect.identity import Wallet
-from intellect.testing import ServerThread  # noqa: F401  (re-exported for conftest)
 from ledger.anvil import Anvil
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
+from tests.support.testing import ServerThread  # noqa: F401  (re-exported for conftest)
 
 POOL_DATA = '{"requirements": {"cpu_cores": 1}}'
 
