@@ -80,14 +80,11 @@ def submit_work(
     if (file is None) == (work_key is None):
         raise LedgerError("give exactly one of --file PATH or --work-key 0x<64 hex>")
     if file is not None:
-        digest = hashlib.sha256()
         try:
             with file.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+                work_key = "0x" + hashlib.file_digest(fh, "sha256").hexdigest()
         except OSError as exc:
             raise LedgerError(f"cannot read {file}: {exc}") from None
-        work_key = "0x" + digest.hexdigest()
     key = work_key_bytes(work_key or "")
     c = client(rpc_url, deployment, keystore, signer=True)
     result = c.submit_work(pool_id, address(node, "node"), key, units)

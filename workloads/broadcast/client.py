@@ -179,13 +179,8 @@ class Transfer:
         self.scores = RelayScores(self.relays, rng)
         self.concurrency = max(1, concurrency)
         self.progress = progress
-        self.http = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=5.0),
-            limits=httpx.Limits(
-                max_connections=4 * self.concurrency, max_keepalive_connections=4 * self.concurrency
-            ),
-        )
-        self.streams = ShardStreams(timeout)
+        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))  # manifests only
+        self.streams = ShardStreams(timeout)  # shard bodies
         self.stop = threading.Event()
         self.max_attempts = max(6, 4 * len(self.relays))
         self._stats_lock = threading.Lock()
