@@ -18,9 +18,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from intellect.identity import Wallet  # noqa: E402
-from ledger.anvil import Anvil  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from ledger.deploy import _constructor_data, deploy_all  # noqa: E402
+from ledger.dev.anvil import Anvil  # noqa: E402
 from ledger.invites import sign_invite  # noqa: E402
 from ledger.models import ONE_TOKEN, TxResult  # noqa: E402
 from ledger.tx import TxSender  # noqa: E402

@@ -12,7 +12,7 @@ What a snapshot holds, and why each is a loss if it changes:
 - the Healthy nodes and the task each reports (workers re-attach without being restarted, and keep
   their assignment);
 - the pool's on-chain work records (no upload or queued submission lost, none submitted twice) and
-  the chain height (anvil resumes from its state dumped every second: see ledger/anvil.py);
+  the chain height (anvil resumes from its state dumped every second: see ledger/dev/anvil.py);
 - the task supervisors per worker (a killed worker's restart adopts its task: not duplicated, not
   orphaned).
 """

@@ -13,8 +13,8 @@ import psutil
 from devnet.bootstrap import ROLES, bootstrap
 from devnet.state import DevAccount, DevnetState, ManagedProcess
 from intellect.identity import Wallet
-from ledger.anvil import Anvil
 from ledger.client import LedgerClient
+from ledger.dev.anvil import Anvil
 
 MAX_WORKERS = 4
 

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see tests/worker
 from intellect.identity import Wallet  # noqa: E402
 from intellect.net import free_port, wait_for_port  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
-from ledger.anvil import Anvil  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from ledger.deploy import DeployParams, deploy_all  # noqa: E402
+from ledger.dev.anvil import Anvil  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402
 
 # Orchestrator timings: a silent node is Dead after TTL + MISSES x CHECK seconds at most.

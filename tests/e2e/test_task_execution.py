@@ -35,9 +35,9 @@ from intellect.identity import Wallet  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import SignedAuth  # noqa: E402
 from intellect.wire.storage import UploadRequest  # noqa: E402
-from ledger.anvil import Anvil  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from ledger.deploy import DeployParams, deploy_all  # noqa: E402
+from ledger.dev.anvil import Anvil  # noqa: E402
 from ledger.errors import ContractRevert  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402

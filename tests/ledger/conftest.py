@@ -9,9 +9,9 @@ import pytest
 from ledger_world import STAKE_MIN, World
 
 from intellect.identity import Wallet
-from ledger.anvil import Anvil
 from ledger.client import LedgerClient
 from ledger.deploy import DeployParams, deploy_all
+from ledger.dev.anvil import Anvil
 from ledger.models import ONE_TOKEN
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from intellect.identity import Wallet
-from ledger.anvil import Anvil
 from ledger.client import LedgerClient
 from ledger.deploy import Deployment
+from ledger.dev.anvil import Anvil
 from ledger.invites import Invite, sign_invite
 from ledger.models import ONE_TOKEN
 

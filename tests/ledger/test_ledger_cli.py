@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from intellect.identity import Wallet
 from intellect.wire.invites import NONCE_HEX
-from ledger.anvil import Anvil
 from ledger.cli import app
 from ledger.client import LedgerClient
+from ledger.dev.anvil import Anvil
 from ledger.invites import Invite
 from ledger.models import ONE_TOKEN
 

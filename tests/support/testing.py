@@ -132,8 +132,8 @@ class Devnet:
 
 def start_devnet(pool_data_uri: str = "", accounts: int = 20) -> Devnet:
     """anvil + deploy_all + domain + started pool; the caller stops it (`devnet.stop()`)."""
-    from ledger.anvil import Anvil
     from ledger.deploy import deploy_all
+    from ledger.dev.anvil import Anvil
 
     anvil = Anvil.start(accounts=accounts)
     try:

@@ -6,9 +6,9 @@ import pytest
 from worker_devnet import POOL_DATA, Devnet, ServerThread
 
 from intellect.identity import Wallet
-from ledger.anvil import Anvil
 from ledger.client import LedgerClient
 from ledger.deploy import DeployParams, deploy_all
+from ledger.dev.anvil import Anvil
 from ledger.models import ONE_TOKEN
 
 

@@ -26,9 +26,9 @@ from intellect.identity import Wallet
 from intellect.net import free_port
 from intellect.signing import SignedAuth
 from intellect.wire.invites import InviteRequest
-from ledger.anvil import Anvil
 from ledger.client import LedgerClient
 from ledger.deploy import DeployParams, deploy_all
+from ledger.dev.anvil import Anvil
 from ledger.invites import sign_invite
 from ledger.models import ONE_TOKEN
 from worker.chain import WorkerChain

@@ -12,8 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from intellect.identity import Wallet
-from ledger.anvil import Anvil
 from ledger.client import LedgerClient
+from ledger.dev.anvil import Anvil
 from ledger.models import ONE_TOKEN
 from tests.support.testing import ServerThread  # noqa: F401  (re-exported for conftest)
 
