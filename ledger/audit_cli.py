@@ -10,13 +10,8 @@ from rich.table import Table
 
 from ledger.audit import Audit, AuditedWork, Auditor
 from ledger.cli_common import (
-    AsJson,
-    DeploymentPath,
-    RpcUrl,
+    Chain,
     address,
-    clean_errors,
-    client,
-    emit,
     fmt_tokens,
     out,
 )
@@ -41,8 +36,8 @@ def _work_table(title: str, works: list[AuditedWork]) -> Table:
     return table
 
 
-@clean_errors
 def audit(
+    chain: Chain,
     node: Annotated[str | None, typer.Option("--node", help="the node whose payouts to trace")] = None,
     work_key: Annotated[
         str | None, typer.Option("--work-key", help="trace one work key (0x + 64 hex)")
@@ -50,15 +45,12 @@ def audit(
     validator_url: Annotated[
         list[str], typer.Option("--validator-url", help="validator API for verdict reasons (repeat)")
     ] = [],  # noqa: B006
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    as_json: AsJson = False,
 ) -> None:
     """For each payout: the work keys it pays, the tx that submitted each, the validators' votes and
     verdicts on it, and whether the paid amounts add up to what the chain minted."""
     if (node is None) == (work_key is None):
         raise LedgerError("give exactly one of --node 0x… or --work-key 0x…")
-    auditor = Auditor(client(rpc_url, deployment, None, signer=False), validator_url)
+    auditor = Auditor(chain.reader(), validator_url)
     try:
         if work_key is not None:
             if len(work_key.removeprefix("0x")) != 64:
@@ -73,8 +65,8 @@ def audit(
             result = auditor.node(address(node or "", "node"))
     except (LookupError, ConnectionError) as exc:
         raise LedgerError(str(exc)) from None
-    if as_json:
-        emit(result, True)
+    if chain.as_json:
+        chain.emit(result)
         return
     for p in result.payouts:
         ok = "[green]reconciled[/green]" if p.reconciled else "[red]does NOT reconcile[/red]"

@@ -20,18 +20,16 @@ from ledger import node_cli
 from ledger.audit_cli import audit
 from ledger.cli_common import (
     AsJson,
+    Chain,
     DeploymentPath,
     Keystore,
     RpcUrl,
     address,
-    clean_errors,
-    client,
-    emit,
+    command,
     fmt_tokens,
     kv_table,
-    settings,
+    store_chain_options,
     tokens,
-    tx_done,
 )
 from ledger.deploy import DeployParams, deploy_all
 from ledger.errors import LedgerError
@@ -45,17 +43,27 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
 @app.callback()
-def _set_up_logging() -> None:
+def _chain_options(
+    ctx: typer.Context,
+    rpc_url: RpcUrl = None,
+    deployment: DeploymentPath = None,
+    keystore: Keystore = None,
+    as_json: AsJson = False,
+) -> None:
+    """Chain options given here hold for the command that follows (which may also take them)."""
     # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
     setup_logging()
+    store_chain_options(ctx, rpc_url, deployment, keystore, as_json)
+
 
 # ---- deployment ----
 
 
-@app.command()
-@clean_errors
+@command(app, deployment=False)
 def deploy(
+    chain: Chain,
     out_path: Annotated[Path, typer.Option("--out", help="where to write the deployment file")] = Path(
         "deployment.json"
     ),
@@ -68,12 +76,9 @@ def deploy(
         int, typer.Option(help="seconds before unbonded stake is claimable")
     ] = 604800,
     validator: Annotated[list[str] | None, typer.Option(help="grant VALIDATOR_ROLE (repeatable)")] = None,
-    rpc_url: RpcUrl = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Deploy all contracts in order and write the deployment file."""
-    s = settings(rpc_url, None, keystore)
+    s = chain.settings()
     params = DeployParams(
         stake_minimum=tokens(stake_minimum),
         reward_per_unit=tokens(reward_per_unit),
@@ -93,179 +98,142 @@ def deploy(
     table.add_column("address")
     for name, addr in deployment.addresses.items():
         table.add_row(name, addr)
-    emit(deployment, as_json, table, f"deployment written to {out_path}")
+    chain.emit(deployment, table, f"deployment written to {out_path}")
 
 
 # ---- domains and pools ----
 
 
-@app.command("create-domain")
-@clean_errors
+@command(app, "create-domain")
 def create_domain(
+    chain: Chain,
     name: Annotated[str, typer.Argument(help="domain name, e.g. math-rollouts")],
     parameters_uri: Annotated[str, typer.Option(help="URI of the domain's parameters")] = "",
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Create a domain (federator role)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     domain_id = c.create_domain(name, parameters_uri)
-    emit({"domain_id": domain_id}, as_json, message=f"[green]ok[/green] domain {domain_id} created")
+    chain.emit({"domain_id": domain_id}, message=f"[green]ok[/green] domain {domain_id} created")
 
 
-@app.command("create-pool")
-@clean_errors
+@command(app, "create-pool")
 def create_pool(
+    chain: Chain,
     domain_id: Annotated[int, typer.Option("--domain-id", help="domain the pool belongs to")],
     name: Annotated[str, typer.Option(help="pool name")],
-    manager: Annotated[str | None, typer.Option(help="manager key that signs invites [default: you]")] = None,
+    manager: Annotated[str | None, typer.Option(help="manager key that signs invites (default: you)")] = None,
     data_uri: Annotated[str, typer.Option(help="URI of the pool's data and hardware requirements")] = "",
     compute_limit: Annotated[int, typer.Option(help="max total compute units, 0 = unlimited")] = 0,
     start: Annotated[bool, typer.Option("--start", help="start the pool right away")] = False,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Create a compute pool; you become its creator (start, end, eject, blacklist)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     mgr = address(manager, "manager") if manager else c.address
     pool_id = c.create_pool(domain_id, mgr, name, data_uri, compute_limit)
     if start:
         c.start_pool(pool_id)
-    emit({"pool_id": pool_id, "started": start}, as_json, message=f"[green]ok[/green] pool {pool_id} created")
+    chain.emit({"pool_id": pool_id, "started": start}, message=f"[green]ok[/green] pool {pool_id} created")
 
 
-@app.command("start-pool")
-@clean_errors
+@command(app, "start-pool")
 def start_pool(
+    chain: Chain,
     pool_id: int,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Open a pool for joins and work."""
-    tx_done(
-        client(rpc_url, deployment, keystore, signer=True).start_pool(pool_id),
-        as_json,
+    chain.done(
+        chain.signer().start_pool(pool_id),
         f"pool {pool_id} started",
     )
 
 
-@app.command("end-pool")
-@clean_errors
+@command(app, "end-pool")
 def end_pool(
+    chain: Chain,
     pool_id: int,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """End a pool: no more joins or work; its nodes are released."""
-    tx_done(
-        client(rpc_url, deployment, keystore, signer=True).end_pool(pool_id), as_json, f"pool {pool_id} ended"
-    )
+    chain.done(chain.signer().end_pool(pool_id), f"pool {pool_id} ended")
 
 
-@app.command()
-@clean_errors
+@command(app, keystore=False)
 def pool(
+    chain: Chain,
     pool_id: int,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    as_json: AsJson = False,
 ) -> None:
     """Show a pool."""
-    p = client(rpc_url, deployment, None, signer=False).get_pool(pool_id)
+    p = chain.reader().get_pool(pool_id)
     rows = p.model_dump()
     rows["status"] = p.status.name
-    emit(p, as_json, kv_table(f"pool {pool_id}", rows))
+    chain.emit(p, kv_table(f"pool {pool_id}", rows))
 
 
-@app.command()
-@clean_errors
+@command(app)
 def invite(
+    chain: Chain,
     pool_id: int,
     node: Annotated[str, typer.Argument(help="node address to invite")],
     ttl: Annotated[int, typer.Option(min=1, help="seconds until the invite expires")] = 3600,
-    nonce: Annotated[int | None, typer.Option(min=0, help="invite nonce [default: random]")] = None,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
+    nonce: Annotated[int | None, typer.Option(min=0, help="invite nonce (default: random)")] = None,
 ) -> None:
     """Sign an invite with the manager key (your key must be the pool's manager)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     p = c.get_pool(pool_id)
     if p.manager != c.address:
         raise LedgerError(f"your key {c.address} is not pool {pool_id}'s manager {p.manager}: use --keystore")
+    if c.wallet is None:  # chain.signer() refuses to build a client without a key
+        raise LedgerError("no key: pass --keystore PATH or set INTELLECT_PRIVATE_KEY")
     inv = sign_invite(
-        c.wallet,  # type: ignore[arg-type]
+        c.wallet,
         p.domain_id,
         pool_id,
         address(node, "node"),
         nonce if nonce is not None else secrets.randbits(64),
         c.timestamp() + ttl,
     )
-    emit(inv, as_json, kv_table(f"invite to pool {pool_id}", inv.model_dump()))
+    chain.emit(inv, kv_table(f"invite to pool {pool_id}", inv.model_dump()))
 
 
 # ---- providers and nodes ----
 
 
-@app.command("whitelist-provider")
-@clean_errors
+@command(app, "whitelist-provider")
 def whitelist_provider(
+    chain: Chain,
     provider: str,
     remove: Annotated[bool, typer.Option("--remove", help="take the provider off the whitelist")] = False,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Whitelist a provider (federator role)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     result = c.whitelist_provider(address(provider, "provider"), not remove)
-    tx_done(result, as_json, f"provider {provider} {'removed from' if remove else 'added to'} the whitelist")
+    chain.done(result, f"provider {provider} {'removed from' if remove else 'added to'} the whitelist")
 
 
-@app.command("blacklist-provider")
-@clean_errors
+@command(app, "blacklist-provider")
 def blacklist_provider(
+    chain: Chain,
     provider: str,
     pool_id: Annotated[
         int | None, typer.Option("--pool", help="ban only from this pool (pool manager), ejecting its nodes")
     ] = None,
     remove: Annotated[bool, typer.Option("--remove", help="lift a registry-wide ban")] = False,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Ban a provider registry-wide (federator role) or from one pool (--pool)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     addr = address(provider, "provider")
     if pool_id is not None:
-        tx_done(
-            c.blacklist_pool_provider(pool_id, addr), as_json, f"provider {addr} banned from pool {pool_id}"
-        )
+        chain.done(c.blacklist_pool_provider(pool_id, addr), f"provider {addr} banned from pool {pool_id}")
     else:
-        tx_done(c.blacklist_provider(addr, not remove), as_json, f"provider {addr} blacklist={not remove}")
+        chain.done(c.blacklist_provider(addr, not remove), f"provider {addr} blacklist={not remove}")
 
 
-@app.command()
-@clean_errors
+@command(app, keystore=False)
 def nodes(
+    chain: Chain,
     pool_id: int,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    as_json: AsJson = False,
 ) -> None:
     """List a pool's nodes with their on-chain status."""
-    c = client(rpc_url, deployment, None, signer=False)
+    c = chain.reader()
     rows = []
     for addr in c.pool_nodes(pool_id):
         n = c.get_node(addr)
@@ -290,55 +258,42 @@ def nodes(
         validated = "yes" if r["validated"] else "no"
         row = [r["node"], r["provider"] or "-", str(r["compute_units"]), validated]
         table.add_row(*row, *(fmt_tokens(a) for a in amounts))
-    emit(rows, as_json, table)
+    chain.emit(rows, table)
 
 
-@app.command()
-@clean_errors
+@command(app)
 def eject(
+    chain: Chain,
     pool_id: int,
     node: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Eject a node from a pool (it may rejoin with a new invite)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.eject_node(pool_id, address(node, "node")), as_json, f"node {node} ejected from pool {pool_id}")
+    c = chain.signer()
+    chain.done(c.eject_node(pool_id, address(node, "node")), f"node {node} ejected from pool {pool_id}")
 
 
-@app.command("blacklist-node")
-@clean_errors
+@command(app, "blacklist-node")
 def blacklist_node(
+    chain: Chain,
     pool_id: int,
     node: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Ban a node from a pool for good (ejecting it if present)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(
-        c.blacklist_node(pool_id, address(node, "node")), as_json, f"node {node} banned from pool {pool_id}"
-    )
+    c = chain.signer()
+    chain.done(c.blacklist_node(pool_id, address(node, "node")), f"node {node} banned from pool {pool_id}")
 
 
 # ---- work ----
 
 
-@app.command()
-@clean_errors
+@command(app, keystore=False)
 def work(
+    chain: Chain,
     pool_id: int,
     since: Annotated[int, typer.Option(min=0, help="only work submitted at or after this unix time")] = 0,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    as_json: AsJson = False,
 ) -> None:
     """List accepted (not invalidated) work submissions of a pool, oldest first."""
-    c = client(rpc_url, deployment, None, signer=False)
+    c = chain.reader()
     c.get_pool(pool_id)  # PoolNotFound for a pool that does not exist, as every other command says
     records = c.work_since(pool_id, since)
     table = Table(title=f"pool {pool_id}: {len(records)} submission(s)")
@@ -349,115 +304,87 @@ def work(
         # Not invalidated itself, but its node was slashed for another file: its reward was dropped.
         state = "reward dropped (node slashed)" if r.units and not r.reward else "accepted"
         table.add_row(when, r.work_key, r.node, str(r.units), fmt_tokens(r.reward), state)
-    emit(records, as_json, table)
+    chain.emit(records, table)
 
 
-@app.command()
-@clean_errors
+@command(app)
 def invalidate(
+    chain: Chain,
     pool_id: int,
     work_key: Annotated[str, typer.Argument(help="0x hex of the 32-byte work key")],
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Reject work: slash the provider, drop the node's locked rewards, eject the node (validator role)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     result = c.invalidate_work(pool_id, work_key)
     ev = result.event("WorkInvalidated")
     slashed = fmt_tokens(ev.args["slashed"]) if ev else "?"
-    tx_done(result, as_json, f"work {work_key} invalidated; provider slashed {slashed} tokens")
+    chain.done(result, f"work {work_key} invalidated; provider slashed {slashed} tokens")
 
 
-@app.command("soft-invalidate")
-@clean_errors
+@command(app, "soft-invalidate")
 def soft_invalidate(
+    chain: Chain,
     pool_id: int,
     work_key: Annotated[str, typer.Argument(help="0x hex of the 32-byte work key")],
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Reject work without penalty (validator role)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.soft_invalidate_work(pool_id, work_key), as_json, f"work {work_key} soft-invalidated")
+    c = chain.signer()
+    chain.done(c.soft_invalidate_work(pool_id, work_key), f"work {work_key} soft-invalidated")
 
 
 # ---- settings, roles, funds ----
 
 
-@app.command("set-stake-minimum")
-@clean_errors
+@command(app, "set-stake-minimum")
 def set_stake_minimum(
+    chain: Chain,
     amount: Annotated[str, typer.Argument(help="tokens of stake per compute unit")],
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Set the stake required per compute unit (admin)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.set_stake_minimum(tokens(amount)), as_json, f"stake minimum set to {amount} tokens")
+    c = chain.signer()
+    chain.done(c.set_stake_minimum(tokens(amount)), f"stake minimum set to {amount} tokens")
 
 
-@app.command("grant-validator")
-@clean_errors
+@command(app, "grant-validator")
 def grant_validator(
+    chain: Chain,
     account: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Grant VALIDATOR_ROLE (invalidate work, validate nodes) to an address (admin)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.grant_validator(address(account)), as_json, f"{account} is now a validator")
+    c = chain.signer()
+    chain.done(c.grant_validator(address(account)), f"{account} is now a validator")
 
 
-@app.command("grant-federator")
-@clean_errors
+@command(app, "grant-federator")
 def grant_federator(
+    chain: Chain,
     account: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Grant FEDERATOR_ROLE (domains, provider white/blacklists) to an address (admin)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.grant_federator(address(account)), as_json, f"{account} is now a federator")
+    c = chain.signer()
+    chain.done(c.grant_federator(address(account)), f"{account} is now a federator")
 
 
 # `mint ADDR -5` would otherwise be read as an unknown option "-5": let it reach `tokens`, which names
 # the problem (a negative amount).
-@app.command(context_settings={"ignore_unknown_options": True})
-@clean_errors
+@command(app, context_settings={"ignore_unknown_options": True})
 def mint(
+    chain: Chain,
     to: str,
     amount: Annotated[str, typer.Argument(help="tokens to mint")],
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Mint tokens (devnets; minter role)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.mint(address(to), tokens(amount)), as_json, f"minted {amount} tokens to {to}")
+    c = chain.signer()
+    chain.done(c.mint(address(to), tokens(amount)), f"minted {amount} tokens to {to}")
 
 
-@app.command()
-@clean_errors
+@command(app)
 def balances(
-    accounts: Annotated[list[str] | None, typer.Argument(help="addresses [default: your key's]")] = None,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
+    chain: Chain,
+    accounts: Annotated[list[str] | None, typer.Argument(help="addresses (default: your key's)")] = None,
 ) -> None:
     """Token, ETH, stake and reward balances of addresses."""
-    c = client(rpc_url, deployment, keystore, signer=not accounts)
+    c = chain.reader() if accounts else chain.signer()
     targets = [address(a) for a in accounts] if accounts else [c.address]
     rows = []
     for a in targets:
@@ -478,29 +405,25 @@ def balances(
         table.add_column(col)
     for r in rows:
         table.add_row(r["address"], *(fmt_tokens(r[k]) for k in list(r)[1:]))
-    emit(rows, as_json, table)
+    chain.emit(rows, table)
 
 
-@app.command("claim-rewards")
-@clean_errors
+@command(app, "claim-rewards")
 def claim_rewards(
+    chain: Chain,
     node: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Pay a node's matured rewards to its provider (the provider's or node's key)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     result = c.claim_rewards(address(node, "node"))
     ev = result.event("RewardsClaimed")
-    tx_done(result, as_json, f"claimed {fmt_tokens(ev.args['amount']) if ev else '?'} tokens")
+    chain.done(result, f"claimed {fmt_tokens(ev.args['amount']) if ev else '?'} tokens")
 
 
 app.add_typer(slashing_app, name="slashing")
-app.command("audit")(audit)
-app.command("join")(node_cli.join)
-app.command("submit-work")(node_cli.submit_work)
+command(app, "audit", keystore=False)(audit)
+command(app, "join")(node_cli.join)
+command(app, "submit-work")(node_cli.submit_work)
 
 if __name__ == "__main__":
     app()

@@ -1,17 +1,27 @@
-"""What every `intellect-pool` command shares: option types, the one-line error wrapper, the ledger
-client from flags/env, token amounts and addresses read strictly, and output (table, message or
-`--json`, with the tx hash and gas of whatever was sent). The command modules (cli.py, slashing_cli.py,
-audit_cli.py) import from here and from nowhere else for these."""
+"""What every `intellect-pool` command shares: the chain options (`--rpc-url`, `--deployment`,
+`--keystore`, `--json`) declared once, the context object built from them, the one-line error
+wrapper, token amounts and addresses read strictly, and output (table, message or `--json`, with the
+tx hash and gas of whatever was sent).
+
+The chain options may be given before the command (`intellect-pool --rpc-url URL pool 1`: the app's
+callback stores them in a `Chain` context object) or after it, as every command also accepts them
+(`intellect-pool pool 1 --rpc-url URL`); a value given after the command wins. Commands are declared
+with `@command(app, ...)` and receive that `Chain` as their first argument, so no command repeats
+the option list or the client plumbing. The command modules (cli.py, slashing_cli.py, audit_cli.py,
+node_cli.py) import from here and from nowhere else for these."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, get_type_hints
 
 import typer
 from eth_utils import is_address, is_checksum_address, is_hex_address, to_checksum_address
@@ -28,50 +38,120 @@ from ledger.settings import LedgerSettings
 out = Console(soft_wrap=True)  # messages never break inside an address or hash
 err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
-RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM JSON-RPC URL [env INTELLECT_RPC_URL]")]
+RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM JSON-RPC URL (env INTELLECT_RPC_URL)")]
 DeploymentPath = Annotated[
-    Path | None, typer.Option("--deployment", help="deployment file [env INTELLECT_DEPLOYMENT]")
+    Path | None, typer.Option("--deployment", help="deployment file (env INTELLECT_DEPLOYMENT)")
 ]
 Keystore = Annotated[
     Path | None, typer.Option("--keystore", help="keystore file (else env INTELLECT_PRIVATE_KEY)")
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-
-def clean_errors(fn: F) -> F:
+@contextmanager
+def one_line_errors() -> Iterator[None]:
     """One line on stderr and exit code 1 instead of a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (LedgerError, IdentityError) as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            err.print(
-                f"[red]error:[/red] {'.'.join(map(str, first['loc']))}: {first['msg']}", highlight=False
-            )
-        except (ValueError, OSError) as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1)
-
-    return wrapper  # type: ignore[return-value]
+    try:
+        yield
+        return
+    except (LedgerError, IdentityError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        err.print(f"[red]error:[/red] {'.'.join(map(str, first['loc']))}: {first['msg']}", highlight=False)
+    except (ValueError, OSError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+    raise typer.Exit(1)
 
 
-def settings(rpc_url: str | None, deployment: Path | None, keystore: Path | None) -> LedgerSettings:
-    overrides: dict[str, Any] = {"rpc_url": rpc_url, "deployment": deployment, "keystore": keystore}
-    return LedgerSettings(**{k: v for k, v in overrides.items() if v is not None})
+@dataclass(frozen=True)
+class Chain:
+    """The context object: the chain options of one invocation and what commands build from them."""
+
+    rpc_url: str | None = None
+    deployment: Path | None = None
+    keystore: Path | None = None
+    as_json: bool = False
+
+    def settings(self) -> LedgerSettings:
+        overrides = {"rpc_url": self.rpc_url, "deployment": self.deployment, "keystore": self.keystore}
+        return LedgerSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+    def signer(self) -> LedgerClient:
+        """A client with the configured key (transactions): refused when none is given."""
+        s = self.settings()
+        return LedgerClient(s.rpc_url, s.deployment, s.require_wallet(), timeout=s.tx_timeout)
+
+    def reader(self) -> LedgerClient:
+        """A client without a key, even when one is configured: reading never asks a passphrase."""
+        s = self.settings()
+        return LedgerClient(s.rpc_url, s.deployment, None, timeout=s.tx_timeout)
+
+    def emit(self, data: Any, table: Table | None = None, message: str | None = None) -> None:
+        emit(data, self.as_json, table, message)
+
+    def done(self, result: TxResult | list[TxResult], message: str) -> None:
+        tx_done(result, self.as_json, message)
 
 
-def client(
-    rpc_url: str | None, deployment: Path | None, keystore: Path | None, *, signer: bool
-) -> LedgerClient:
-    s = settings(rpc_url, deployment, keystore)
-    wallet = s.require_wallet() if signer else s.wallet()
-    return LedgerClient(s.rpc_url, s.deployment, wallet, timeout=s.tx_timeout)
+# The options each command may take, in the order they follow its own parameters.
+_SHARED = {
+    "rpc_url": inspect.Parameter("rpc_url", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=RpcUrl),
+    "deployment": inspect.Parameter(
+        "deployment", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=DeploymentPath
+    ),
+    "keystore": inspect.Parameter(
+        "keystore", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Keystore
+    ),
+    "as_json": inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=AsJson),
+}
+
+
+def store_chain_options(
+    ctx: typer.Context, rpc_url: str | None, deployment: Path | None, keystore: Path | None, as_json: bool
+) -> None:
+    """For an app callback: the options given before the command become the context object."""
+    ctx.obj = Chain(rpc_url, deployment, keystore, as_json)
+
+
+def command(
+    app: typer.Typer,
+    name: str | None = None,
+    *,
+    keystore: bool = True,
+    deployment: bool = True,
+    **kwargs: Any,
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register `fn(chain: Chain, *own params)` as a command of `app` that also takes the chain options
+    (`keystore=False`: a command that never signs; `deployment=False`: one that needs no deployment).
+    Failures print one line and exit 1 (`one_line_errors`)."""
+    shared = [
+        p for k, p in _SHARED.items() if (k != "keystore" or keystore) and (k != "deployment" or deployment)
+    ]
+
+    def register(fn: Callable[..., None]) -> Callable[..., None]:
+        hints = get_type_hints(fn, include_extras=True)
+        own = [
+            p.replace(annotation=hints[p.name]) for p in list(inspect.signature(fn).parameters.values())[1:]
+        ]
+
+        @functools.wraps(fn)
+        def run(*, typer_ctx: typer.Context, **params: Any) -> None:
+            given = {k: params.pop(k) for k in _SHARED if k in params}
+            base = typer_ctx.find_object(Chain) or Chain()
+            chain = replace(base, **{k: v for k, v in given.items() if v not in (None, False)})
+            with one_line_errors():
+                fn(chain, **params)
+
+        # typer reads this signature (fn's own parameters, then the chain options), not fn's.
+        del run.__dict__["__wrapped__"]
+        ctx = inspect.Parameter("typer_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        run.__dict__["__signature__"] = inspect.Signature([*own, *shared, ctx], return_annotation=None)
+        run.__annotations__ = {p.name: p.annotation for p in [*own, *shared, ctx]}
+        app.command(name, **kwargs)(run)
+        return fn
+
+    return register
 
 
 def tokens(text: str) -> int:

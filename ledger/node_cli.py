@@ -17,14 +17,8 @@ import typer
 from pydantic import ValidationError
 
 from ledger.cli_common import (
-    AsJson,
-    DeploymentPath,
-    Keystore,
-    RpcUrl,
+    Chain,
     address,
-    clean_errors,
-    client,
-    tx_done,
 )
 from ledger.errors import LedgerError
 from ledger.invites import Invite
@@ -45,36 +39,28 @@ def _invite(path: Path) -> Invite:
                           "make one with `intellect-pool invite POOL NODE --json`") from None  # fmt: skip
 
 
-@clean_errors
 def join(
+    chain: Chain,
     pool_id: PoolId,
     node: Node,
     invite: Annotated[Path, typer.Option("--invite", help="the manager's invite (`invite --json` output)")],
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Join NODE to the pool with the manager's signed invite (provider's or node's key)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     signed = _invite(invite)
     if signed.signer() != c.get_pool(pool_id).manager:
         raise LedgerError(f"{invite} is not signed by pool {pool_id}'s manager: ask them for a new one")
     result = c.join_pool(pool_id, address(node, "node"), signed)
-    tx_done(result, as_json, f"node {node} joined pool {pool_id}")
+    chain.done(result, f"node {node} joined pool {pool_id}")
 
 
-@clean_errors
 def submit_work(
+    chain: Chain,
     pool_id: PoolId,
     node: Node,
     units: Annotated[int, typer.Argument(min=1, help="work units the file is worth")],
     file: Annotated[Path | None, typer.Option("--file", help="the rollout file (sha256: the key)")] = None,
     work_key: Annotated[str | None, typer.Option("--work-key", help="0x + 64 hex: the file's sha256")] = None,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Record a file's work on chain for NODE (the provider's key): give --file or --work-key."""
     if (file is None) == (work_key is None):
@@ -86,6 +72,6 @@ def submit_work(
         except OSError as exc:
             raise LedgerError(f"cannot read {file}: {exc}") from None
     key = work_key_bytes(work_key or "")
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     result = c.submit_work(pool_id, address(node, "node"), key, units)
-    tx_done(result, as_json, f"work 0x{key.hex()} ({units} units) recorded for node {node} in pool {pool_id}")
+    chain.done(result, f"work 0x{key.hex()} ({units} units) recorded for node {node} in pool {pool_id}")

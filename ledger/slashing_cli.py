@@ -17,17 +17,11 @@ import typer
 from rich.table import Table
 
 from ledger.cli_common import (
-    AsJson,
-    DeploymentPath,
-    Keystore,
-    RpcUrl,
+    Chain,
     address,
-    clean_errors,
-    client,
-    emit,
+    command,
     fmt_tokens,
     tokens,
-    tx_done,
 )
 from ledger.errors import LedgerError
 
@@ -45,13 +39,13 @@ PoolId = Annotated[int, typer.Argument(min=1, help="pool id")]
 WorkKey = Annotated[str, typer.Argument(help="0x + 64 hex digits: the file's sha256 recorded on chain")]
 
 
-@policy_app.command("show")
-@clean_errors
+@command(policy_app, "show", keystore=False)
 def policy_show(
-    pool_id: PoolId, rpc_url: RpcUrl = None, deployment: DeploymentPath = None, as_json: AsJson = False
+    chain: Chain,
+    pool_id: PoolId,
 ) -> None:
     """The pool's policy (quorum 0: none set; one vote of a global validator decides)."""
-    c = client(rpc_url, deployment, None, signer=False)
+    c = chain.reader()
     c.get_pool(pool_id)  # PoolNotFound for a pool that does not exist
     p = c.slashing.policy(pool_id)
     table = Table(title=f"slashing policy of pool {pool_id}", show_header=False)
@@ -63,96 +57,78 @@ def policy_show(
     )
     table.add_row("slash amount", f"{fmt_tokens(p.slash_amount)} tokens")
     table.add_row("window", f"{p.window_seconds} s")
-    emit(p, as_json, table)
+    chain.emit(p, table)
 
 
-@policy_app.command("set")
-@clean_errors
+@command(policy_app, "set")
 def policy_set(
+    chain: Chain,
     pool_id: PoolId,
     quorum: Annotated[int, typer.Option(min=1, help="votes needed to slash (k of the pool's n validators)")],
     amount: Annotated[str, typer.Option(help="tokens slashed from the provider's stake, e.g. 200")],
     window: Annotated[
         int, typer.Option(min=1, help="seconds after submission during which votes count")
     ] = 86400,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Set the policy (pool creator or manager). Name the validators first: k must not exceed n."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     result = c.slashing.set_policy(pool_id, quorum, tokens(amount), window)
-    tx_done(result, as_json, f"pool {pool_id}: {quorum}-vote quorum, {amount} tokens, {window} s window")
+    chain.done(result, f"pool {pool_id}: {quorum}-vote quorum, {amount} tokens, {window} s window")
 
 
-@validators_app.command("add")
-@clean_errors
+@command(validators_app, "add")
 def validators_add(
+    chain: Chain,
     pool_id: PoolId,
     validator: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Count this address's votes in the pool (creator or manager)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(
+    c = chain.signer()
+    chain.done(
         c.slashing.add_validator(pool_id, address(validator, "validator")),
-        as_json,
         f"{validator} validates pool {pool_id}",
     )
 
 
-@validators_app.command("remove")
-@clean_errors
+@command(validators_app, "remove")
 def validators_remove(
+    chain: Chain,
     pool_id: PoolId,
     validator: str,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Stop counting this address's votes (refused if the quorum could no longer be reached)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(
+    c = chain.signer()
+    chain.done(
         c.slashing.remove_validator(pool_id, address(validator, "validator")),
-        as_json,
         f"{validator} no longer validates pool {pool_id}",
     )
 
 
-@validators_app.command("list")
-@clean_errors
+@command(validators_app, "list", keystore=False)
 def validators_list(
-    pool_id: PoolId, rpc_url: RpcUrl = None, deployment: DeploymentPath = None, as_json: AsJson = False
+    chain: Chain,
+    pool_id: PoolId,
 ) -> None:
     """The pool's validators."""
-    c = client(rpc_url, deployment, None, signer=False)
+    c = chain.reader()
     c.get_pool(pool_id)
     names = c.slashing.validators(pool_id)
     table = Table(title=f"validators of pool {pool_id} ({len(names)})")
     table.add_column("address")
     for n in names:
         table.add_row(n)
-    emit(names, as_json, table)
+    chain.emit(names, table)
 
 
-@app.command("vote")
-@clean_errors
+@command(app, "vote")
 def vote(
+    chain: Chain,
     pool_id: PoolId,
     work_key: WorkKey,
     soft: Annotated[bool, typer.Option(help="no slash: soft-invalidate")] = False,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Vote as a validator (the validator service does this by itself)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
+    c = chain.signer()
     result = (c.slashing.vote_soft_invalidate if soft else c.slashing.vote_invalidate)(pool_id, work_key)
     decided = result.event("WorkInvalidated") or result.event("WorkSoftInvalidated")
     voted = result.event("InvalidationVoted")
@@ -161,36 +137,29 @@ def vote(
         if decided
         else (f"vote {voted.args['votes']} counted" if voted else "already decided: nothing to do")
     )
-    tx_done(result, as_json, f"work {work_key}: {what}")
+    chain.done(result, f"work {work_key}: {what}")
 
 
-@app.command("pardon")
-@clean_errors
+@command(app, "pardon")
 def pardon(
+    chain: Chain,
     pool_id: PoolId,
     work_key: WorkKey,
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    keystore: Keystore = None,
-    as_json: AsJson = False,
 ) -> None:
     """Reverse a soft invalidation still inside the reward lock (creator or manager)."""
-    c = client(rpc_url, deployment, keystore, signer=True)
-    tx_done(c.slashing.pardon(pool_id, work_key), as_json, f"work {work_key} counts again")
+    c = chain.signer()
+    chain.done(c.slashing.pardon(pool_id, work_key), f"work {work_key} counts again")
 
 
-@app.command("verdicts")
-@clean_errors
+@command(app, "verdicts", keystore=False)
 def verdicts(
+    chain: Chain,
     pool_id: PoolId,
     validator_url: Annotated[list[str], typer.Option("--validator-url", help="validator API (repeat)")] = [],  # noqa: B006
-    rpc_url: RpcUrl = None,
-    deployment: DeploymentPath = None,
-    as_json: AsJson = False,
 ) -> None:
     """What each validator decided about each work key: votes from the chain's events, reasons from
     the validators' `GET /verdicts` when their URLs are given."""
-    c = client(rpc_url, deployment, None, signer=False)
+    c = chain.reader()
     c.get_pool(pool_id)
     rows: list[dict[str, Any]] = []
     logs = c.pools.events.InvalidationVoted().get_logs(
@@ -235,4 +204,4 @@ def verdicts(
                 for k in ("work_key", "validator", "vote", "votes", "tx", "reasons")
             )
         )
-    emit(rows, as_json, table)
+    chain.emit(rows, table)

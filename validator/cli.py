@@ -142,7 +142,7 @@ def load_wallet(settings: ValidatorSettings) -> Wallet:
 
 @app.command()
 def run(
-    rpc_url: str | None = typer.Option(None, help="chain RPC [env INTELLECT_VALIDATOR_RPC_URL]"),
+    rpc_url: str | None = typer.Option(None, help="chain RPC (env INTELLECT_VALIDATOR_RPC_URL)"),
     deployment: Path | None = typer.Option(None, help="deployment.json of the contracts"),
     pool: list[int] = typer.Option([], "--pool", help="pool id to validate (repeat); default 1"),
     keystore: Path | None = typer.Option(None, help="keystore of the validator key"),

@@ -47,7 +47,7 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
 # ---- shared options (each maps to a WorkerSettings field; unset means env or default) ----
-RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM RPC URL [env INTELLECT_WORKER_RPC_URL]")]
+RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM RPC URL (env INTELLECT_WORKER_RPC_URL)")]
 DeploymentOpt = Annotated[Path | None, typer.Option("--deployment", help="deployment JSON of the contracts")]
 DiscoveryUrl = Annotated[str | None, typer.Option("--discovery-url", help="discovery service URL")]
 PoolId = Annotated[int | None, typer.Option("--pool-id", help="compute pool to join")]

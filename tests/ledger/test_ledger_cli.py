@@ -167,7 +167,7 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
 
     # A mixed-case address with a wrong EIP-55 checksum is a typo: refused, naming the checksummed form.
     letter = next(i for i, ch in enumerate(provider.address) if i > 1 and ch.isalpha())
-    typo = provider.address[:letter] + provider.address[letter].swapcase() + provider.address[letter + 1:]
+    typo = provider.address[:letter] + provider.address[letter].swapcase() + provider.address[letter + 1 :]
     refused = cli.run(owner, "mint", typo, "100", expect=1)
     assert "wrong EIP-55 checksum" in refused and provider.address in refused
     assert client.balance_of(provider.address) == 0  # nothing minted
@@ -231,3 +231,37 @@ def test_owner_commands_and_errors(cli_chain: Anvil, tmp_path: Path) -> None:
     assert "--ttl" in cli.run(owner, "invite", pool_id, nodes[2].address, "--ttl", "-100", expect=2)
     for command in ("deploy", "nodes", "invalidate", "balances"):
         assert "--json" in cli.run(None, command, "--help")
+
+
+def test_chain_options_before_the_command(cli_chain: Anvil, tmp_path: Path) -> None:
+    """`intellect-pool --deployment D --json pool 1` holds for the command that follows (the app's
+    context object); the same option after the command wins; neither given: settings from env."""
+    cli = Cli(cli_chain, tmp_path)
+    owner = cli_chain.dev_keys[0]
+    cli.json(owner, "deploy", "--out", str(cli.deployment))
+    cli.json(owner, "create-domain", "math")
+    cli.json(owner, "create-pool", "--domain-id", "1", "--name", "first")
+    env = {
+        "INTELLECT_HOME": str(cli.home),
+        "INTELLECT_RPC_URL": cli_chain.rpc_url,
+        "INTELLECT_PRIVATE_KEY": None,
+    }
+    before = cli.runner.invoke(app, ["--deployment", str(cli.deployment), "--json", "pool", "1"], env=env)
+    assert before.exit_code == 0, before.output
+    assert json.loads(before.output)["name"] == "first"  # --json before the command: JSON, not a table
+
+    missing = tmp_path / "missing.json"
+    after_wins = cli.runner.invoke(
+        app, ["--deployment", str(cli.deployment), "pool", "1", "--deployment", str(missing)], env=env
+    )
+    assert after_wins.exit_code == 1 and f"no deployment file at {missing}" in after_wins.output
+    signer = cli.runner.invoke(
+        app,
+        ["--deployment", str(cli.deployment), "start-pool", "1"],
+        env={**env, "INTELLECT_PRIVATE_KEY": owner},
+    )
+    assert signer.exit_code == 0 and "pool 1 started" in signer.output
+    wrong_chain = cli.runner.invoke(
+        app, ["--rpc-url", "http://127.0.0.1:9", "--deployment", str(cli.deployment), "pool", "1"], env=env
+    )
+    assert wrong_chain.exit_code == 1 and "cannot reach the chain at http://127.0.0.1:9" in wrong_chain.output
