@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from eth_account import Account
 from pydantic import BaseModel
 
 from intellect.identity import Wallet
 from ledger.client import LedgerClient
-from ledger.deploy import DeployParams, deploy_all
+from ledger.deploy import Deployment, DeployParams, deploy_all
 from ledger.models import ONE_TOKEN
 
 # Roles of the demo accounts, in derivation order (m/44'/60'/0'/0/i of the chain's mnemonic).
@@ -68,6 +69,35 @@ def new_mnemonic() -> str:
     return str(mnemonic)
 
 
+class PoolOnChain(NamedTuple):
+    deployment: Deployment
+    domain_id: int
+    pool_id: int
+
+
+def start_pool_on_chain(
+    rpc_url: str,
+    deployer: Wallet,
+    manager: Wallet,
+    *,
+    params: DeployParams | None = None,
+    domain: tuple[str, str] = ("test-domain", ""),
+    pool_name: str = "test-pool",
+    pool_data_uri: str = "",
+) -> PoolOnChain:
+    """The one network starter on a chain: every contract deployed by `deployer`, a domain (name,
+    parameters URI), and a started pool whose manager (the key that signs invites) is `manager`.
+    The devnet (`bootstrap`), the compose deploy job and the test harness
+    (`tests/support/testing.start_devnet`) all build their pool here."""
+    deployment = deploy_all(rpc_url, deployer, params or DeployParams())
+    admin = LedgerClient(rpc_url, deployment, deployer)
+    domain_id = admin.create_domain(*domain)
+    pools = admin.with_wallet(manager)
+    pool_id = pools.create_pool(domain_id, manager.address, pool_name, pool_data_uri, compute_limit=0)
+    pools.start_pool(pool_id)
+    return PoolOnChain(deployment, domain_id, pool_id)
+
+
 def bootstrap(
     rpc_url: str, wallets: dict[str, Wallet], out_dir: Path, progress: Progress = print
 ) -> Bootstrapped:
@@ -81,12 +111,18 @@ def bootstrap(
             return done
         except Exception as exc:  # a new chain under an old record: build again
             progress(f"recorded deployment is not on this chain ({exc}); deploying again")
-    progress("deploying contracts")
-    deployment = deploy_all(
+    progress("deploying contracts, creating the demo domain and pool")
+    validators = [w.address for r, w in wallets.items() if r.startswith("validator")]
+    chain = start_pool_on_chain(
         rpc_url,
         wallets["deployer"],
-        DeployParams(validators=[w.address for r, w in wallets.items() if r.startswith("validator")]),
+        wallets["pool-manager"],
+        params=DeployParams(validators=validators),
+        domain=("demo-rl", 'data:application/json,{"task":"synthetic"}'),
+        pool_name="demo-pool",
+        pool_data_uri="data:application/json," + json.dumps(DEMO_POOL_REQUIREMENTS, separators=(",", ":")),
     )
+    deployment, domain_id, pool_id = chain
     deployment_path = deployment.save(out_dir / "deployment.json")
     admin = LedgerClient(rpc_url, deployment, wallets["deployer"])
     progress("funding demo accounts")
@@ -96,17 +132,6 @@ def bootstrap(
         admin.mint(wallet.address, DEMO_TOKENS * ONE_TOKEN)
         if role.startswith("provider-"):
             admin.whitelist_provider(wallet.address)
-    progress("creating the demo domain and pool")
-    domain_id = admin.create_domain("demo-rl", 'data:application/json,{"task":"synthetic"}')
-    manager = admin.with_wallet(wallets["pool-manager"])
-    pool_id = manager.create_pool(
-        domain_id,
-        wallets["pool-manager"].address,
-        "demo-pool",
-        "data:application/json," + json.dumps(DEMO_POOL_REQUIREMENTS, separators=(",", ":")),
-        compute_limit=0,
-    )
-    manager.start_pool(pool_id)
     done = Bootstrapped(
         rpc_url=rpc_url,
         chain_id=deployment.chain_id,

@@ -14,14 +14,9 @@ from devnet import network
 from devnet.compose_cli import app as compose_app
 from devnet.state import DevnetState
 from devnet.task_cli import app as task_app
-from intellect.logs import setup_logging
+from intellect.cli import service_app
 
-app = typer.Typer(help="Intellect: decentralized compute for reinforcement learning.", no_args_is_help=True)
-
-@app.callback()
-def _set_up_logging() -> None:
-    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
-    setup_logging()
+app = service_app("Intellect: decentralized compute for reinforcement learning.")
 
 devnet_app = typer.Typer(
     help="A local network on embedded defaults (anvil, contracts, pool).", no_args_is_help=True

@@ -9,25 +9,16 @@ import typer
 from rich.console import Console
 
 from discovery.settings import DiscoverySettings
+from intellect.cli import service_app, settings_from_flags
 from intellect.logs import setup_logging
 
-app = typer.Typer(help="Intellect discovery service: signed node metadata, checked on chain.",
-                  no_args_is_help=True)
-
-@app.callback()
-def _set_up_logging() -> None:
-    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
-    setup_logging()
+app = service_app("Intellect discovery service: signed node metadata, checked on chain.")
 
 console = Console()
 
 
 def _settings(**overrides: object) -> DiscoverySettings:
-    try:
-        return DiscoverySettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValueError as exc:
-        console.print(f"[red]invalid setting:[/red] {exc}")
-        raise typer.Exit(2) from None
+    return settings_from_flags(DiscoverySettings, **overrides)
 
 
 @app.command()

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from intellect.cli import service_app, settings_from_flags
 from intellect.logs import setup_logging
 from orchestrator.context import MULTIPROC_ENV
 from orchestrator.settings import OrchestratorSettings
@@ -22,23 +23,13 @@ if TYPE_CHECKING:  # the server stack is imported by the commands that run it, s
 
     from intellect.redis_server import EmbeddedRedis
 
-app = typer.Typer(help="Intellect orchestrator: invites, heartbeats, liveness and the task API of one pool.",
-                  no_args_is_help=True)
-
-@app.callback()
-def _set_up_logging() -> None:
-    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
-    setup_logging()
+app = service_app("Intellect orchestrator: invites, heartbeats, liveness and the task API of one pool.")
 
 console = Console()
 
 
 def _settings(**overrides: object) -> OrchestratorSettings:
-    try:
-        return OrchestratorSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValueError as exc:
-        console.print(f"[red]invalid setting:[/red] {exc}")
-        raise typer.Exit(2) from None
+    return settings_from_flags(OrchestratorSettings, **overrides)
 
 
 def _configure_logging(level: str) -> None:

@@ -1,7 +1,8 @@
 """Invite loop: poll discovery for the pool's nodes, reconcile with the pool on chain, invite the new ones.
 
-A node in the pool on chain but unknown here (e.g. after a restart with a fresh database) is recorded
-and invited again: the worker, already a member, answers by heartbeating to us. A failed invite is
+The rows are reconciled by the node store (`NodeBook.reconcile`): a node in the pool on chain but
+unknown here (e.g. after a restart with a fresh database) is recorded and invited again; the worker,
+already a member, answers by heartbeating to us. A failed invite is
 retried with exponential back-off; a node that reappears in discovery after being ejected is re-invited.
 """
 
@@ -10,67 +11,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 import structlog
 from fastapi.concurrency import run_in_threadpool
 
 from intellect.errors import PeerError
 from intellect.wire.invites import InviteRequest, nonce_hex
-from intellect.wire.nodes import DiscoveredNode, NodeState
+from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
 from orchestrator.pacing import Pacing
-from orchestrator.store.nodes import audit
 
 log = structlog.get_logger("intellect.orchestrator.invites")
 MAX_CONCURRENT_INVITES = 16
-
-
-def reconcile(ctx: Context, records: list[DiscoveredNode], on_chain: set[str]) -> list[NodeRow]:
-    """Upsert node rows from discovery and the chain; return every row (the mirror is rebuilt from them)."""
-    with ctx.sessions() as session, session.begin():
-        rows = {row.address: row for row in session.query(NodeRow).all()}
-        for record in records:
-            meta = record.metadata
-            row = rows.get(meta.node_address)
-            updated = record.last_updated.astimezone(UTC).replace(tzinfo=None)
-            if row is None:
-                row = NodeRow(address=meta.node_address, state=NodeState.DISCOVERED.value, misses=0,
-                              in_pool=False, invite_attempts=0, state_changed_at=utcnow(),
-                              created_at=utcnow())
-                session.add(row)
-                rows[row.address] = row
-                audit(session, "discovery", "discovered", row.address)
-            came_back = (row.state in (NodeState.EJECTED.value, NodeState.DEAD.value)
-                         and meta.node_address not in on_chain
-                         and (row.discovery_updated_at is None or updated > row.discovery_updated_at)
-                         and updated > row.state_changed_at)
-            row.provider, row.ip_address, row.port = meta.provider_address, meta.ip_address, meta.port
-            row.node_metadata = meta.model_dump(mode="json")
-            row.discovery_updated_at = updated
-            if came_back:
-                audit(session, "discovery", "state", row.address, old=row.state, new="Discovered",
-                      reason="node is back in discovery")
-                row.state, row.state_changed_at, row.misses = NodeState.DISCOVERED.value, utcnow(), 0
-                row.invite_attempts, row.next_invite_at = 0, None
-                row.reason = "back in discovery: re-inviting"
-        for address in on_chain - rows.keys():
-            row = NodeRow(address=address, state=NodeState.DISCOVERED.value, misses=0, in_pool=True,
-                          invite_attempts=0, state_changed_at=utcnow(), created_at=utcnow(),
-                          reason="in the pool on chain but unknown here: reconciling")
-            session.add(row)
-            rows[address] = row
-            audit(session, "chain", "reconciled", address)
-        for row in rows.values():
-            was_in_pool, row.in_pool = row.in_pool, row.address in on_chain
-            if was_in_pool and not row.in_pool and row.state in (NodeState.HEALTHY.value,
-                                                                  NodeState.UNHEALTHY.value):
-                audit(session, "chain", "state", row.address, old=row.state, new="Ejected",
-                      reason="no longer in the pool on chain")
-                row.state, row.state_changed_at, row.reason = (NodeState.EJECTED.value, utcnow(),
-                                                               "no longer in the pool on chain")
-        return list(rows.values())
 
 
 async def invite_one(ctx: Context, row: NodeRow) -> None:
@@ -112,7 +66,7 @@ async def invite_pass(ctx: Context) -> None:
         log.warning("discovery unavailable", error=str(exc))
         records = []
     on_chain = set(await run_in_threadpool(ctx.chain.pool_nodes))
-    rows = await run_in_threadpool(reconcile, ctx, records, on_chain)
+    rows = await run_in_threadpool(ctx.book.reconcile, records, on_chain)
     for row in rows:
         await ctx.book.sync_mirror(row)
     now = utcnow()

@@ -11,73 +11,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 import structlog
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import select
 
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
-from orchestrator.models import NodeRow, utcnow
 from orchestrator.pacing import Pacing
-from orchestrator.store.nodes import audit, may_heartbeat
+from orchestrator.store.nodes import WATCHED, Liveness, may_heartbeat
 
 log = structlog.get_logger("intellect.orchestrator.monitor")
-WATCHED = [NodeState.HEALTHY, NodeState.UNHEALTHY, NodeState.WAITING_FOR_HEARTBEAT, NodeState.DEAD]
 
 
-def _at(ts: float | None) -> datetime | None:
-    return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None) if ts else None
-
-
-def apply_checks(
-    ctx: Context, seen: dict[str, float | None], now: float, grace_until: float = 0.0
-) -> list[NodeRow]:
-    """One check over the watched nodes in one transaction; returns the rows whose state changed.
-
-    Until `grace_until` (start-up + TTL) a missing heartbeat is not counted as a miss: after an
-    orchestrator restart, nodes get one TTL to find it again before they can turn Unhealthy.
-    """
+def liveness(ctx: Context) -> Liveness:
     s = ctx.settings
-    ttl = s.heartbeat_ttl_seconds
-    changed: list[NodeRow] = []
-    with ctx.sessions() as session, session.begin():
-        rows = session.scalars(select(NodeRow).where(NodeRow.state.in_([w.value for w in WATCHED])))
-        for row in rows:
-            last = seen.get(row.address)
-            fresh = last is not None and now - last <= s.heartbeat_ttl_seconds
-            old = row.state
-            if row.state in (NodeState.HEALTHY.value, NodeState.UNHEALTHY.value):
-                if fresh:
-                    row.state, row.misses, row.reason = NodeState.HEALTHY.value, 0, None
-                elif now < grace_until:
-                    pass
-                else:
-                    row.misses += 1
-                    if row.misses >= s.miss_threshold:
-                        row.state = NodeState.DEAD.value
-                        row.reason = f"no heartbeat for {s.miss_threshold} checks after the {ttl}s TTL"
-                    else:
-                        row.state = NodeState.UNHEALTHY.value
-                        row.reason = f"heartbeat older than {ttl}s ({row.misses} missed checks)"
-            elif row.state == NodeState.WAITING_FOR_HEARTBEAT.value:
-                if fresh:
-                    row.state, row.reason = NodeState.HEALTHY.value, None
-                elif row.invited_at and (utcnow() - row.invited_at).total_seconds() > \
-                        s.invite_timeout_seconds:
-                    row.state, row.next_invite_at = NodeState.DISCOVERED.value, None
-                    row.reason = f"no heartbeat within {s.invite_timeout_seconds}s of the invite: re-inviting"
-            if row.state != old:
-                # Written on state changes only: the admin API reads live heartbeat times from Redis,
-                # and one UPDATE per node per pass dominated the check at 10,000 nodes.
-                if last:
-                    row.last_heartbeat_at = _at(last)
-                row.state_changed_at = utcnow()
-                audit(session, "monitor", "state", row.address, old=old, new=row.state, reason=row.reason)
-                log.info("node state", node=row.address, old=old, new=row.state, reason=row.reason)
-                changed.append(row)
-    return changed
+    return Liveness(s.heartbeat_ttl_seconds, s.miss_threshold, s.invite_timeout_seconds)
 
 
 def live_task_count(ctx: Context) -> int:
@@ -101,7 +49,7 @@ async def eject_dead(ctx: Context) -> None:
 async def check_pass(ctx: Context, grace_until: float = 0.0) -> None:
     watched = await run_in_threadpool(ctx.book.all, WATCHED)
     seen = await ctx.live.last_seen([r.address for r in watched])
-    changed = await run_in_threadpool(apply_checks, ctx, seen, time.time(), grace_until)
+    changed = await run_in_threadpool(ctx.book.apply_checks, liveness(ctx), seen, time.time(), grace_until)
     for row in changed:
         await ctx.live.set_state(row.address, NodeState(row.state) if may_heartbeat(row) else None)
     if ctx.settings.eject_dead_nodes:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from intellect.cli import service_app
 from intellect.identity import IdentityError, Wallet, resolve_passphrase
 from intellect.logs import setup_logging
 from intellect.net import free_port
@@ -33,13 +34,7 @@ from worker.runtime import RecordingRuntime, Runtime, start_runtime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
 
-app = typer.Typer(help="Intellect worker: contribute compute to a pool.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
-
-@app.callback()
-def _set_up_logging() -> None:
-    # Every command of this CLI logs through the one set-up (INTELLECT_LOG_FORMAT / INTELLECT_LOG_LEVEL).
-    setup_logging()
+app = service_app("Intellect worker: contribute compute to a pool.", pretty_exceptions_enable=False)
 
 wallet_app = typer.Typer(help="Create, import and show the provider and node keys.", no_args_is_help=True)
 app.add_typer(wallet_app, name="wallet")

@@ -1,6 +1,7 @@
 """The liveness check with the default settings: a silent node is Dead within 30 s of its last
 heartbeat, whatever the phase of the check loop; a node that beats on time (or a little late) never
-turns Unhealthy. Runs `monitor.apply_checks` on a real SQLite database with simulated clocks."""
+turns Unhealthy. Runs `NodeBook.apply_checks` on a real SQLite database with simulated clocks
+(no Redis: a pass reads heartbeat times it is given)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from redis.asyncio import Redis
 from sqlalchemy import select
 
 from intellect.wire.nodes import NodeState
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.models import NodeRow
-from orchestrator.monitor import apply_checks
+from orchestrator.live import LiveStore
+from orchestrator.monitor import liveness
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.store.nodes import NodeBook
 
 NODE = "0x" + "ab" * 20
 DEAD_WITHIN = 30.0  # the documented default bound (issue 12: ≤ 30 s)
@@ -27,7 +31,12 @@ def world(tmp_path: Path) -> SimpleNamespace:
     sessions = session_factory(engine)
     with sessions() as session, session.begin():
         session.add(NodeRow(address=NODE, state=NodeState.HEALTHY.value, misses=0, in_pool=True))
-    return SimpleNamespace(settings=settings, sessions=sessions)
+    live = LiveStore(Redis.from_url("redis://127.0.0.1:9"), 1, settings.heartbeat_ttl_seconds)  # never used
+    return SimpleNamespace(settings=settings, sessions=sessions, book=NodeBook(sessions, live))
+
+
+def apply_checks(ctx: SimpleNamespace, seen: dict[str, float | None], now: float) -> None:
+    ctx.book.apply_checks(liveness(ctx), seen, now)
 
 
 def state_of(ctx: SimpleNamespace) -> str:

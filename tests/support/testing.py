@@ -131,8 +131,9 @@ class Devnet:
 
 
 def start_devnet(pool_data_uri: str = "", accounts: int = 20) -> Devnet:
-    """anvil + deploy_all + domain + started pool; the caller stops it (`devnet.stop()`)."""
-    from ledger.deploy import deploy_all
+    """anvil + the devnet's own pool starter (`devnet.bootstrap.start_pool_on_chain`): contracts, a
+    domain and a started pool; the caller stops it (`devnet.stop()`)."""
+    from devnet.bootstrap import start_pool_on_chain
     from ledger.dev.anvil import Anvil
 
     anvil = Anvil.start(accounts=accounts)
@@ -140,13 +141,8 @@ def start_devnet(pool_data_uri: str = "", accounts: int = 20) -> Devnet:
         keys = list(anvil.dev_keys)
         owner = Wallet.from_key(keys.pop(0))
         manager = Wallet.from_key(keys.pop(0))
-        deployment = deploy_all(anvil.rpc_url, owner)
-        devnet = Devnet(anvil, deployment, owner, manager, 0, 0, keys)
-        client = devnet.client(owner)
-        devnet.domain_id = client.create_domain("test-domain")
-        devnet.pool_id = client.create_pool(devnet.domain_id, manager.address, "test-pool", pool_data_uri)
-        client.start_pool(devnet.pool_id)
-        return devnet
+        chain = start_pool_on_chain(anvil.rpc_url, owner, manager, pool_data_uri=pool_data_uri)
+        return Devnet(anvil, chain.deployment, owner, manager, chain.domain_id, chain.pool_id, keys)
     except BaseException:
         anvil.stop()
         raise
