@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from discovery.settings import DiscoverySettings
-from intellect.cli import service_app, settings_from_flags
+from intellect.cli import add_settings_commands, service_app, settings_from_flags
 from intellect.logs import setup_logging
 
 app = service_app("Intellect discovery service: signed node metadata, checked on chain.")
@@ -51,33 +50,7 @@ def serve(
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
 
 
-@app.command("admin-token")
-def admin_token(
-    state_dir: Path = typer.Option(None, help="the service's state directory"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON"),
-) -> None:
-    """Print the admin bearer token (created on first start if missing)."""
-    from intellect.auth import load_or_create_admin_token
-
-    settings = _settings(state_dir=state_dir)
-    token = load_or_create_admin_token(settings.admin_token_file)
-    typer.echo(json.dumps({"token": token, "file": str(settings.admin_token_file)}) if as_json else token)
-
-
-@app.command("show-config")
-def show_config(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """The effective settings (flags > INTELLECT_DISCOVERY_* env > .env > defaults)."""
-    from rich.table import Table
-
-    data = _settings().model_dump(mode="json")
-    if as_json:
-        typer.echo(json.dumps(data, indent=2))
-        return
-    table = Table("setting", "value")
-    for key, value in data.items():
-        table.add_row(key, str(value))
-    console.print(table)
-
+add_settings_commands(app, DiscoverySettings, "discovery", lambda s: s.admin_token_file)
 
 if __name__ == "__main__":
     app()

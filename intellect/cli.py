@@ -1,15 +1,20 @@
 """What every service's command line starts from: a Typer app that sets up logging once for whichever
 command runs (the one logging set-up per entry point, never on import), and settings built from flags
-over environment and `.env`, where a bad value exits with code 2 naming the setting."""
+over environment and `.env`, where a bad value exits with code 2 naming the setting; and the
+`admin-token` / `show-config` commands of every service with an admin API."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 from rich.console import Console
+from rich.table import Table
 
 from intellect.logs import setup_logging
 
@@ -42,3 +47,41 @@ def settings_from_flags(cls: type[S], **flags: Any) -> S:
         )
         _err.print(f"[red]invalid setting:[/red] {problems}", highlight=False)
         raise typer.Exit(2) from None
+
+
+_SECRET_NAMES = ("key", "token", "password", "secret", "passphrase")
+
+
+def add_settings_commands(
+    app: typer.Typer, cls: type[S], service: str, token_file: Callable[[S], Path]
+) -> None:
+    """`admin-token` and `show-config`, the two commands every service with an admin API shares
+    (`cls`: the service's settings, with a `state_dir` field; `token_file`: where its token lives)."""
+    prefix = str(cls.model_config.get("env_prefix") or "INTELLECT_")
+
+    @app.command("admin-token")
+    def admin_token(
+        state_dir: Path = typer.Option(None, help=f"the {service}'s state directory"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    ) -> None:
+        """Print the admin bearer token (created on first start if missing)."""
+        from intellect.auth import load_or_create_admin_token
+
+        path = token_file(settings_from_flags(cls, state_dir=state_dir))
+        token = load_or_create_admin_token(path)
+        typer.echo(json.dumps({"token": token, "file": str(path)}) if as_json else token)
+
+    @app.command("show-config")
+    def show_config(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+        """The effective settings (flags > env > .env > defaults); keys, tokens and passwords hidden."""
+        data = settings_from_flags(cls).model_dump(mode="json")
+        for name in data:
+            if data[name] and any(name.endswith(s) for s in _SECRET_NAMES):
+                data[name] = "***"
+        if as_json:
+            typer.echo(json.dumps(data, indent=2))
+            return
+        table = Table("setting", "value", title=f"{service} settings ({prefix}* env)")
+        for name, value in data.items():
+            table.add_row(name, str(value))
+        Console().print(table)

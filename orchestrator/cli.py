@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from intellect.cli import service_app, settings_from_flags
+from intellect.cli import add_settings_commands, service_app, settings_from_flags
 from intellect.logs import setup_logging
 from orchestrator.context import MULTIPROC_ENV
 from orchestrator.settings import OrchestratorSettings
@@ -211,19 +211,6 @@ def app_from_environment() -> FastAPI:
     return create_app(OrchestratorSettings())
 
 
-@app.command("admin-token")
-def admin_token(
-    state_dir: Path = typer.Option(None, help="the orchestrator's state directory"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON"),
-) -> None:
-    """Print the admin bearer token (created on first start if missing)."""
-    from intellect.auth import load_or_create_admin_token
-
-    settings = _settings(state_dir=state_dir)
-    token = load_or_create_admin_token(settings.admin_token_file)
-    typer.echo(json.dumps({"token": token, "file": str(settings.admin_token_file)}) if as_json else token)
-
-
 @app.command("nodes")
 def nodes(
     url: str = typer.Option("http://127.0.0.1:8090", help="orchestrator URL"),
@@ -258,19 +245,7 @@ def nodes(
     console.print(", ".join(f"{k}: {v}" for k, v in data["counts"].items() if v))
 
 
-@app.command("show-config")
-def show_config(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """The effective settings (flags > INTELLECT_ORCH_* env > .env > defaults); secrets hidden."""
-    data = _settings().model_dump(mode="json")
-    data["manager_key"] = "***" if data.get("manager_key") else None
-    if as_json:
-        typer.echo(json.dumps(data, indent=2))
-        return
-    table = Table("setting", "value")
-    for key, value in data.items():
-        table.add_row(key, str(value))
-    console.print(table)
-
+add_settings_commands(app, OrchestratorSettings, "orchestrator", lambda s: s.admin_token_file)
 
 if __name__ == "__main__":
     app()

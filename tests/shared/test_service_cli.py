@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -34,3 +37,25 @@ def test_a_bad_value_exits_2_naming_the_setting_and_its_variable(monkeypatch: py
     assert "heartbeat_ttl_seconds" in result.output
     assert "INTELLECT_ORCH_HEARTBEAT_TTL_SECONDS" in result.output
     assert "Traceback" not in result.output
+
+
+def test_admin_token_and_show_config_are_the_same_for_every_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from discovery.cli import app as discovery_app
+    from orchestrator.cli import app as orchestrator_app
+
+    monkeypatch.setenv("INTELLECT_ORCH_MANAGER_KEY", "0x" + "11" * 32)
+    runner = CliRunner()
+    for app, state in ((orchestrator_app, tmp_path / "orch"), (discovery_app, tmp_path / "disc")):
+        first = runner.invoke(app, ["admin-token", "--state-dir", str(state), "--json"])
+        assert first.exit_code == 0, first.output
+        token = json.loads(first.output)
+        assert token["file"] == str(state / "admin-token")
+        again = runner.invoke(app, ["admin-token", "--state-dir", str(state)])
+        assert again.output.strip() == token["token"] == (state / "admin-token").read_text().strip()
+        config = runner.invoke(app, ["show-config", "--json"])
+        assert config.exit_code == 0, config.output
+        assert "11" * 32 not in config.output  # a key is never printed
+    shown = json.loads(runner.invoke(orchestrator_app, ["show-config", "--json"]).output)
+    assert shown["manager_key"] == "***"
