@@ -33,7 +33,7 @@ from intellect.auth import (
     load_or_create_admin_token,
 )
 from intellect.http_guard import guard
-from intellect.redis_server import EmbeddedRedis
+from intellect.redis_server import redis_url_or_embedded
 from intellect.wire.nodes import DiscoveredNode
 
 log = logging.getLogger("intellect.discovery")
@@ -80,11 +80,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     loop. `app.state.chain_view` is the `chain` given to `create_app` (None: a LedgerClient)."""
     state = app.state
     settings: DiscoverySettings = state.settings
-    embedded = None
-    url = settings.redis_url
-    if url is None:
-        embedded = EmbeddedRedis(data_dir=settings.state_dir / "redis").start()
-        url = embedded.url
+    url, embedded = redis_url_or_embedded(settings.redis_url, settings.state_dir)
     redis = Redis.from_url(url)
     view: ChainView = state.chain_view or await run_in_threadpool(ledger_chain_view, settings)
     state.chain = CachedChainView(view, settings.chain_cache_seconds)

@@ -86,3 +86,12 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def redis_url_or_embedded(url: str | None, state_dir: Path) -> tuple[str, EmbeddedRedis | None]:
+    """The configured Redis URL, or (none configured) a redis-server started with its data under
+    `state_dir/redis`; the caller stops the embedded one when it is done."""
+    if url is not None:
+        return url, None
+    embedded = EmbeddedRedis(data_dir=state_dir / "redis").start()
+    return embedded.url, embedded

@@ -139,14 +139,11 @@ def _prepare_replicas(settings: OrchestratorSettings, log_level: str) -> Embedde
     from pydantic import SecretStr
 
     from intellect.identity import PASSPHRASE_ENV, resolve_passphrase
-    from intellect.redis_server import EmbeddedRedis
+    from intellect.redis_server import redis_url_or_embedded
     from orchestrator.app import create_app
     from orchestrator.db import make_engine, migrate
 
-    embedded = None
-    if settings.redis_url is None:
-        embedded = EmbeddedRedis(data_dir=settings.state_dir / "redis").start()
-        settings.redis_url = embedded.url
+    settings.redis_url, embedded = redis_url_or_embedded(settings.redis_url, settings.state_dir)
     # Files made on first start (admin token, storage secret) must be made once, not raced by N processes.
     create_app(settings)
     engine = make_engine(settings.effective_database_url)

@@ -26,7 +26,7 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from intellect.auth import AdminToken, load_or_create_admin_token
 from intellect.http_guard import guard
 from intellect.identity import Wallet
-from intellect.redis_server import EmbeddedRedis
+from intellect.redis_server import redis_url_or_embedded
 from orchestrator.access import AdminAccess
 from orchestrator.api.routes import admin, health, heartbeat, nodes, storage, tasks
 from orchestrator.chain import LedgerPoolChain, PoolChain
@@ -88,11 +88,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: OrchestratorSettings = state.settings
     engine = make_engine(settings.effective_database_url)
     await run_in_threadpool(migrate, engine)
-    embedded = None
-    url = settings.redis_url
-    if url is None:
-        embedded = EmbeddedRedis(data_dir=settings.state_dir / "redis").start()
-        url = embedded.url
+    url, embedded = redis_url_or_embedded(settings.redis_url, settings.state_dir)
     redis = Redis.from_url(url)
     key: Wallet = state.manager or load_manager(settings)
     state.admin.allow(key.address)
