@@ -89,7 +89,8 @@ def cpu_model() -> str | None:
 
 
 def docker_reachable(timeout: float = 2.0) -> bool:
-    """True when a Docker engine answers a ping (DOCKER_HOST or the default socket)."""
+    """True when a Docker engine answers a ping (DOCKER_HOST or the default socket): what the machine
+    check reports, and how `auto` picks the Docker runtime."""
     try:
         import docker
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ from ledger.client import LedgerClient
 from ledger.errors import ContractRevert, LedgerError
 from ledger.events import EventReader, WorkSubmittedEvent
 from worker.runtime.bridge import FileQueue, PendingFile
+from worker.sqlite import transaction
 
 log = logging.getLogger("intellect.worker.uploader")
 
@@ -106,14 +107,8 @@ class Journal:
             db.execute("CREATE TABLE IF NOT EXISTS submissions (sha256 TEXT PRIMARY KEY, state TEXT NOT NULL,"
                        " attempts INTEGER NOT NULL DEFAULT 0, tx_hash TEXT, reason TEXT, updated_at TEXT)")
 
-    @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30)
-        try:
-            with db:
-                yield db
-        finally:
-            db.close()
+    def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def get(self, sha256: str) -> tuple[str, int, str | None, str | None] | None:
         with self._db() as db:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+from worker.hardware import docker_reachable
 from worker.runtime.base import Runtime, RuntimeBase, RuntimeConfig, TaskSetupError, run_name
 from worker.runtime.bridge import TaskBridge, socket_path_for
-from worker.runtime.docker import DockerRuntime, engine_available
+from worker.runtime.docker import DockerRuntime
 from worker.runtime.process import ProcessRuntime
 from worker.runtime.recording import RecordingRuntime
 
@@ -40,7 +41,7 @@ def make_runtime(kind: str, config: RuntimeConfig, bridge: TaskBridge | None = N
         return ProcessRuntime(config, bridge)
     if kind not in ("auto", "docker"):
         raise ValueError(f"unknown runtime {kind!r}: use auto, docker or process")
-    if kind == "docker" or engine_available():
+    if kind == "docker" or docker_reachable(timeout=3.0):
         return DockerRuntime(config, bridge)
     return ProcessRuntime(config, bridge)
 

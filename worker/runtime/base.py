@@ -362,13 +362,20 @@ class RuntimeBase(ABC, Generic[H]):
             run = launched
         return self._status_of(run)
 
-    def _current_status(self) -> TaskStatus | None:
+    def _prepared_desired(self) -> tuple[AssignedTask, PreparedTask] | TaskStatus | None:
+        """The desired task and its prepared form; its setup failure as a status; None: no task."""
         if self.desired is None:
             return None
         try:
-            prepared = self._prepare(self.desired)
+            return self.desired, self._prepare(self.desired)
         except TaskSetupError as exc:
             return setup_failure(self.desired, exc)
+
+    def _current_status(self) -> TaskStatus | None:
+        found = self._prepared_desired()
+        if not isinstance(found, tuple):
+            return found
+        _, prepared = found
         run = self._find(prepared.name)
         if run is None:
             return TaskStatus(task_id=prepared.task_id, state=TaskState.PENDING,
@@ -376,16 +383,14 @@ class RuntimeBase(ABC, Generic[H]):
         return self._status_of(run)
 
     def _restart(self) -> TaskStatus | None:
-        if self.desired is None:
-            return None
-        try:
-            prepared = self._prepare(self.desired)
-        except TaskSetupError as exc:
-            return setup_failure(self.desired, exc)
+        found = self._prepared_desired()
+        if not isinstance(found, tuple):
+            return found
+        desired, prepared = found
         old = self._find(prepared.name)
         if old is not None:
             self._stop_run(old)
-        launched = self._launch(prepared, self.desired, fresh=False)
+        launched = self._launch(prepared, desired, fresh=False)
         return launched if isinstance(launched, TaskStatus) else self._status_of(launched)
 
     def _current_name(self) -> str | None:

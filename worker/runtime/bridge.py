@@ -23,7 +23,6 @@ import sqlite3
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -31,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ValidationError
 
 from intellect.wire.bridge import BridgeReply, FileReadyMessage, MetricsMessage, bridge_message
+from worker.sqlite import transaction
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,8 @@ class FileQueue:
                 " tx_hash TEXT)"
             )
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30)
-        try:
-            with db:
-                yield db
-        finally:
-            db.close()
+    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def _rows(self, where: str, *args: object) -> list[PendingFile]:
         with self._connect() as db:

@@ -41,18 +41,6 @@ from worker.runtime.bridge import TaskBridge
 LABEL_ASSIGNED = "org.intellect.assigned"  # the AssignedTask JSON: what adopt() restores
 
 
-def engine_available(timeout: float = 3.0) -> bool:
-    """A Docker engine answers at DOCKER_HOST (or the default socket)."""
-    try:
-        client = docker.from_env(timeout=timeout)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except DockerException:
-        return False
-
-
 class DockerRuntime(RuntimeBase[Container]):
     kind = "docker"
     task_data_dir = CONTAINER_DATA
