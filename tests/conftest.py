@@ -2,8 +2,10 @@
 
 Tiers: a test that uses the chain, Docker or a devnet (by fixture, or by living in a folder that is
 all chain: e2e, devnet, ledger) is marked `slow` here automatically, so a new test falls in the right
-tier without remembering a marker. `make test-fast` runs `-m "not slow"`: pure functions and
-in-process apps over ONE Redis started per session (flushed between modules).
+tier without remembering a marker. Tests that start other interpreters (sandboxed programs, a CLI
+run as a process, a second process verifying the first) carry `@pytest.mark.slow` themselves.
+`make test-fast` runs `-m "not slow"`: pure functions and in-process apps over ONE Redis started per
+session (flushed between modules).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 from worker_devnet import Devnet
 
@@ -27,6 +28,7 @@ def env_for(devnet: Devnet | None, state: Path, **extra: str) -> dict[str, str]:
     return env | extra
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_wallet_create_show_import(tmp_path: Path) -> None:
     env = env_for(None, tmp_path)
     created = runner.invoke(app, ["wallet", "create", "--json"], env=env)

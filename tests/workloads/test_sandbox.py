@@ -16,6 +16,8 @@ import pytest
 from workloads.verifiers import SandboxLimits, TaskRecord, run_program, score
 from workloads.verifiers.code import SandboxMaximums, SandboxUnavailable, isolated
 
+pytestmark = pytest.mark.slow  # every test runs programs in sandboxed interpreters (see tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 FAST = SandboxLimits(cpu_seconds=1, wall_seconds=4.0)
 needs_isolation = pytest.mark.skipif(not isolated(), reason="the namespace sandbox needs root and unshare")

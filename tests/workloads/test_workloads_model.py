@@ -57,6 +57,7 @@ def test_load_weights_rejects_a_foreign_checkpoint(tmp_path, tiny_model):
         load_weights(model, bad)
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_training_script_runs_and_saves_a_loadable_model(tmp_path):
     out = tmp_path / "m"
     run = subprocess.run(

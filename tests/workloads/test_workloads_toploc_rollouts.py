@@ -86,6 +86,7 @@ def test_generation_batch_size_does_not_matter(backend, tiny_model, honest):
         assert all(r.passed for r in check(tiny_model, rows))
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_verified_in_a_second_process(tmp_path, honest):
     path = tmp_path / "r.parquet"
     write_rollouts(

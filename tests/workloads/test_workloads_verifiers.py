@@ -55,6 +55,7 @@ def test_code_right_partial_wrong():
     assert score(SQUARE, "raise SystemExit(3)") == 0.0
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_infinite_loop_is_stopped():
     started = time.monotonic()
     result = run_program("while True:\n    pass\n", "", FAST)
@@ -66,6 +67,7 @@ def _nobody_processes() -> int:
     return sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == 65534)
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_fork_bomb_is_contained():
     before = len(psutil.pids())
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"

@@ -204,6 +204,7 @@ def test_checkpoint_sha256_mismatch_is_refused(tmp_path):
     assert store.versions() == []
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_cli_help_and_bad_flags():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     ok = subprocess.run(
@@ -226,6 +227,7 @@ def test_cli_help_and_bad_flags():
     assert bad.returncode == 2 and "node_address" in bad.stderr
 
 
+@pytest.mark.slow  # starts other interpreters (see tests/conftest.py)
 def test_cli_runs_standalone_with_json(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "INTELLECT_SOCKET_PATH"}
     env["INTELLECT_INFER_BATCH_SIZE"] = "2"
