@@ -14,8 +14,8 @@ from sqlalchemy import select
 
 from intellect.wire.nodes import NodeState
 from orchestrator.db import make_engine, migrate, session_factory
-from orchestrator.models import NodeRow
 from orchestrator.live import LiveStore
+from orchestrator.models import NodeRow
 from orchestrator.monitor import liveness
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store.nodes import NodeBook
