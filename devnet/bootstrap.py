@@ -80,19 +80,21 @@ def start_pool_on_chain(
     deployer: Wallet,
     manager: Wallet,
     *,
+    creator: Wallet | None = None,
     params: DeployParams | None = None,
     domain: tuple[str, str] = ("test-domain", ""),
     pool_name: str = "test-pool",
     pool_data_uri: str = "",
 ) -> PoolOnChain:
     """The one network starter on a chain: every contract deployed by `deployer`, a domain (name,
-    parameters URI), and a started pool whose manager (the key that signs invites) is `manager`.
+    parameters URI), and a started pool created by `creator` (default: the manager) whose manager
+    (the key that signs invites) is `manager`.
     The devnet (`bootstrap`), the compose deploy job and the test harness
     (`tests/support/testing.start_devnet`) all build their pool here."""
     deployment = deploy_all(rpc_url, deployer, params or DeployParams())
     admin = LedgerClient(rpc_url, deployment, deployer)
     domain_id = admin.create_domain(*domain)
-    pools = admin.with_wallet(manager)
+    pools = admin.with_wallet(creator or manager)
     pool_id = pools.create_pool(domain_id, manager.address, pool_name, pool_data_uri, compute_limit=0)
     pools.start_pool(pool_id)
     return PoolOnChain(deployment, domain_id, pool_id)

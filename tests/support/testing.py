@@ -141,7 +141,8 @@ def start_devnet(pool_data_uri: str = "", accounts: int = 20) -> Devnet:
         keys = list(anvil.dev_keys)
         owner = Wallet.from_key(keys.pop(0))
         manager = Wallet.from_key(keys.pop(0))
-        chain = start_pool_on_chain(anvil.rpc_url, owner, manager, pool_data_uri=pool_data_uri)
+        # The owner creates the pool (creator rights: end, eject, slashing policy); the manager signs invites.
+        chain = start_pool_on_chain(anvil.rpc_url, owner, manager, creator=owner, pool_data_uri=pool_data_uri)
         return Devnet(anvil, chain.deployment, owner, manager, chain.domain_id, chain.pool_id, keys)
     except BaseException:
         anvil.stop()
