@@ -28,6 +28,16 @@ def abi(name: str) -> list[dict[str, Any]]:
     return load_artifact(name)["abi"]
 
 
+def event_topics(name: str) -> dict[bytes, str]:
+    """topic0 -> event name over one contract's events: how receipts and log readers tell them apart."""
+    topics: dict[bytes, str] = {}
+    for item in abi(name):
+        if item.get("type") == "event":
+            signature = f"{item['name']}({','.join(i['type'] for i in item['inputs'])})"
+            topics[keccak(text=signature)] = item["name"]
+    return topics
+
+
 def _signature_types(inputs: list[dict[str, Any]]) -> list[str]:
     out = []
     for item in inputs:

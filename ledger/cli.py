@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -234,7 +234,7 @@ def nodes(
 ) -> None:
     """List a pool's nodes with their on-chain status."""
     c = chain.reader()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for addr in c.pool_nodes(pool_id):
         n = c.get_node(addr)
         prov = c.get_provider(n.provider) if n else None
@@ -386,7 +386,7 @@ def balances(
     """Token, ETH, stake and reward balances of addresses."""
     c = chain.reader() if accounts else chain.signer()
     targets = [address(a) for a in accounts] if accounts else [c.address]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for a in targets:
         prov = c.get_provider(a)
         rows.append(

@@ -74,8 +74,12 @@ class Chain:
     as_json: bool = False
 
     def settings(self) -> LedgerSettings:
-        overrides = {"rpc_url": self.rpc_url, "deployment": self.deployment, "keystore": self.keystore}
-        return LedgerSettings(**{k: v for k, v in overrides.items() if v is not None})
+        given: dict[str, Any] = {
+            "rpc_url": self.rpc_url,
+            "deployment": self.deployment,
+            "keystore": self.keystore,
+        }
+        return LedgerSettings(**{k: v for k, v in given.items() if v is not None})
 
     def signer(self) -> LedgerClient:
         """A client with the configured key (transactions): refused when none is given."""

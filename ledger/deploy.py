@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from eth_abi import encode as abi_encode
+from eth_typing import ChecksumAddress
 from eth_utils import keccak, to_checksum_address
 from pydantic import BaseModel, Field
 from web3 import Web3
@@ -72,7 +74,7 @@ def role(name: str) -> bytes:
 
 def _constructor_data(name: str, args: list[object]) -> str:
     art = load_artifact(name)
-    ctor = next((i for i in art["abi"] if i["type"] == "constructor"), {"inputs": []})
+    ctor: dict[str, Any] = next((i for i in art["abi"] if i["type"] == "constructor"), {"inputs": []})
     types = [i["type"] for i in ctor["inputs"]]
     return art["bytecode"] + abi_encode(types, args).hex()
 
@@ -88,7 +90,7 @@ def deploy_all(
 
     blocks: list[int] = []
 
-    def deploy(name: str, *args: object) -> str:
+    def deploy(name: str, *args: object) -> ChecksumAddress:
         receipt = sender.send(None, _constructor_data(name, list(args)))
         blocks.append(int(receipt["blockNumber"]))
         return to_checksum_address(receipt["contractAddress"])
@@ -99,7 +101,7 @@ def deploy_all(
     pool = deploy("ComputePool", admin, token, registry, domains, params.reward_per_unit)
     first_block = blocks[0]  # event readers start here
 
-    def call(name: str, address: str, fn: str, *args: object) -> None:
+    def call(name: str, address: ChecksumAddress, fn: str, *args: object) -> None:
         contract = w3.eth.contract(address=address, abi=abi(name))
         sender.send(address, contract.encode_abi(fn, list(args)))
 

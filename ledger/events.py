@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 
 from eth_utils import to_checksum_address
 from pydantic import BaseModel, ConfigDict, Field
-from web3 import Web3
 
+from ledger.artifacts import event_topics
 from ledger.client import LedgerClient
 
 
@@ -129,12 +129,7 @@ class EventReader:
         self.kinds = kinds
         self.max_range = max_range
         self.cursor = client.deployment.block if start_block is None else start_block
-        contract = client.pools
-        self._topics: dict[bytes, str] = {}
-        for item in contract.abi:
-            if item.get("type") == "event" and item["name"] in kinds:
-                sig = f"{item['name']}({','.join(i['type'] for i in item['inputs'])})"
-                self._topics[bytes(Web3.keccak(text=sig))] = item["name"]
+        self._topics = {topic: name for topic, name in event_topics("ComputePool").items() if name in kinds}
 
     def safe_head(self) -> int:
         return self.client.block_number() - self.confirmations
@@ -150,7 +145,7 @@ class EventReader:
             start = end + 1
         events.sort(key=lambda e: (e.block_number, e.log_index))
         to = max(last, from_block - 1)
-        return EventBatch(events=events, from_block=from_block, to_block=to, next_block=to + 1)  # type: ignore[arg-type]
+        return EventBatch(events=events, from_block=from_block, to_block=to, next_block=to + 1)
 
     def poll(self) -> list[LedgerEvent]:
         """Read from the internal cursor and advance it."""

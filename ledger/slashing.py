@@ -13,7 +13,7 @@ from ledger.errors import LedgerError
 from ledger.models import TxResult
 
 if TYPE_CHECKING:
-    from ledger.client import LedgerClient
+    from ledger.contracts.base import ContractBase
 
 
 def work_key_bytes(work_key: bytes | str) -> bytes:
@@ -51,7 +51,7 @@ class WorkVotes(BaseModel):
 
 
 class Slashing:
-    def __init__(self, client: LedgerClient) -> None:
+    def __init__(self, client: ContractBase) -> None:
         self.client = client
         self.pools = client.pools
 

@@ -8,9 +8,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from eth_typing import ChecksumAddress, Hash32, HexStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 from web3 import Web3
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+from web3.types import TxParams, Wei
 
 from intellect.identity import Wallet
 from ledger.artifacts import decode_error
@@ -73,6 +75,8 @@ class TxSender:
     def __init__(self, w3: Web3, wallet: Wallet, chain_key: str, timeout: float = 60.0, attempts: int = 8):
         self.w3 = w3
         self.wallet = wallet
+        # web3 wants a ChecksumAddress; the account's own address is one (Wallet.address is it, as str)
+        self.address: ChecksumAddress = wallet.account.address
         self.timeout = timeout
         self.attempts = attempts
         self._lock = NonceManager.lock_for(chain_key, wallet.address)
@@ -87,10 +91,16 @@ class TxSender:
         factor = BUMP**attempt
         return {"maxPriorityFeePerGas": int(tip * factor), "maxFeePerGas": int((2 * base + tip) * factor)}
 
+    def _request(self, to: str | None, data: str, value: int) -> TxParams:
+        """A call or estimate of the transaction (without `to`: a contract creation)."""
+        tx: TxParams = {"from": self.address, "data": HexStr(data), "value": Wei(value)}
+        if to is not None:
+            tx["to"] = to
+        return tx
+
     def estimate(self, to: str, data: str, value: int = 0) -> int:
-        tx = {"from": self.wallet.address, "to": to, "data": data, "value": value}
         try:
-            return int(self.w3.eth.estimate_gas(tx))
+            return int(self.w3.eth.estimate_gas(self._request(to, data, value)))
         except ContractLogicError as exc:
             raise revert_from(exc) from None
 
@@ -101,9 +111,7 @@ class TxSender:
         `min_gas`: estimate as usual (a revert still names its error), but send at least this much."""
         if gas is None:
             if to is None:
-                gas = int(
-                    self.w3.eth.estimate_gas({"from": self.wallet.address, "data": data, "value": value})
-                )
+                gas = int(self.w3.eth.estimate_gas(self._request(None, data, value)))
             else:
                 gas = self.estimate(to, data, value)
             gas = int(gas * 1.2) + 10_000
@@ -111,7 +119,7 @@ class TxSender:
                 gas = max(gas, min_gas)
         state = {"attempt": 0}
 
-        def once() -> bytes:
+        def once() -> Hash32:
             tx: dict[str, Any] = {
                 "from": self.wallet.address,
                 "data": data,
@@ -125,10 +133,10 @@ class TxSender:
                 tx["to"] = to
             state["attempt"] += 1
             with self._lock:
-                tx["nonce"] = self.w3.eth.get_transaction_count(self.wallet.address, "pending")
+                tx["nonce"] = self.w3.eth.get_transaction_count(self.address, "pending")
                 signed = self.wallet.account.sign_transaction(tx)
                 try:
-                    return bytes(self.w3.eth.send_raw_transaction(signed.raw_transaction))
+                    return Hash32(bytes(self.w3.eth.send_raw_transaction(signed.raw_transaction)))
                 except Web3RPCError as exc:
                     if any(s in str(exc).lower() for s in _RETRYABLE):
                         log.warning("retrying nonce %s from %s: %s", tx["nonce"], self.wallet.address, exc)
@@ -158,9 +166,9 @@ class TxSender:
 
     def _explain_failure(self, to: str | None, data: str, value: int, receipt: Any) -> ContractRevert:
         """Replay a mined-but-reverted transaction as a call to recover its custom error."""
-        tx = {"from": self.wallet.address, "to": to, "data": data, "value": value}
         try:
-            self.w3.eth.call(tx, block_identifier=max(receipt["blockNumber"] - 1, 0))
+            before = max(receipt["blockNumber"] - 1, 0)
+            self.w3.eth.call(self._request(to, data, value), block_identifier=before)
         except ContractLogicError as exc:
             return revert_from(exc)
         except Exception:

@@ -1,0 +1,104 @@
+"""`ComputePool`, work side: submitting work, invalidating it (alone or by quorum, see
+`ledger/slashing.py`), reading it back, the rewards it earns and the parameters that price it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eth_utils import to_checksum_address
+
+from ledger.contracts.base import ContractBase, struct
+from ledger.errors import LedgerError
+from ledger.models import TxResult, WorkParameters, WorkRecord
+from ledger.slashing import Slashing, work_key_bytes
+
+# The struct getWork and getWorkSince return (`status` is a WorkStatus, which the model converts to).
+_WORK = "work_key provider node units reward timestamp status"
+
+
+def _work(pool_id: int, t: Sequence[Any]) -> WorkRecord:
+    record = struct(_WORK, t)
+    record["work_key"] = "0x" + bytes(record["work_key"]).hex()
+    return WorkRecord(pool_id=pool_id, **record)
+
+
+class WorkContract(ContractBase):
+    def submit_work(self, pool_id: int, node: str, work_key: bytes | str, units: int) -> TxResult:
+        return self._tx(
+            self.pools, "submitWork", pool_id, to_checksum_address(node), work_key_bytes(work_key), units
+        )
+
+    @property
+    def slashing(self) -> Slashing:
+        """Quorum slashing: policy, pool validators, votes, pardon (see ledger/slashing.py)."""
+        return Slashing(self)
+
+    def invalidate_work(self, pool_id: int, work_key: bytes | str) -> TxResult:
+        return self._tx(self.pools, "invalidateWork", pool_id, work_key_bytes(work_key))
+
+    def soft_invalidate_work(self, pool_id: int, work_key: bytes | str) -> TxResult:
+        return self._tx(self.pools, "softInvalidateWork", pool_id, work_key_bytes(work_key))
+
+    def get_work(self, pool_id: int, work_key: bytes | str) -> WorkRecord | None:
+        key = work_key_bytes(work_key)
+        if self.work_count(pool_id) == 0:
+            return None
+        try:
+            return _work(pool_id, self._call(self.pools, "getWork", pool_id, key))
+        except LedgerError as exc:
+            if getattr(exc, "error_name", "") == "WorkNotFound":
+                return None
+            raise
+
+    def work_count(self, pool_id: int) -> int:
+        return int(self._call(self.pools, "workCount", pool_id))
+
+    def work_since(self, pool_id: int, since_ts: int = 0, page_size: int = 500) -> list[WorkRecord]:
+        """Accepted (not invalidated) work submitted at or after `since_ts`, oldest first."""
+        out: list[WorkRecord] = []
+        cursor = 0
+        total = self.work_count(pool_id)
+        while True:
+            items, nxt = self._call(self.pools, "getWorkSince", pool_id, since_ts, cursor, page_size)
+            out.extend(_work(pool_id, t) for t in items)
+            if nxt >= total or nxt == cursor:
+                return out
+            cursor = nxt
+
+    # ---- rewards ----
+
+    def pending_rewards(self, node: str) -> int:
+        """Rewards still inside the lock window (lost if the node's work is invalidated)."""
+        return int(self._call(self.pools, "pendingRewards", to_checksum_address(node)))
+
+    def claimable_rewards(self, node: str) -> int:
+        return int(self._call(self.pools, "claimableRewards", to_checksum_address(node)))
+
+    def claim_rewards(self, node: str) -> TxResult:
+        """Mint the node's matured rewards to its provider."""
+        return self._tx(self.pools, "claimRewards", to_checksum_address(node))
+
+    def work_parameters(self) -> WorkParameters:
+        return WorkParameters(
+            reward_per_unit=self._call(self.pools, "rewardPerUnit"),
+            reward_lock_period=self._call(self.pools, "rewardLockPeriod"),
+            invalidation_window=self._call(self.pools, "invalidationWindow"),
+            slash_penalty=self._call(self.pools, "slashPenalty"),
+            whitelist_required=self._call(self.pools, "whitelistRequired"),
+        )
+
+    def set_work_parameters(
+        self, reward_per_unit: int, reward_lock_period: int, invalidation_window: int, slash_penalty: int
+    ) -> TxResult:
+        return self._tx(
+            self.pools,
+            "setParameters",
+            reward_per_unit,
+            reward_lock_period,
+            invalidation_window,
+            slash_penalty,
+        )
+
+    def set_whitelist_required(self, required: bool) -> TxResult:
+        return self._tx(self.pools, "setWhitelistRequired", required)
