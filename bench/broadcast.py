@@ -189,22 +189,20 @@ def make_file(path: Path, size: int) -> None:
             left -= len(block)
 
 
-def bench_raw(work: Path, src: Path, procs: Procs, repeat: int) -> dict[str, Run]:
+def bench_raw(work: Path, src: Path, procs: Procs, repeat: int) -> dict[str, list[Run]]:
     """The plain stream, two ways: httpx chunks → file.write, and http.client readinto a 1 MiB buffer
-    → file.write (the faster here; the ratio uses the faster of the two)."""
+    → file.write (the faster here; the ratio uses the faster of the two). Every run is returned."""
     port = free_port()
     procs.start([PY, "-c", RAW_SERVER, str(src), str(port)])
     wait_http(f"http://127.0.0.1:{port}/docs")
-    best = {}
-    for name, code in (("httpx", RAW_CLIENT), ("readinto", RAW_READINTO)):
-        runs = []
-        for i in range(repeat):
+    runs: dict[str, list[Run]] = {"httpx": [], "readinto": []}
+    for i in range(repeat):  # the two clients alternate, so a burst of load hits both alike
+        for name, code in (("httpx", RAW_CLIENT), ("readinto", RAW_READINTO)):
             out = work / f"raw-{i}.bin"
-            runs.append(measured([[PY, "-c", code, f"http://127.0.0.1:{port}/file", str(out)]], work))
+            runs[name].append(measured([[PY, "-c", code, f"http://127.0.0.1:{port}/file", str(out)]], work))
             assert same_file(src, out), "raw copy differs"
             out.unlink()
-        best[name] = min(runs, key=lambda r: r.inner)
-    return best
+    return runs
 
 
 def bench_ours(
@@ -256,8 +254,7 @@ def bench_ours(
     for c in range(clients):
         assert same_file(src, work / f"many-{c}.bin")
         (work / f"many-{c}.bin").unlink()
-    best = {k: min(v, key=lambda r: r.wall if k == "e2e" else r.inner) for k, v in runs.items()}
-    return {**best, "many": many, "publish_s": publish_s}
+    return {**runs, "many": [many], "publish_s": publish_s}
 
 
 def bench_shardcast(work: Path, src: Path, procs: Procs) -> dict[str, Run]:
@@ -299,6 +296,11 @@ def bench_shardcast(work: Path, src: Path, procs: Procs) -> dict[str, Run]:
     return {"e2e": Run(e2e, e2e, via_middle.rss_mb), "direct": direct}
 
 
+def best_of(runs: list[Run], key: str = "inner") -> Run:
+    """The run kept for a row: fastest transfer (or wall, for end-to-end rows)."""
+    return min(runs, key=lambda r: r.wall if key == "wall" else r.inner)
+
+
 @app.command()
 def main(
     size_mb: int = typer.Option(512, "--size-mb", min=1, help="checkpoint size in MB (10^6 bytes)"),
@@ -310,32 +312,44 @@ def main(
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-broadcast-", dir="/tmp"))
     procs = Procs()
+    load_before = os.getloadavg()
     size = size_mb * 1_000_000
     try:
         src = work / "checkpoint.safetensors"
         make_file(src, size)
-        raws = bench_raw(work, src, procs, repeat)
+        raw_runs = bench_raw(work, src, procs, repeat)
+        raws = {name: best_of(runs) for name, runs in raw_runs.items()}
         raw = min(raws.values(), key=lambda r: r.inner)
-        ours = bench_ours(work, src, procs, repeat, clients, shard_size)
+        our_runs = bench_ours(work, src, procs, repeat, clients, shard_size)
+        ours_publish_s = our_runs.pop("publish_s")
+        ours = {k: best_of(v, "wall" if k == "e2e" else "inner") for k, v in our_runs.items()}
         sc = bench_shardcast(work, src, procs) if not skip_shardcast and shutil.which("wget") else None
     finally:
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
 
     def mbps(seconds: float, n: int = 1) -> float:
         return n * size / 1e6 / seconds
 
-    rows: list[tuple[str, Run, int]] = [
-        ("raw HTTP stream → disk, httpx (1 stream, no hashing)", raws["httpx"], 1),
-        ("raw HTTP stream → disk, http.client readinto (no hashing)", raws["readinto"], 1),
-        ("ours origin → 1 client", ours["direct"], 1),
-        ("ours origin → relay → 1 client, end to end", ours["e2e"], 1),
-        ("ours warm relay → 1 client", ours["warm"], 1),
-        (f"ours warm relay → {clients} clients at once (aggregate)", ours["many"], clients),
-    ]
+    # (what, best run, clients, every run's MB/s on the basis the best was chosen by)
+    def spread(runs: list[Run], n: int = 1, key: str = "inner") -> list[float]:
+        return [mbps(r.wall if key == "wall" else r.inner, n) for r in runs]
+
+    rows: list[tuple[str, Run, int, list[float]]] = [
+        ("raw HTTP stream → disk, httpx (1 stream, no hashing)", raws["httpx"], 1, spread(raw_runs["httpx"])),
+        ("raw HTTP stream → disk, http.client readinto (no hashing)", raws["readinto"], 1,
+         spread(raw_runs["readinto"])),
+        ("ours origin → 1 client", ours["direct"], 1, spread(our_runs["direct"])),
+        ("ours origin → relay → 1 client, end to end", ours["e2e"], 1, spread(our_runs["e2e"], key="wall")),
+        ("ours warm relay → 1 client", ours["warm"], 1, spread(our_runs["warm"])),
+        (f"ours warm relay → {clients} clients at once (aggregate)", ours["many"], clients,
+         spread(our_runs["many"], clients)),
+    ]  # fmt: skip
     if sc:
-        rows += [("shardcast origin → 1 client", sc["direct"], 1),
-                 ("shardcast origin → middle → 1 client, end to end", sc["e2e"], 1)]  # fmt: skip
+        rows += [("shardcast origin → 1 client", sc["direct"], 1, spread([sc["direct"]])),
+                 ("shardcast origin → middle → 1 client, end to end", sc["e2e"], 1,
+                  spread([sc["e2e"]], key="wall"))]  # fmt: skip
     ratios = {
         "ours_over_raw (transfer)": mbps(ours["direct"].inner) / mbps(raw.inner),
         "ours_over_raw (process wall)": mbps(ours["direct"].wall) / mbps(raw.wall),
@@ -344,22 +358,28 @@ def main(
         ratios["ours_over_shardcast (relay, end to end)"] = sc["e2e"].wall / ours["e2e"].wall
         ratios["ours_over_shardcast (origin → client, wall)"] = sc["direct"].wall / ours["direct"].wall
     if as_json:
-        print(json.dumps({"size_mb": size_mb, "publish_s": ours["publish_s"], "ratios": ratios,
+        print(json.dumps({"size_mb": size_mb, "publish_s": ours_publish_s, "ratios": ratios,
+                          "loadavg_before": load_before, "loadavg_after": load_after,
                           "rows": [{"what": w, "wall_s": r.wall, "transfer_s": r.inner,
                                     "mb_per_s_wall": mbps(r.wall, n), "mb_per_s_transfer": mbps(r.inner, n),
-                                    "peak_rss_mb": r.rss_mb} for w, r, n in rows]}))  # fmt: skip
+                                    "peak_rss_mb": r.rss_mb, "every_run_mb_per_s": every}
+                                   for w, r, n, every in rows]}))  # fmt: skip
         return
-    table = Table(title=f"checkpoint broadcast, {size_mb} MB, loopback, {os.cpu_count()} CPUs")
-    for col in ("transfer", "wall s", "MB/s wall", "transfer s", "MB/s transfer", "client peak RSS MB"):
+    table = Table(title=f"checkpoint broadcast, {size_mb} MB, loopback, {os.cpu_count()} CPUs, load average "
+                        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after")  # fmt: skip
+    for col in ("transfer", "wall s", "MB/s wall", "transfer s", "MB/s transfer", "every run MB/s",
+                "client peak RSS MB"):  # fmt: skip
         table.add_column(col, justify="left" if col == "transfer" else "right")
-    for what, run, n in rows:
+    for what, run, n, every in rows:
         table.add_row(what, f"{run.wall:.2f}", f"{mbps(run.wall, n):.0f}", f"{run.inner:.2f}",
-                      f"{mbps(run.inner, n):.0f}", f"{run.rss_mb:.0f}")  # fmt: skip
-    console = Console()
+                      f"{mbps(run.inner, n):.0f}", " / ".join(f"{x:.0f}" for x in every),
+                      f"{run.rss_mb:.0f}")  # fmt: skip
+    console = Console(width=max(Console().width, 200))
     console.print(table)
     console.print("wall: client process start to exit (end to end rows: publish done to client exit); "
-                  "transfer: as timed inside the client, without interpreter start-up.")  # fmt: skip
-    console.print(f"publish (split + hash, one pass) {ours['publish_s']:.2f}s; ratios: "
+                  "transfer: as timed inside the client, without interpreter start-up; every run: "
+                  "transfer MB/s of each run (end to end rows: wall); the best is the row's.")  # fmt: skip
+    console.print(f"publish (split + hash, one pass) {ours_publish_s:.2f}s; ratios: "
                   + ", ".join(f"{k} = {v:.2f}" for k, v in ratios.items()))  # fmt: skip
 
 

@@ -26,6 +26,9 @@ from workloads.broadcast.manifest import parse_shard_name
 from workloads.broadcast.store import VersionStore
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+HOLD_POLL = 0.005
+"""How often a held shard request looks whether its shard landed: on the critical path of a client
+that follows its relay shard by shard, and a look is one set lookup."""
 
 
 class ShardResponse(FileResponse):
@@ -114,7 +117,7 @@ def create_app(store: VersionStore, role: str, shard_wait: float = 0.0, probe_si
                 raise HTTPException(
                     503, f"shard {index} of version {version} is still arriving", headers={"Retry-After": "1"}
                 )
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(HOLD_POLL)
         size = found.shard(index).size
         metrics.shards_served.inc()
         metrics.bytes_served.inc(_range_length(request.headers.get("range"), size))

@@ -4,9 +4,12 @@ How, and why:
 - Shards are fetched concurrently (auto_concurrency: by relays and cores) from relays chosen at
   random, weighted by success-rate EMA × bandwidth EMA, so a slow or failing relay gets less
   traffic but is not forgotten (its success rate heals a little on every other transfer).
-- Each shard streams straight into its offset of a preallocated temp file (`os.pwrite`), hashed on
-  the way: no shard files, no join step, one 1 MiB read buffer per stream (streams.py says why
-  shard bodies are read with http.client).
+- Each shard streams straight into its offset of a preallocated temp file, hashed on the way: no
+  shard files, no join step. Per stream, the download thread receives into one of 3 × 1 MiB buffers
+  and hashes it while a write-behind thread `os.pwrite`s the previous one (streams.WriteBehind):
+  recv, blake3 and pwrite all release the GIL, so on 2 cores they overlap instead of adding up. A
+  shard counts only once its writes are flushed and its hash matched. Manifests and shard bodies
+  both go over http.client keep-alive connections (streams.py says why; no httpx client is built).
 - A connection that drops mid-shard resumes with `Range: bytes=<received>-`, keeping the hash state,
   on the same or another relay (shards are identical everywhere, the shard's hash decides).
 - A shard whose hash differs is rewritten from another relay; a relay that served it bad is not
@@ -33,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import structlog
 
 from workloads.broadcast.errors import (
@@ -45,12 +47,24 @@ from workloads.broadcast.errors import (
     VersionNotFound,
 )
 from workloads.broadcast.manifest import BLOCK, Hasher, VersionManifest, new_hasher, shard_name
-from workloads.broadcast.streams import ShardStreams, StreamError
+from workloads.broadcast.streams import (
+    READ_BUFFER,
+    ShardStreams,
+    StreamError,
+    WriteBehind,
+    WriteFailed,
+    preallocate,
+)
 
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called as (relay url, shard index, bytes of that shard received so far) after every network read."""
+
+
+MANIFEST_POLL = (0.05, 0.5)
+"""While waiting for a version (`wait_seconds`): first pause between manifest polls, doubling up to the
+second. A 404 costs the relay next to nothing, and a version usually appears within a relay poll."""
 
 
 class _Cancelled(Exception):
@@ -165,6 +179,30 @@ class _InOrderHasher(threading.Thread):
             self.error = exc
 
 
+class _Writers:
+    """One WriteBehind per download thread of one run (created on its first shard), closed at the end."""
+
+    def __init__(self, fd: int, size: int, depth: int) -> None:
+        self.fd, self.size, self.depth = fd, size, depth  # fd: the run's temp file
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[WriteBehind] = []
+
+    def get(self) -> WriteBehind:
+        writer: WriteBehind | None = getattr(self._local, "writer", None)
+        if writer is None:
+            writer = self._local.writer = WriteBehind(self.size, self.depth)
+            with self._lock:
+                self._all.append(writer)
+        return writer
+
+    def close(self) -> None:
+        with self._lock:
+            for writer in self._all:
+                writer.close()
+            self._all.clear()
+
+
 class Transfer:
     """Runs a list of ShardJobs from several relays into one file; shared by our protocol and the
     shardcast reader (which has no per-shard hashes, only a whole-file blake3)."""
@@ -172,15 +210,18 @@ class Transfer:
     def __init__(
         self, relays: Sequence[str], *, concurrency: int = 6, timeout: float = 30.0,
         progress: Progress | None = None, rng: random.Random | None = None,
+        buffer_size: int = READ_BUFFER, write_depth: int = 3,
     ) -> None:  # fmt: skip
         if not relays:
             raise ValueError("no relay given: pass at least one URL")
         self.relays = [r.rstrip("/") for r in relays]
         self.scores = RelayScores(self.relays, rng)
         self.concurrency = max(1, concurrency)
+        self.buffer_size, self.write_depth = max(1, buffer_size), max(1, write_depth)
         self.progress = progress
-        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))  # manifests only
-        self.streams = ShardStreams(timeout)  # shard bodies
+        # Manifests and shard bodies alike over http.client keep-alive connections: no httpx client to
+        # build (its TLS context alone cost 0.1-0.15 s per download on this machine).
+        self.streams = ShardStreams(timeout)
         self.stop = threading.Event()
         self.max_attempts = max(6, 4 * len(self.relays))
         self._stats_lock = threading.Lock()
@@ -189,7 +230,6 @@ class Transfer:
         self.resumed = 0
 
     def close(self) -> None:
-        self.http.close()
         self.streams.close()
 
     def __enter__(self) -> Transfer:
@@ -211,13 +251,17 @@ class Transfer:
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.part")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         hasher = _InOrderHasher(fd, jobs, whole, self.stop) if whole is not None else None
+        writers = _Writers(fd, self.buffer_size, self.write_depth)
         ok = False
         try:
-            os.ftruncate(fd, size)
+            try:
+                preallocate(fd, size)
+            except OSError as exc:  # a full disk: say so now, not after a failed write per shard
+                raise BroadcastError(f"{what}: cannot allocate {size} bytes at {tmp}: {exc}") from exc
             if hasher is not None:
                 hasher.start()
             with ThreadPoolExecutor(max(1, min(self.concurrency, len(jobs))), "broadcast-shard") as pool:
-                futures = [pool.submit(self._fetch, job, fd, hasher, what) for job in jobs]
+                futures = [pool.submit(self._fetch, job, writers, hasher, what) for job in jobs]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = [f.exception() for f in done if f.exception() is not None]
                 if failed:
@@ -240,14 +284,24 @@ class Transfer:
             return dest, digest
         finally:
             self.stop.set()
+            writers.close()  # every _fetch drained its writes before returning: nothing is pending
             os.close(fd)
             if not ok:
                 tmp.unlink(missing_ok=True)
 
-    def _fetch(self, job: ShardJob, fd: int, hasher: _InOrderHasher | None, what: str) -> None:
+    def _fetch(self, job: ShardJob, writers: _Writers, hasher: _InOrderHasher | None, what: str) -> None:
+        writer = writers.get()
+        try:
+            self._fetch_into(job, writers.fd, writer, hasher, what)
+        finally:
+            writer.drain()  # nothing of this shard may still be queued once it returns (fd closes after)
+
+    def _fetch_into(
+        self, job: ShardJob, fd: int, writer: WriteBehind, hasher: _InOrderHasher | None, what: str
+    ) -> None:
         algorithm = job.check[0] if job.check else "sha256"
         received, digest = 0, new_hasher(algorithm)
-        corrupt_from: set[str] = set()  # relays that served this shard with the wrong sha256
+        corrupt_from: set[str] = set()  # relays that served this shard with the wrong hash
         down: set[str] = set()  # relays that failed this shard on the network side, cleared on backoff
         sources: set[str] = set()  # relays that contributed to the current partial bytes
         errors: list[str] = []
@@ -272,22 +326,36 @@ class Transfer:
                     elif resp.status == 200:
                         received, digest, sources = 0, new_hasher(algorithm), set()
                     sources.add(relay)
-                    view = self.streams.buffer()
-                    while n := resp.readinto(view):
-                        if self.stop.is_set():
-                            raise _Cancelled()
-                        if received + n > job.size:
-                            raise StreamError(f"more than the {job.size} bytes of the shard")
-                        chunk = view[:n]
-                        os.pwrite(fd, chunk, job.offset + received)
-                        digest.update(chunk)
+                    while True:
+                        # Read into a free buffer, queue it for the file, hash it meanwhile: the writer
+                        # thread copies buffer k into the file while this one receives buffer k+1.
+                        view = writer.buffer()
+                        try:
+                            n = resp.readinto(view)
+                            if n and received + n > job.size:
+                                raise StreamError(f"more than the {job.size} bytes of the shard")
+                        except BaseException:
+                            writer.release(view)
+                            raise
+                        if not n:
+                            writer.release(view)
+                            break
+                        writer.write(fd, view, n, job.offset + received)
+                        digest.update(view[:n])  # blake3 and sha256 release the GIL on buffers this big
                         received += n
                         got += n
+                        if self.stop.is_set():
+                            raise _Cancelled()
                         if self.progress:
                             self.progress(relay, job.index, received)
                 if received != job.size:
                     raise StreamError(f"shard ended at {received} of {job.size} bytes")
+                writer.flush()  # the shard's bytes are in the file before it counts
             except (StreamError, http.client.HTTPException, OSError) as exc:
+                # What was read before the error is good and kept for the resume (Range from
+                # `received`), unless a write failed: then where the file stops is unknown, restart.
+                if isinstance(exc, WriteFailed) or writer.drain() is not None:
+                    received, digest, sources = 0, new_hasher(algorithm), set()
                 self._count(relay, got)
                 self.scores.record(relay, False, got, time.monotonic() - start)
                 down.add(relay)
@@ -325,20 +393,20 @@ class Transfer:
 
 
 def fetch_manifest(
-    http: httpx.Client, relays: Sequence[str], version: int, expected_sha256: str | None = None
+    streams: ShardStreams, relays: Sequence[str], version: int, expected_sha256: str | None = None
 ) -> VersionManifest:
     """The version's manifest from the first relay that has it (and agrees with `expected_sha256`)."""
     problems: list[str] = []
     for relay in relays:
         try:
-            resp = http.get(f"{relay}/v{version}/manifest.json")
-        except httpx.HTTPError as exc:
+            status, _, body = streams.fetch(relay, f"v{version}/manifest.json")
+        except (StreamError, http.client.HTTPException, OSError) as exc:
             problems.append(f"{relay}: {exc or type(exc).__name__}")
             continue
-        if resp.status_code != 200:
-            problems.append(f"{relay}: HTTP {resp.status_code}")
+        if status != 200:
+            problems.append(f"{relay}: HTTP {status}")
             continue
-        manifest = VersionManifest.parse(resp.content, f"manifest of v{version} from {relay}")
+        manifest = VersionManifest.parse(body, f"manifest of v{version} from {relay}")
         if manifest.version != version:
             problems.append(f"{relay}: answered with version {manifest.version}")
             continue
@@ -352,8 +420,9 @@ def fetch_manifest(
 
 def auto_concurrency(relays: int, cpus: int | None = None) -> int:
     """Shards fetched at once when the caller does not say: two per relay (a second stream hides a
-    relay's per-request latency), at most one per core beyond the first (each stream is a Python
-    thread parsing HTTP and hashing; on 2 cores one stream was fastest on loopback), at most 8."""
+    relay's per-request latency), at most one per core beyond the first (each stream is a download
+    thread plus its write-behind thread; on 2 cores one stream was as fast as two on loopback, with
+    less CPU, docs/broadcast.md), at most 8."""
     cores = cpus if cpus is not None else (os.cpu_count() or 1)
     return max(1, min(2 * relays, cores - 1, 8))
 
@@ -375,15 +444,16 @@ def download(
     started = time.monotonic()
     streams = concurrency if concurrency is not None else auto_concurrency(len(relays))
     with Transfer(relays, concurrency=streams, timeout=timeout, progress=progress, rng=rng) as transfer:
-        deadline = started + wait_seconds
+        deadline, pause = started + wait_seconds, MANIFEST_POLL[0]
         while True:
             try:
-                manifest = fetch_manifest(transfer.http, transfer.relays, version, expected_sha256)
+                manifest = fetch_manifest(transfer.streams, transfer.relays, version, expected_sha256)
                 break
             except VersionNotFound:
                 if time.monotonic() >= deadline:
                     raise
-                time.sleep(0.25)
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(MANIFEST_POLL[1], pause * 2)
         jobs = [
             ShardJob(s.index, s.offset, s.size, f"v{version}/{shard_name(s.index)}", s.check())
             for s in manifest.shards

@@ -2,17 +2,19 @@
 
 Pipelined: as soon as the upstream lists a version, the relay stores its manifest (the version is
 listed here from then on) and fetches its shards, `relay_concurrency` at a time, in index order, the
-order clients ask for them. Each shard is streamed to a temp file, its hash checked (blake3; sha256
-in older manifests), and only then renamed into place, the moment from which it is served; a
-downstream request that arrived earlier was held by the app (see api.py) and is answered right
-away. A shard with the wrong hash is discarded and fetched again on the next round: a relay never
-serves a bad shard it fetched.
+order clients ask for them. Each shard is streamed to a temp file (written behind the reads, as in
+the client: streams.WriteBehind), its hash checked (blake3; sha256 in older manifests), and only
+once its writes are flushed and the hash matched is it renamed into place, the moment from which
+it is served; a downstream request that arrived earlier was held by the app (see api.py) and is
+answered right away. A shard with the wrong hash is discarded and fetched again on the next
+round: a relay never serves a bad shard it fetched.
 
 Only the newest `keep` versions are mirrored: older ones would be pruned on arrival anyway.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +30,7 @@ from workloads.broadcast.api import create_app
 from workloads.broadcast.errors import BroadcastError
 from workloads.broadcast.manifest import VersionManifest, new_hasher, shard_name
 from workloads.broadcast.store import VersionStore
-from workloads.broadcast.streams import ShardStreams, StreamError
+from workloads.broadcast.streams import ShardStreams, StreamError, WriteBehind, preallocate
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +51,8 @@ class Relay:
             limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2),
         )
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="relay-fetch")
+        self._local = threading.local()  # each fetch thread's WriteBehind
+        self._writers: list[WriteBehind] = []
         self.in_flight: set[tuple[int, int]] = set()
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -66,6 +70,18 @@ class Relay:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.http.close()
         self.streams.close()
+        with self.lock:
+            for writer in self._writers:
+                writer.close()
+            self._writers.clear()
+
+    def _writer(self) -> WriteBehind:
+        writer: WriteBehind | None = getattr(self._local, "writer", None)
+        if writer is None:
+            writer = self._local.writer = WriteBehind()
+            with self.lock:
+                self._writers.append(writer)
+        return writer
 
     def _run(self) -> None:
         while not self.stopped.is_set():
@@ -119,19 +135,34 @@ class Relay:
         tmp = self.store.temp_shard(manifest.version, index)
         algorithm, expected = info.check()
         digest = new_hasher(algorithm)
+        writer = self._writer()  # the file is written behind the reads, as in the client
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
+            preallocate(fd, info.size)
             path = f"v{manifest.version}/{shard_name(index)}"
-            with self.streams.get(self.upstream, path) as resp, open(tmp, "wb") as out:
-                view, received = self.streams.buffer(), 0
-                while n := resp.readinto(view):
+            with self.streams.get(self.upstream, path) as resp:
+                received = 0
+                while True:
+                    view = writer.buffer()
+                    try:
+                        n = resp.readinto(view)
+                        if n and received + n > info.size:
+                            raise StreamError(f"upstream sent more than the shard's {info.size} bytes")
+                    except BaseException:
+                        writer.release(view)
+                        raise
+                    if not n:
+                        writer.release(view)
+                        break
                     if self.stopped.is_set():
+                        writer.release(view)
                         return False
-                    chunk = view[:n]
-                    digest.update(chunk)
-                    out.write(chunk)
+                    writer.write(fd, view, n, received)
+                    digest.update(view[:n])
                     received += n
             if received != info.size:  # cut short: not corrupt, just incomplete
                 raise StreamError(f"upstream sent {received} of the shard's {info.size} bytes")
+            writer.flush()
             if digest.hexdigest() != expected:
                 if self.rejected is not None:
                     self.rejected.inc()
@@ -143,6 +174,8 @@ class Relay:
                 self.fetched.inc()
             return committed
         finally:
+            writer.drain()  # before the fd closes
+            os.close(fd)
             tmp.unlink(missing_ok=True)
 
 

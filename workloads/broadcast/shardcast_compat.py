@@ -11,18 +11,19 @@ shards out by prefix sums. The bytes then stream into one preallocated file as w
 
 from __future__ import annotations
 
+import http.client
 import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import blake3
-import httpx
 import structlog
 
 from workloads.broadcast.client import DownloadResult, Progress, ShardJob, Transfer
 from workloads.broadcast.errors import VersionNotFound
 from workloads.broadcast.manifest import shard_name
+from workloads.broadcast.streams import ShardStreams, StreamError
 
 log = structlog.get_logger(__name__)
 
@@ -40,27 +41,28 @@ def parse_distribution(text: str) -> dict[int, tuple[str, int]]:
     return found
 
 
-def _distribution(http: httpx.Client, servers: Sequence[str]) -> dict[int, tuple[str, int]]:
+def _distribution(streams: ShardStreams, servers: Sequence[str]) -> dict[int, tuple[str, int]]:
     for server in servers:
         try:
-            resp = http.get(f"{server}/distribution.txt")
-        except httpx.HTTPError:
+            status, _, body = streams.fetch(server, "distribution.txt")
+        except (StreamError, http.client.HTTPException, OSError):
             continue
-        if resp.status_code == 200:
-            return parse_distribution(resp.text)
+        if status == 200:
+            return parse_distribution(body.decode("utf-8", "replace"))
     return {}
 
 
-def _shard_sizes(http: httpx.Client, servers: Sequence[str], version: int, count: int) -> list[int]:
+def _shard_sizes(streams: ShardStreams, servers: Sequence[str], version: int, count: int) -> list[int]:
     sizes: list[int] = []
     for index in range(1, count + 1):
         for server in servers:
             try:
-                resp = http.head(f"{server}/v{version}/{shard_name(index)}")
-            except httpx.HTTPError:
+                status, headers, _ = streams.fetch(server, f"v{version}/{shard_name(index)}", method="HEAD")
+            except (StreamError, http.client.HTTPException, OSError):
                 continue
-            if resp.status_code == 200 and "content-length" in resp.headers:
-                sizes.append(int(resp.headers["content-length"]))
+            length = headers.get("content-length", "")
+            if status == 200 and length.isdigit():
+                sizes.append(int(length))
                 break
         else:
             raise VersionNotFound(f"v{version}: no shardcast server answers for {shard_name(index)}")
@@ -75,12 +77,12 @@ def download_shardcast(
     started = time.monotonic()
     with Transfer(servers, concurrency=concurrency, timeout=timeout, progress=progress, rng=rng) as transfer:
         deadline = started + wait_seconds
-        while (entry := _distribution(transfer.http, transfer.relays).get(version)) is None:
+        while (entry := _distribution(transfer.streams, transfer.relays).get(version)) is None:
             if time.monotonic() >= deadline:
                 raise VersionNotFound(f"no shardcast server lists v{version} in its distribution.txt")
             time.sleep(0.25)
         checksum, count = entry
-        sizes = _shard_sizes(transfer.http, transfer.relays, version, count)
+        sizes = _shard_sizes(transfer.streams, transfer.relays, version, count)
         jobs, offset = [], 0
         for index, size in enumerate(sizes, start=1):
             jobs.append(ShardJob(index, offset, size, f"v{version}/{shard_name(index)}"))

@@ -1,16 +1,22 @@
-"""Shard bodies read with the standard library's http.client straight into a reusable 1 MiB buffer.
+"""Shard bodies read with the standard library's http.client straight into reusable 1 MiB buffers,
+written to the file behind the reads (WriteBehind); small requests (manifests, shardcast's
+distribution.txt and HEADs) on the same connections.
 
-Why not httpx here (it still fetches manifests and version lists): a shard body is hundreds of MB,
-and httpx hands it over in 64 KiB `bytes` chunks, each through its HTTP parser. On this 2-core
-machine that capped one stream at about 480 MB/s on loopback, where `readinto` a preallocated
-buffer reached 850-1,090 MB/s (both with blake3 on the way; bench/broadcast.py measures the client).
+Why not httpx here (the relay still polls its upstream's version list with it): a shard body is
+hundreds of MB, and httpx hands it over in 64 KiB `bytes` chunks, each through its HTTP parser. On
+this 2-core machine that capped one stream at about 480 MB/s on loopback, where `readinto` a
+preallocated buffer reached 850-1,090 MB/s (both with blake3 on the way; bench/broadcast.py
+measures the client). And building an httpx client (its TLS context) cost 0.1-0.15 s per download.
 One keep-alive connection per (thread, relay); a connection whose state is unknown after an error
 is dropped and reopened on the next request.
 """
 
 from __future__ import annotations
 
+import errno
 import http.client
+import os
+import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +27,26 @@ READ_BUFFER = 1 << 20
 
 class StreamError(Exception):
     """A shard request failed on the HTTP side (status, short body, protocol): try another relay."""
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Give the file its final size with its blocks allocated (posix_fallocate): writes into allocated
+    blocks cost ~30% less CPU here than into the holes of a truncated file (ext4 allocates those page
+    by page), and a full disk fails now rather than mid-download. Falls back to ftruncate where the
+    filesystem cannot preallocate."""
+    if size <= 0:
+        os.ftruncate(fd, 0)
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+        os.ftruncate(fd, size)
+
+
+class WriteFailed(OSError):
+    """A queued write did not reach the file: bytes after the last flushed point are unknown."""
 
 
 class ShardStreams:
@@ -83,8 +109,107 @@ class ShardStreams:
             self.drop(relay)
             raise
 
+    def fetch(
+        self, relay: str, path: str, *, method: str = "GET", limit: int = 64 << 20
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """A small request (manifest, version list, HEAD) on this thread's keep-alive connection:
+        (status, headers, body), whatever the status. A body over `limit` bytes raises StreamError.
+        A kept-alive connection the server closed meanwhile is reopened once."""
+        prefix = urlsplit(relay).path.rstrip("/")
+        for attempt in range(2):
+            conn = self._connection(relay)
+            reused = conn.sock is not None
+            try:
+                conn.request(method, f"{prefix}/{path}")
+                resp = conn.getresponse()
+                body = resp.read(limit + 1)  # b"" for HEAD (and that closes the response)
+                if len(body) > limit:
+                    raise StreamError(f"{path}: more than {limit} bytes")
+                if not resp.isclosed():
+                    self.drop(relay)
+                return resp.status, resp.headers, body
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.drop(relay)
+                if reused and attempt == 0:
+                    continue
+                raise
+            except BaseException:
+                self.drop(relay)
+                raise
+        raise AssertionError("unreachable")
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
                 conn.close()
             self._all.clear()
+
+
+class WriteBehind:
+    """Positioned writes (`os.pwrite`) done by a helper thread, so the thread reading a stream can
+    receive and hash the next buffer while the previous one is copied into the file (recv, blake3 and
+    pwrite all release the GIL: on 2 cores the three no longer add up in one thread).
+
+    `depth` buffers of `size` bytes cycle between the reader and the writer, so memory stays at
+    depth × size whatever the file size. `buffer()` hands out a free buffer (waiting while all are
+    queued), `write()` queues one, `flush()` waits until everything queued is in the file and raises
+    the first write error since the last flush (later writes are skipped: the caller must rewrite
+    from a point it knows was written). `close()` ends the thread once the queue is drained."""
+
+    def __init__(self, size: int = READ_BUFFER, depth: int = 3) -> None:
+        self._free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+        for _ in range(max(1, depth)):
+            self._free.put(memoryview(bytearray(size)))
+        self._todo: queue.Queue[tuple[int, memoryview, int, int] | None] = queue.Queue()
+        self._error: WriteFailed | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="broadcast-write")
+        self._thread.start()
+
+    def buffer(self) -> memoryview:
+        """A buffer to read into; give it back with write() (or release())."""
+        return self._free.get()
+
+    def release(self, view: memoryview) -> None:
+        """Return a buffer that holds nothing to write."""
+        self._free.put(view)
+
+    def write(self, fd: int, view: memoryview, nbytes: int, offset: int) -> None:
+        """Queue `view[:nbytes]` for file `fd` at `offset`; `view` comes back to buffer() once written.
+        `fd` must stay open until the next drain()/flush()."""
+        self._todo.put((fd, view, nbytes, offset))
+
+    def drain(self) -> WriteFailed | None:
+        """Wait until every queued write is done; return (and forget) the first write error since the
+        last drain, if any."""
+        self._todo.join()
+        error, self._error = self._error, None
+        return error
+
+    def flush(self) -> None:
+        """drain(), raising its error."""
+        if (error := self.drain()) is not None:
+            raise error
+
+    def close(self) -> None:
+        """Drain the queue and stop the thread (idempotent). Errors not flushed are dropped."""
+        if self._thread.is_alive():
+            self._todo.put(None)
+            self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._todo.get()) is not None:
+            fd, view, nbytes, offset = item
+            try:
+                if self._error is None:
+                    done = 0
+                    while done < nbytes:  # pwrite may write less than asked
+                        wrote = os.pwrite(fd, view[done:nbytes], offset + done)
+                        if wrote <= 0:
+                            raise OSError(f"pwrite wrote nothing at byte {offset + done}")
+                        done += wrote
+            except OSError as exc:
+                self._error = WriteFailed(f"writing {nbytes} bytes at {offset}: {exc}")
+            finally:
+                self._free.put(view)
+                self._todo.task_done()
+        self._todo.task_done()
