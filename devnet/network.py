@@ -63,8 +63,8 @@ def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetSt
     directory.mkdir(parents=True, exist_ok=True)
     state = DevnetState.load(directory)
     if state is not None:
-        chain = state.process("anvil")
-        if chain and chain.alive():
+        recorded = state.process("anvil")
+        if recorded and recorded.alive():
             progress("chain already running")
             return state
         return _resume(directory, state, progress)
@@ -91,13 +91,7 @@ def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetSt
             for role, w in wallets.items()
         ],
         processes=[
-            _record(
-                "anvil",
-                chain.pid,
-                [str(a) for a in chain.process.args],
-                directory / "anvil.log",
-                chain.rpc_url,
-            )
+            _record("anvil", chain.pid, chain.command, directory / "anvil.log", chain.rpc_url)
         ],
     )
     state.save()
@@ -123,9 +117,7 @@ def _resume(directory: Path, state: DevnetState, progress: Progress) -> DevnetSt
     state.processes = [p for p in state.processes if p.name != "anvil"]
     state.processes.insert(
         0,
-        _record(
-            "anvil", chain.pid, [str(a) for a in chain.process.args], directory / "anvil.log", chain.rpc_url
-        ),
+        _record("anvil", chain.pid, chain.command, directory / "anvil.log", chain.rpc_url),
     )
     state.save()
     return state

@@ -126,13 +126,13 @@ def list_tasks(
     for col in ("id", "name", "image", "created", "nodes", "deleted"):
         table.add_column(col)
     for t in tasks:
-        per = ", ".join(f"{k} {v}" for k, v in sorted(states.get(t.id, {}).items())) or "-"
+        summary = ", ".join(f"{k} {v}" for k, v in sorted(states.get(t.id, {}).items())) or "-"
         table.add_row(
             t.id,
             t.spec.name,
             t.spec.image,
             t.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            per,
+            summary,
             "yes" if t.deleted else "",
         )
     console.print(table)

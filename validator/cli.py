@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -156,7 +157,7 @@ def run(
     vote: bool | None = typer.Option(None, "--vote/--no-vote", help="send invalidation votes"),
 ) -> None:
     """Watch the pools' submitted work, judge every file, vote to slash cheaters; serve the API."""
-    overrides = {
+    overrides: dict[str, Any] = {  # field values of every type: the settings model validates them
         "rpc_url": rpc_url,
         "deployment": deployment,
         "pool_ids": pool or None,

@@ -54,10 +54,15 @@ class UploadRefused(Exception):
 
 
 class WorkChain(Protocol):
-    """What the uploader needs from the ledger (a `LedgerClient` with the provider key, see `LedgerWork`)."""
+    """What the uploader needs from the ledger (a `LedgerClient` with the provider key, see `LedgerWork`).
 
-    node: str
-    pool_id: int
+    `node` and `pool_id` are read-only properties: the uploader only reads them, and an implementation
+    may hold a narrower type (`LedgerWork.node` is a `ChecksumAddress`)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def pool_id(self) -> int: ...
 
     def submit(self, work_key: str, units: int) -> str: ...
     def owner_of(self, work_key: str) -> str | None: ...

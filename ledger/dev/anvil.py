@@ -44,6 +44,15 @@ class Anvil:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def command(self) -> list[str]:
+        """anvil's command line, as the devnet records it to recognise the process later. `start`
+        always passes a list; `Popen.args` is typed for every form Popen accepts, a lone path too."""
+        args = self.process.args
+        if isinstance(args, str | bytes | os.PathLike):
+            return [os.fsdecode(args)]
+        return [str(a) for a in args]
+
     @classmethod
     def start(
         cls,

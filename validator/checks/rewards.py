@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from validator.checks.context import FileContext, rows_named
-from workloads.inference.generate import group_advantages
+from workloads.inference.generate import completion_text, group_advantages
 from workloads.verifiers import score
 
 
@@ -15,7 +15,7 @@ def rewards_and_advantages(ctx: FileContext) -> list[str]:
     by_id = {r.problem_id: r for r in ctx.records}
     task_rewards = np.array(
         [
-            score(by_id[r.problem_id], ctx.tokenizer.decode(r.output_tokens, skip_special_tokens=True))
+            score(by_id[r.problem_id], completion_text(ctx.tokenizer, r.output_tokens))
             if r.problem_id in by_id
             else np.nan
             for r in ctx.rows

@@ -31,11 +31,22 @@ def proofs_for(completions: list[Completion]) -> list[bytes]:
     # One batched call: the modulus search and interpolation run once over every chunk of the batch.
     from workloads.toploc.proof import build_proofs_batch  # noqa: PLC0415 - proofs are optional
 
-    if completions and all(c.proof is not None for c in completions):
-        return [c.proof for c in completions]  # built while decoding (stream_proofs)
-    if any(c.hidden is None for c in completions):
+    streamed = [c.proof for c in completions if c.proof is not None]
+    if completions and len(streamed) == len(completions):
+        return streamed  # built while decoding (stream_proofs)
+    hiddens = [c.hidden for c in completions if c.hidden is not None]
+    if len(hiddens) != len(completions):
         raise ValueError("proofs need hidden states: generate with capture_hidden=True")
-    return build_proofs_batch([c.hidden for c in completions])
+    return build_proofs_batch(hiddens)
+
+
+def completion_text(tokenizer: PreTrainedTokenizerBase, tokens: list[int]) -> str:
+    """The text a verifier scores: the completion decoded without special tokens (EOS). `decode` is
+    typed `str | list[str]` because it also decodes batches; one sequence of ids is one string."""
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    if not isinstance(text, str):
+        raise TypeError(f"decoding one sequence gave {type(text).__name__}, not str")
+    return text
 
 
 def make_rollouts(
@@ -68,7 +79,7 @@ def make_rollouts(
     t1 = time.perf_counter()
     task_rewards = np.array(
         [
-            score(tasks[r // plan.n], tokenizer.decode(c.tokens, skip_special_tokens=True))
+            score(tasks[r // plan.n], completion_text(tokenizer, c.tokens))
             for r, c in enumerate(completions)
         ],
         dtype=np.float64,

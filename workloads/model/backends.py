@@ -160,7 +160,9 @@ class TorchBackend:
             hid = stacked[i, : n - 1].clone() if capture_hidden else None  # own storage per sequence
             results.append(Completion(tokens[i], logprobs[i], hid, tokens[i][-1] == self.eos_token_id))
         if stream:
-            for completion, proof in zip(results, stream.finish([c.hidden for c in results]), strict=True):
+            # stream_proofs requires capture_hidden (checked above): every completion has hidden states.
+            hiddens = [c.hidden for c in results if c.hidden is not None]
+            for completion, proof in zip(results, stream.finish(hiddens), strict=True):
                 completion.proof = proof
         self.stats.seconds += time.perf_counter() - started
         self.stats.output_tokens += sum(len(t) for t in tokens)

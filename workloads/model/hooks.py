@@ -12,7 +12,8 @@ from torch import nn
 def final_norm(model: nn.Module) -> nn.Module:
     """The last normalisation before lm_head for Llama/Qwen/Mistral-style models (`model.model.norm`)
     and GPT-2-style ones (`transformer.ln_f`)."""
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model
+    get_decoder = getattr(model, "get_decoder", None)  # transformers models; nn.Module has none
+    base = get_decoder() if callable(get_decoder) else model
     for name in ("norm", "final_layernorm", "ln_f"):
         if isinstance(getattr(base, name, None), nn.Module):
             return getattr(base, name)

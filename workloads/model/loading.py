@@ -46,7 +46,9 @@ def load_model(
     # once (two validator services in one process) can see each other's meta tensors. One at a time.
     with _LOAD_LOCK:
         model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), dtype=dtype)
-        return model.to(device).eval()
+        # transformers wraps `to` in `functools.wraps(nn.Module.to)`, whose stub types the unbound
+        # method: mypy takes `device` for `self`. The call itself is the ordinary `Module.to`.
+        return model.to(device).eval()  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=16)

@@ -37,7 +37,7 @@ def tiny_config(vocab_size: int, eos_id: int, pad_id: int) -> Qwen2Config:
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         bos_token_id=eos_id,
-        rope_theta=10000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
 
 
@@ -85,7 +85,8 @@ def main(
         if step % 100 == 0 or step == steps:
             console.print(f"step {step}/{steps} loss {loss.item():.3f} ({time.monotonic() - start:.0f} s)")
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(str(out))
+    # `to` is `functools.wraps(nn.Module.to)` in transformers, typed as the unbound method (see loading).
+    model.to(torch.bfloat16).save_pretrained(str(out))  # type: ignore[arg-type]
     tok.save_pretrained(str(out))
     console.print(f"saved to {out} ({sum(p.numel() for p in model.parameters())} weights)")
 

@@ -8,6 +8,7 @@ those, each with its reason.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -53,7 +54,7 @@ class TrainerSettings(IntellectSettings):
     poll_seconds: float = Field(1.0, gt=0)
 
     @classmethod
-    def cpu_demo(cls, **overrides: object) -> TrainerSettings:
+    def cpu_demo(cls, **overrides: Any) -> TrainerSettings:
         """The tiny model on CPU (measured: mean task reward 0.33 → 0.50 in 30 steps, held-out
         accuracy 0.36 → 0.48; see docs/trainer.md). A reference learning rate (3e-7, for billions of
         weights and thousands of rollouts a step) would not move 0.8 M weights in 30 steps, so the
@@ -62,7 +63,7 @@ class TrainerSettings(IntellectSettings):
         completions and 128 informative rows a step: about half a second of CPU per step. Updates go
         by minibatches of 32 rows (4 for 128 rows, up to 8): a pool whose workers deliver more
         informative rows per step then learns faster per step, not slower."""
-        values: dict[str, object] = {
+        values: dict[str, Any] = {  # field values of every type, validated by the settings model
             "lr": 3e-4, "grad_clip": 1.0, "group_size": 4, "rows_per_step": 128, "updates_per_step": 4,
             "minibatch_rows": 32,
         }  # fmt: skip
