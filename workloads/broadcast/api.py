@@ -1,6 +1,8 @@
 """The HTTP face of an origin or relay (identical, so a relay can follow either).
 
-Ours: `GET /versions` (every known version, with `complete`), `GET /v{N}/manifest.json`,
+Ours: `GET /versions` (every known version, with `complete`; `?after=N&wait=S` long-polls: it answers
+the moment a version newer than N is held, so a new checkpoint reaches relays and waiting clients
+without a poll interval), `GET /v{N}/manifest.json`,
 `GET /v{N}/shard_{i:05d}.bin` (Range supported), `/health`, `/metrics`.
 shardcast 0.3.2's, served from the same tree: `GET /distribution.txt` (`v{N}: {blake3}|{shards}` per
 COMPLETE version, oldest first), the same shard URLs, and `GET /data1.bin`, the probe its clients
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -26,6 +30,10 @@ from workloads.broadcast.manifest import parse_shard_name
 from workloads.broadcast.store import VersionStore
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+MAX_LONG_POLL = 30.0
+"""The longest a `GET /versions?after=N&wait=S` may wait."""
+LONG_POLL_STEP = 0.05
+"""How often a waiting long-poll looks for a new version (the origin re-reads its directory then)."""
 HOLD_POLL = 0.005
 """How often a held shard request looks whether its shard landed: on the critical path of a client
 that follows its relay shard by shard, and a look is one set lookup."""
@@ -80,16 +88,43 @@ def distribution_text(store: VersionStore) -> str:
     return "".join(lines)
 
 
-def create_app(store: VersionStore, role: str, shard_wait: float = 0.0, probe_size: int = 1 << 20) -> FastAPI:
-    """The app serving `store`; `shard_wait` > 0 on relays (shards may still be arriving)."""
+def create_app(
+    store: VersionStore, role: str, shard_wait: float = 0.0, probe_size: int = 1 << 20,
+    refresh: Callable[[], None] | None = None,
+) -> FastAPI:  # fmt: skip
+    """The app serving `store`; `shard_wait` > 0 on relays (shards may still be arriving). `refresh`
+    (the origin's: re-read the directory `publish` writes into) runs every 50 ms while a long-poll of
+    `/versions` waits; without it, a long-poll waits for the store to gain a version (a relay's
+    follow loop adds them)."""
     app = FastAPI(title=f"Intellect broadcast {role}", version="1", description=__doc__)
     metrics = ServeMetrics(store, role)
     app.state.store = store
     app.state.metrics = metrics
     probe = b"\0" * probe_size
 
+    async def wait_newer(request: Request, after: int, wait: float) -> None:
+        """Until a version newer than `after` is held, `wait` passes or the caller hangs up (a
+        stopping relay): looked at every 50 ms on the event loop, no thread held per waiter."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if refresh is not None:
+                await asyncio.to_thread(refresh)
+            if store.newest() > after or await request.is_disconnected():
+                return
+            await asyncio.sleep(LONG_POLL_STEP)
+
     @app.get("/versions", summary="every version held, oldest first, with its manifest")
-    def versions() -> dict[str, Any]:
+    async def versions(
+        request: Request,
+        after: Annotated[
+            int | None, Query(ge=0, description="with `wait`: answer once a version newer than this is held")
+        ] = None,
+        wait: Annotated[
+            float, Query(ge=0, le=MAX_LONG_POLL, description="long-poll: seconds to wait for a newer version")
+        ] = 0.0,
+    ) -> dict[str, Any]:
+        if after is not None and wait > 0:
+            await wait_newer(request, after, wait)
         items = [
             {"version": m.version, "complete": store.is_complete(m.version), "manifest": m.model_dump()}
             for m in store.manifests()

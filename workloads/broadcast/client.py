@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import random
 import threading
@@ -229,6 +230,19 @@ class Transfer:
         self.rejected = 0
         self.resumed = 0
 
+    def await_version(self, version: int, left: float) -> bool:
+        """Long-poll the first relay's `/versions` until it holds `version` (at most `left` seconds,
+        1 at a time, as relays do). False when that relay cannot long-poll (a shardcast server, an
+        older one) or failed: the caller falls back to polling the manifest."""
+        wait = max(0.0, min(left, 1.0))
+        relay, started = self.relays[0], time.monotonic()
+        try:
+            status, _, body = self.streams.fetch(relay, f"versions?after={version - 1}&wait={wait:.2f}")
+            listed = {int(v["version"]) for v in json.loads(body)["versions"]} if status == 200 else set()
+        except (StreamError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
+            return False
+        return version in listed or time.monotonic() - started >= wait / 2
+
     def close(self) -> None:
         self.streams.close()
 
@@ -263,7 +277,7 @@ class Transfer:
             with ThreadPoolExecutor(max(1, min(self.concurrency, len(jobs))), "broadcast-shard") as pool:
                 futures = [pool.submit(self._fetch, job, writers, hasher, what) for job in jobs]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                failed = [f.exception() for f in done if f.exception() is not None]
+                failed = [e for f in done if (e := f.exception()) is not None]
                 if failed:
                     self.stop.set()
                     for future in futures:
@@ -452,8 +466,9 @@ def download(
             except VersionNotFound:
                 if time.monotonic() >= deadline:
                     raise
-                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-                pause = min(MANIFEST_POLL[1], pause * 2)
+                if not transfer.await_version(version, deadline - time.monotonic()):
+                    time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                    pause = min(MANIFEST_POLL[1], pause * 2)
         jobs = [
             ShardJob(s.index, s.offset, s.size, f"v{version}/{shard_name(s.index)}", s.check())
             for s in manifest.shards

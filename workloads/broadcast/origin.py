@@ -113,7 +113,7 @@ def create_origin_app(
     """The origin's app; its lifespan runs the refresh/watch loop."""
     watcher = CheckpointWatcher(store, watch, shard_size) if watch else None
     loop = OriginLoop(store, watcher, poll_seconds)
-    app = create_app(store, "origin", shard_wait=0.0, probe_size=probe_size)
+    app = create_app(store, "origin", shard_wait=0.0, probe_size=probe_size, refresh=store.refresh)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -14,14 +14,16 @@ Only the newest `keep` versions are mirrored: older ones would be pruned on arri
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import threading
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import structlog
 from fastapi import FastAPI
 from prometheus_client import Counter
@@ -31,6 +33,11 @@ from workloads.broadcast.errors import BroadcastError
 from workloads.broadcast.manifest import VersionManifest, new_hasher, shard_name
 from workloads.broadcast.store import VersionStore
 from workloads.broadcast.streams import ShardStreams, StreamError, WriteBehind, preallocate
+
+LONG_POLL_SECONDS = 1.0
+"""An idle relay long-polls its upstream's `/versions` this long: a new version reaches it at once,
+not a poll interval later (the upstream answers early). Short, because a server stopping waits for
+the long-polls it holds (at most this long)."""
 
 log = structlog.get_logger(__name__)
 
@@ -45,11 +52,8 @@ class Relay:
         self.upstream = upstream.rstrip("/")
         self.store = store
         self.poll = poll_seconds
-        self.streams = ShardStreams(timeout)  # shard bodies (streams.py says why not httpx)
-        self.http = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=5.0),
-            limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2),
-        )
+        self.timeout = timeout
+        self.streams = ShardStreams(timeout)  # version lists and shard bodies (streams.py: why not httpx)
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="relay-fetch")
         self._local = threading.local()  # each fetch thread's WriteBehind
         self._writers: list[WriteBehind] = []
@@ -66,10 +70,9 @@ class Relay:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.streams.close()  # ends a long-poll (and shard fetches) in flight now, not when answered
         self.thread.join(timeout=10)
         self.pool.shutdown(wait=True, cancel_futures=True)
-        self.http.close()
-        self.streams.close()
         with self.lock:
             for writer in self._writers:
                 writer.close()
@@ -83,21 +86,42 @@ class Relay:
                 self._writers.append(writer)
         return writer
 
+    def _idle(self) -> bool:
+        """Nothing in flight and every held version complete: only a new version means work."""
+        with self.lock:
+            if self.in_flight:
+                return False
+        return all(not self.store.missing_shards(v) for v in self.store.versions())
+
     def _run(self) -> None:
         while not self.stopped.is_set():
+            wait = min(LONG_POLL_SECONDS, self.timeout / 2) if self._idle() else 0.0
+            started = time.monotonic()
             try:
-                self.sync_once()
+                self.sync_once(wait)
                 self.upstream_ok = True
-            except (httpx.HTTPError, BroadcastError, ValueError) as exc:
+                if wait and time.monotonic() - started >= wait / 2:
+                    continue  # the upstream held the long-poll: ask again at once
+            except Exception as exc:
+                if self.stopped.is_set():
+                    return  # stop() closed the client under a long-poll
+                if not isinstance(exc, StreamError | OSError | http.client.HTTPException | BroadcastError
+                                  | ValueError | KeyError):
+                    raise
                 self.upstream_ok = False
                 log.warning("upstream unreachable or invalid", upstream=self.upstream, error=str(exc))
+            # Shards to retry, an answer that came early (a new version: its shards are queued), or an
+            # upstream that does not long-poll: the plain poll interval.
             self.stopped.wait(self.poll)
 
-    def sync_once(self) -> None:
-        """One round: learn new versions from upstream, queue every missing shard not in flight."""
-        resp = self.http.get(f"{self.upstream}/versions")
-        resp.raise_for_status()
-        listed: list[dict[str, Any]] = resp.json()["versions"]
+    def sync_once(self, wait: float = 0.0) -> None:
+        """One round: learn new versions from upstream, queue every missing shard not in flight.
+        `wait` > 0 long-polls: the upstream answers once it holds a version newer than ours."""
+        path = f"versions?after={self.store.newest()}&wait={wait:.2f}" if wait else "versions"
+        status, _, body = self.streams.fetch(self.upstream, path)
+        if status != 200:
+            raise BroadcastError(f"{self.upstream}/versions answered {status}: {body[:200]!r}")
+        listed: list[dict[str, Any]] = json.loads(body)["versions"]
         wanted = sorted(int(item["version"]) for item in listed)[-self.store.keep :]
         held = self.store.versions()
         for item in listed:

@@ -75,6 +75,11 @@ class VersionStore:
         with self._lock:
             return sorted(self._manifests)
 
+    def newest(self) -> int:
+        """The newest version held (0: none): what a long-poll of `GET /versions?after=N` compares."""
+        with self._lock:
+            return max(self._manifests, default=0)
+
     def has_shard(self, version: int, index: int) -> bool:
         with self._lock:
             return index in self._present.get(version, ())

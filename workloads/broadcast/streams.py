@@ -2,7 +2,7 @@
 written to the file behind the reads (WriteBehind); small requests (manifests, shardcast's
 distribution.txt and HEADs) on the same connections.
 
-Why not httpx here (the relay still polls its upstream's version list with it): a shard body is
+Why not httpx (neither client nor relay uses it any more): a shard body is
 hundreds of MB, and httpx hands it over in 64 KiB `bytes` chunks, each through its HTTP parser. On
 this 2-core machine that capped one stream at about 480 MB/s on loopback, where `readinto` a
 preallocated buffer reached 850-1,090 MB/s (both with blake3 on the way; bench/broadcast.py
@@ -13,10 +13,12 @@ is dropped and reopened on the next request.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import http.client
 import os
 import queue
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -139,8 +141,13 @@ class ShardStreams:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        """Close every thread's connections. A socket is shut down first: that wakes a thread blocked
+        reading it (a long-poll, a held shard request), where a bare close would leave it waiting."""
         with self._lock:
             for conn in self._all:
+                if conn.sock is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sock.shutdown(socket.SHUT_RDWR)
                 conn.close()
             self._all.clear()
 
