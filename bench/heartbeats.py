@@ -28,6 +28,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -378,16 +379,28 @@ def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wal
     redis_proc = psutil.Process(redis.pid)
     roles0, redis_cpu0 = server.cpu_by_role(), sum(redis_proc.cpu_times()[:2])
     load0 = os.getloadavg()[0]
+    # Watched during the load (4 admin reads a second), not after it: a load run as long as the
+    # detection bound would otherwise hide when the node was declared dead.
+    dead_at: list[float] = []
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set() and time.monotonic() - silent_since < 120:
+            with contextlib.suppress(httpx.HTTPError):
+                if server.node_state(victim.address) in ("Dead", "Ejected"):
+                    dead_at.append(time.monotonic() - silent_since)
+                    return
+            time.sleep(0.25)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     results = clients.go()
     roles = {k: v - roles0[k] for k, v in server.cpu_by_role().items()}
     server_cpu = sum(roles.values())
     redis_cpu = sum(redis_proc.cpu_times()[:2]) - redis_cpu0
-    dead_after = float("inf")
-    while time.monotonic() - silent_since < 120:
-        if server.node_state(victim.address) in ("Dead", "Ejected"):
-            dead_after = time.monotonic() - silent_since
-            break
-        time.sleep(0.25)
+    watcher.join(timeout=max(0.0, 120 - (time.monotonic() - silent_since)))
+    watching.set()
+    dead_after = dead_at[0] if dead_at else float("inf")
     latencies = [x for r in results for x in r.latencies]
     errors = merged_errors(results)
     wall = max(r.wall_seconds for r in results)
