@@ -111,9 +111,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                         3 * max(settings.check_interval_seconds, settings.invite_interval_seconds))
     loops = []
     if settings.run_background_loops:
-        loops = [asyncio.create_task(invite_loop(ctx, lease.hold)),
-                 asyncio.create_task(monitor_loop(ctx, lease.hold)),
-                 asyncio.create_task(keeper.loop(lease.hold))]
+        loops = [asyncio.create_task(invite_loop(ctx, lease.hold), name="invites"),
+                 asyncio.create_task(monitor_loop(ctx, lease.hold), name="liveness"),
+                 asyncio.create_task(keeper.loop(lease.hold), name="groups")]
     log.info("orchestrator started", pool=settings.pool_id, manager=key.address,
              database=settings.effective_database_url.split("@")[-1], redis=url)
     try:
@@ -121,9 +121,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         for loop in loops:
             loop.cancel()
-        for loop in loops:
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop
+        # Bounded: a loop that does not end on cancel must not hold the shutdown (and the replica's
+        # lease, Redis and database connections) forever; say which one it was.
+        _, stuck = await asyncio.wait(loops, timeout=10) if loops else (set(), set())
+        for loop in stuck:
+            log.error("background loop ignored its cancellation", loop=loop.get_name())
         with contextlib.suppress(Exception):
             await lease.release()
         await ctx.peers.aclose()

@@ -103,5 +103,9 @@ class GroupKeeper:
             except Exception:  # a busy database must not end the loop
                 pacing.failed()
             remaining = pacing.wait_after(started, time.monotonic())
+            # asyncio.timeout, not wait_for: on CPython 3.11, wait_for can swallow a cancellation that
+            # lands as the wake event fires, and this loop then outlives the app's shutdown (seen in
+            # tests/orchestrator/test_replicas.py under load: the lifespan waited on it for good).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=remaining)
+                async with asyncio.timeout(remaining):
+                    await self._wake.wait()

@@ -6,8 +6,10 @@ is stopped by the caller (servers by flag, anvil by pid).
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +56,25 @@ class ServerThread:
             self.server.force_exit = True
             self.thread.join(timeout=timeout)
         if self.thread.is_alive():
-            raise RuntimeError(f"server on port {self.port} did not stop in {2 * timeout:.0f}s")
+            raise RuntimeError(
+                f"server on port {self.port} did not stop in {2 * timeout:.0f}s; its threads now:\n"
+                + _stacks()
+            )
 
     def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _stacks() -> str:
+    """Every thread's current stack: where a server that will not stop is stuck."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(
+        f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 def serve_in_thread(app: Any, port: int | None = None) -> ServerThread:
