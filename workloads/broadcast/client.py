@@ -343,17 +343,11 @@ class Transfer:
                     while True:
                         # Read into a free buffer, queue it for the file, hash it meanwhile: the writer
                         # thread copies buffer k into the file while this one receives buffer k+1.
-                        view = writer.buffer()
-                        try:
-                            n = resp.readinto(view)
-                            if n and received + n > job.size:
-                                raise StreamError(f"more than the {job.size} bytes of the shard")
-                        except BaseException:
-                            writer.release(view)
-                            raise
-                        if not n:
-                            writer.release(view)
+                        too_much = f"more than the {job.size} bytes of the shard"
+                        chunk = writer.read(resp, job.size - received, too_much)
+                        if chunk is None:
                             break
+                        view, n = chunk
                         writer.write(fd, view, n, job.offset + received)
                         digest.update(view[:n])  # blake3 and sha256 release the GIL on buffers this big
                         received += n

@@ -167,17 +167,11 @@ class Relay:
             with self.streams.get(self.upstream, path) as resp:
                 received = 0
                 while True:
-                    view = writer.buffer()
-                    try:
-                        n = resp.readinto(view)
-                        if n and received + n > info.size:
-                            raise StreamError(f"upstream sent more than the shard's {info.size} bytes")
-                    except BaseException:
-                        writer.release(view)
-                        raise
-                    if not n:
-                        writer.release(view)
+                    too_much = f"upstream sent more than the shard's {info.size} bytes"
+                    chunk = writer.read(resp, info.size - received, too_much)
+                    if chunk is None:
                         break
+                    view, n = chunk
                     if self.stopped.is_set():
                         writer.release(view)
                         return False

@@ -180,6 +180,23 @@ class WriteBehind:
         """Return a buffer that holds nothing to write."""
         self._free.put(view)
 
+    def read(self, resp: http.client.HTTPResponse, room: int, too_much: str) -> tuple[memoryview, int] | None:
+        """The next chunk of `resp` in a free buffer, as (buffer, bytes read); None at the end of the
+        body (the buffer given back). More than `room` bytes raises StreamError(`too_much`). Give the
+        buffer back with write() or release()."""
+        view = self.buffer()
+        try:
+            n = resp.readinto(view)
+            if n > room:
+                raise StreamError(too_much)
+        except BaseException:
+            self.release(view)
+            raise
+        if not n:
+            self.release(view)
+            return None
+        return view, n
+
     def write(self, fd: int, view: memoryview, nbytes: int, offset: int) -> None:
         """Queue `view[:nbytes]` for file `fd` at `offset`; `view` comes back to buffer() once written.
         `fd` must stay open until the next drain()/flush()."""
