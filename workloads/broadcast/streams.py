@@ -59,6 +59,7 @@ class ShardStreams:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[http.client.HTTPConnection] = []
+        self._closed = False  # after close(): no new connection (a woken long-poll must not retry)
 
     def _connections(self) -> dict[str, http.client.HTTPConnection]:
         conns: dict[str, http.client.HTTPConnection] | None = getattr(self._local, "conns", None)
@@ -74,6 +75,8 @@ class ShardStreams:
         return view
 
     def _connection(self, relay: str) -> http.client.HTTPConnection:
+        if self._closed:
+            raise StreamError("connections closed: stopping")
         conns = self._connections()
         conn = conns.get(relay)
         if conn is None:
@@ -144,6 +147,7 @@ class ShardStreams:
         """Close every thread's connections. A socket is shut down first: that wakes a thread blocked
         reading it (a long-poll, a held shard request), where a bare close would leave it waiting."""
         with self._lock:
+            self._closed = True
             for conn in self._all:
                 if conn.sock is not None:
                     with contextlib.suppress(OSError):
