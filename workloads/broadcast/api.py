@@ -102,13 +102,22 @@ def create_app(
     app.state.metrics = metrics
     probe = b"\0" * probe_size
 
+    refreshed_at = 0.0
+
+    async def refresh_once_per_step() -> None:
+        """The origin's directory re-read at most once per step, however many long-polls wait (the
+        first waiter of a step does it; the others read the store it refreshed)."""
+        nonlocal refreshed_at
+        if refresh is not None and time.monotonic() - refreshed_at >= LONG_POLL_STEP:
+            refreshed_at = time.monotonic()  # before the await: waiters of this step skip it
+            await asyncio.to_thread(refresh)
+
     async def wait_newer(request: Request, after: int, wait: float) -> None:
         """Until a version newer than `after` is held, `wait` passes or the caller hangs up (a
         stopping relay): looked at every 50 ms on the event loop, no thread held per waiter."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if refresh is not None:
-                await asyncio.to_thread(refresh)
+            await refresh_once_per_step()
             if store.newest() > after or await request.is_disconnected():
                 return
             await asyncio.sleep(LONG_POLL_STEP)

@@ -54,6 +54,7 @@ from workloads.broadcast.streams import (
     StreamError,
     WriteBehind,
     WriteFailed,
+    WriterPool,
     preallocate,
 )
 
@@ -180,30 +181,6 @@ class _InOrderHasher(threading.Thread):
             self.error = exc
 
 
-class _Writers:
-    """One WriteBehind per download thread of one run (created on its first shard), closed at the end."""
-
-    def __init__(self, fd: int, size: int, depth: int) -> None:
-        self.fd, self.size, self.depth = fd, size, depth  # fd: the run's temp file
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._all: list[WriteBehind] = []
-
-    def get(self) -> WriteBehind:
-        writer: WriteBehind | None = getattr(self._local, "writer", None)
-        if writer is None:
-            writer = self._local.writer = WriteBehind(self.size, self.depth)
-            with self._lock:
-                self._all.append(writer)
-        return writer
-
-    def close(self) -> None:
-        with self._lock:
-            for writer in self._all:
-                writer.close()
-            self._all.clear()
-
-
 class Transfer:
     """Runs a list of ShardJobs from several relays into one file; shared by our protocol and the
     shardcast reader (which has no per-shard hashes, only a whole-file blake3)."""
@@ -265,7 +242,7 @@ class Transfer:
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.part")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         hasher = _InOrderHasher(fd, jobs, whole, self.stop) if whole is not None else None
-        writers = _Writers(fd, self.buffer_size, self.write_depth)
+        writers = WriterPool(self.buffer_size, self.write_depth)
         ok = False
         try:
             try:
@@ -275,7 +252,7 @@ class Transfer:
             if hasher is not None:
                 hasher.start()
             with ThreadPoolExecutor(max(1, min(self.concurrency, len(jobs))), "broadcast-shard") as pool:
-                futures = [pool.submit(self._fetch, job, writers, hasher, what) for job in jobs]
+                futures = [pool.submit(self._fetch, job, fd, writers, hasher, what) for job in jobs]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = [e for f in done if (e := f.exception()) is not None]
                 if failed:
@@ -303,10 +280,12 @@ class Transfer:
             if not ok:
                 tmp.unlink(missing_ok=True)
 
-    def _fetch(self, job: ShardJob, writers: _Writers, hasher: _InOrderHasher | None, what: str) -> None:
+    def _fetch(
+        self, job: ShardJob, fd: int, writers: WriterPool, hasher: _InOrderHasher | None, what: str
+    ) -> None:
         writer = writers.get()
         try:
-            self._fetch_into(job, writers.fd, writer, hasher, what)
+            self._fetch_into(job, fd, writer, hasher, what)
         finally:
             writer.drain()  # nothing of this shard may still be queued once it returns (fd closes after)
 

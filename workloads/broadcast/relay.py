@@ -32,7 +32,7 @@ from workloads.broadcast.api import create_app
 from workloads.broadcast.errors import BroadcastError
 from workloads.broadcast.manifest import VersionManifest, new_hasher, shard_name
 from workloads.broadcast.store import VersionStore
-from workloads.broadcast.streams import ShardStreams, StreamError, WriteBehind, preallocate
+from workloads.broadcast.streams import ShardStreams, StreamError, WriterPool, preallocate
 
 LONG_POLL_SECONDS = 1.0
 """An idle relay long-polls its upstream's `/versions` this long: a new version reaches it at once,
@@ -55,8 +55,7 @@ class Relay:
         self.timeout = timeout
         self.streams = ShardStreams(timeout)  # version lists and shard bodies (streams.py: why not httpx)
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="relay-fetch")
-        self._local = threading.local()  # each fetch thread's WriteBehind
-        self._writers: list[WriteBehind] = []
+        self.writers = WriterPool()  # each fetch thread's WriteBehind
         self.in_flight: set[tuple[int, int]] = set()
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -73,18 +72,7 @@ class Relay:
         self.streams.close()  # ends a long-poll (and shard fetches) in flight now, not when answered
         self.thread.join(timeout=10)
         self.pool.shutdown(wait=True, cancel_futures=True)
-        with self.lock:
-            for writer in self._writers:
-                writer.close()
-            self._writers.clear()
-
-    def _writer(self) -> WriteBehind:
-        writer: WriteBehind | None = getattr(self._local, "writer", None)
-        if writer is None:
-            writer = self._local.writer = WriteBehind()
-            with self.lock:
-                self._writers.append(writer)
-        return writer
+        self.writers.close()
 
     def _idle(self) -> bool:
         """Nothing in flight and every held version complete: only a new version means work."""
@@ -102,12 +90,16 @@ class Relay:
                 self.upstream_ok = True
                 if wait and time.monotonic() - started >= wait / 2:
                     continue  # the upstream held the long-poll: ask again at once
-            except Exception as exc:
+            except (
+                StreamError,
+                OSError,
+                http.client.HTTPException,
+                BroadcastError,
+                ValueError,
+                KeyError,
+            ) as exc:
                 if self.stopped.is_set():
-                    return  # stop() closed the client under a long-poll
-                if not isinstance(exc, StreamError | OSError | http.client.HTTPException | BroadcastError
-                                  | ValueError | KeyError):
-                    raise
+                    return  # stop() shut the connections down under a long-poll
                 self.upstream_ok = False
                 log.warning("upstream unreachable or invalid", upstream=self.upstream, error=str(exc))
             # Shards to retry, an answer that came early (a new version: its shards are queued), or an
@@ -159,7 +151,7 @@ class Relay:
         tmp = self.store.temp_shard(manifest.version, index)
         algorithm, expected = info.check()
         digest = new_hasher(algorithm)
-        writer = self._writer()  # the file is written behind the reads, as in the client
+        writer = self.writers.get()  # the file is written behind the reads, as in the client
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             preallocate(fd, info.size)

@@ -241,3 +241,28 @@ class WriteBehind:
                 self._free.put(view)
                 self._todo.task_done()
         self._todo.task_done()
+
+
+class WriterPool:
+    """One WriteBehind per thread that asks (created on its first use), all closed together: the
+    client's download threads of one run, a relay's fetch threads."""
+
+    def __init__(self, size: int = READ_BUFFER, depth: int = 3) -> None:
+        self.size, self.depth = size, depth
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[WriteBehind] = []
+
+    def get(self) -> WriteBehind:
+        writer: WriteBehind | None = getattr(self._local, "writer", None)
+        if writer is None:
+            writer = self._local.writer = WriteBehind(self.size, self.depth)
+            with self._lock:
+                self._all.append(writer)
+        return writer
+
+    def close(self) -> None:
+        with self._lock:
+            for writer in self._all:
+                writer.close()
+            self._all.clear()
