@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 
+import structlog
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from redis.asyncio import Redis
@@ -36,7 +36,7 @@ from intellect.http_guard import guard
 from intellect.redis_server import redis_url_or_embedded
 from intellect.wire.nodes import DiscoveredNode
 
-log = logging.getLogger("intellect.discovery")
+log = structlog.get_logger("intellect.discovery")
 
 
 def ledger_chain_view(settings: DiscoverySettings) -> ChainView:

@@ -1,9 +1,10 @@
 """Logging set-up for every service: one function, called by each entry point, never on import.
 
-The choice: structlog over stdlib. Modules log with `structlog.get_logger(name)`; modules that still
-use `logging.getLogger(name)` (and third-party libraries: uvicorn, httpx, web3) are routed through the
-same stdlib handler and rendered by the same structlog processors, so every line on stderr has one
-shape. stdout stays clean for `--json` output.
+The choice: structlog over stdlib. Every module of ours logs with `structlog.get_logger(name)`, an
+event name plus key-value context (`log.warning("heartbeat failed", error=...)`); third-party
+libraries (uvicorn, httpx, web3) log through stdlib, and their records are routed through the same
+handler and rendered by the same structlog processors, so every line on stderr has one shape. stdout
+stays clean for `--json` output. Tests read our events with `structlog.testing.capture_logs()`.
 
 The format comes from `INTELLECT_LOG_FORMAT` (`json`, the default, or `console`), the level from
 `INTELLECT_LOG_LEVEL` (default `info`); an entry point's explicit flag wins over the environment.

@@ -1,25 +1,27 @@
 """Sending transactions: per-sender nonces safe across threads, receipt wait with timeout, retries
-with a fee bump on underpriced / nonce races, and reverts decoded to the named custom error."""
+with a fee bump on underpriced / nonce races, a resend when another sender of the same key replaced
+the transaction, and reverts decoded to the named custom error."""
 
 from __future__ import annotations
 
-import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import structlog
 from eth_typing import ChecksumAddress, Hash32, HexStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 from web3 import Web3
-from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
-from web3.types import TxParams, Wei
+from web3.exceptions import ContractLogicError, TransactionNotFound, Web3RPCError
+from web3.types import TxParams, TxReceipt, Wei
 
 from intellect.identity import Wallet
 from ledger.artifacts import decode_error
 from ledger.errors import ContractRevert, LedgerError, LedgerTimeout
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 # Messages of RPC errors worth retrying with a fresh nonce and higher fees (geth, anvil, reth, erigon).
 _RETRYABLE = (
@@ -117,7 +119,7 @@ class TxSender:
             gas = int(gas * 1.2) + 10_000
             if min_gas is not None:
                 gas = max(gas, min_gas)
-        state = {"attempt": 0}
+        state = {"attempt": 0, "nonce": 0}
 
         def once() -> Hash32:
             tx: dict[str, Any] = {
@@ -133,13 +135,15 @@ class TxSender:
                 tx["to"] = to
             state["attempt"] += 1
             with self._lock:
-                tx["nonce"] = self.w3.eth.get_transaction_count(self.address, "pending")
+                tx["nonce"] = state["nonce"] = self.w3.eth.get_transaction_count(self.address, "pending")
                 signed = self.wallet.account.sign_transaction(tx)
                 try:
                     return Hash32(bytes(self.w3.eth.send_raw_transaction(signed.raw_transaction)))
                 except Web3RPCError as exc:
                     if any(s in str(exc).lower() for s in _RETRYABLE):
-                        log.warning("retrying nonce %s from %s: %s", tx["nonce"], self.wallet.address, exc)
+                        log.warning(
+                            "retrying nonce", nonce=tx["nonce"], sender=self.wallet.address, error=str(exc)
+                        )
                         raise _Retry(str(exc)) from exc
                     raise LedgerError(f"transaction rejected: {exc}") from None
 
@@ -150,19 +154,45 @@ class TxSender:
             wait=wait_random_exponential(multiplier=0.05, max=2),
             reraise=True,
         )
-        try:
-            tx_hash = retrying(once)
-        except _Retry as exc:
-            raise LedgerError(f"transaction not accepted after {self.attempts} attempts: {exc}") from None
-        try:
-            receipt = self.w3.eth.wait_for_transaction_receipt(
-                tx_hash, timeout=self.timeout, poll_latency=0.05
+        for _ in range(self.attempts):
+            try:
+                tx_hash = retrying(once)
+            except _Retry as exc:
+                raise LedgerError(f"transaction not accepted after {self.attempts} attempts: {exc}") from None
+            receipt = self._wait(tx_hash, state["nonce"])
+            if receipt is not None:
+                break
+            # Another process with this key took the nonce (its fee-bumped retry replaced ours in the
+            # pool, or the node dropped ours): ours was never mined, so sending it again is safe.
+            log.warning(
+                "transaction replaced; sending it again", tx=f"0x{tx_hash.hex()}", nonce=state["nonce"]
             )
-        except TimeExhausted:
-            raise LedgerTimeout(f"no receipt for 0x{tx_hash.hex()} within {self.timeout:.0f}s") from None
+            state["attempt"] = 0  # a fresh nonce needs no higher fee
+        else:
+            raise LedgerError(f"transaction replaced by another of this sender {self.attempts} times")
         if receipt["status"] != 1:
             raise self._explain_failure(to, data, value, receipt)
         return dict(receipt)
+
+    def _wait(self, tx_hash: Hash32, nonce: int) -> TxReceipt | None:
+        """The receipt, or None once the sender's nonce was used by a transaction that is not this one.
+
+        web3's `wait_for_transaction_receipt` would wait out its whole timeout for a transaction that
+        was replaced, so the sender's mined nonce is watched too."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self.w3.eth.get_transaction_receipt(tx_hash)
+            except TransactionNotFound:
+                pass
+            if self.w3.eth.get_transaction_count(self.address, "latest") > nonce:
+                try:  # mined between the two reads, or replaced
+                    return self.w3.eth.get_transaction_receipt(tx_hash)
+                except TransactionNotFound:
+                    return None
+            if time.monotonic() > deadline:
+                raise LedgerTimeout(f"no receipt for 0x{tx_hash.hex()} within {self.timeout:.0f}s")
+            time.sleep(0.05)
 
     def _explain_failure(self, to: str | None, data: str, value: int, receipt: Any) -> ContractRevert:
         """Replay a mined-but-reverted transaction as a call to recover its custom error."""

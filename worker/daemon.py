@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import threading
 from collections.abc import Iterator
 
+import structlog
 import uvicorn
 
 from intellect.errors import PeerRefused
@@ -32,7 +32,7 @@ from worker.settings import WorkerSettings
 from worker.state import StateStore
 from worker.uploader import Uploader
 
-log = logging.getLogger("intellect.worker")
+log = structlog.get_logger("intellect.worker")
 UPLOAD_INTERVAL = 2.0  # seconds between passes over the bridge's file queue
 REFUSAL_BACKOFF_FIRST = 10.0  # seconds before re-sending metadata discovery refused
 REFUSAL_BACKOFF_MAX = 600.0
@@ -134,7 +134,7 @@ class WorkerDaemon:
             raise InviteRejected(f"joining pool {request.pool_id} reverted on chain: {exc}", 409) from None
         except LedgerError as exc:
             raise InviteRejected(f"ledger unavailable: {exc}", 503) from None
-        log.info("joined pool %s (tx %s); heartbeating to %s", request.pool_id, tx, request.orchestrator_url)
+        log.info("joined pool", pool_id=request.pool_id, tx=tx, orchestrator=request.orchestrator_url)
         self._set_membership(True, request.orchestrator_url, tx)
         self._poke(0.3)  # let the orchestrator record the accepted invite before the first beat
         return InviteResponse(accepted=True, tx_hash=tx)
@@ -148,7 +148,7 @@ class WorkerDaemon:
             try:
                 await upload_metadata(self.settings.discovery_url, self.keys.node, self.metadata(),
                                       self.settings.request_timeout)
-                log.debug("metadata uploaded to %s", self.settings.discovery_url)
+                log.debug("metadata uploaded", discovery=self.settings.discovery_url)
                 refused = 0
                 self._say_once(None)
             except PeerRefused as exc:
@@ -159,7 +159,7 @@ class WorkerDaemon:
                 reason = await self._standing_reason()
                 self._say_once(f"{exc}; {reason}" if reason else str(exc), f"next try in {delay:.0f} s")
             except Exception as exc:  # network trouble: retry soon, never die
-                log.warning("metadata upload to %s failed: %s", self.settings.discovery_url, exc)
+                log.warning("metadata upload failed", discovery=self.settings.discovery_url, error=str(exc))
                 delay = min(delay, 2.0)
             await self._sleep(self._stop, delay)
 
@@ -167,11 +167,11 @@ class WorkerDaemon:
         """Log a standing problem when it first appears (or changes), not at every retry."""
         if problem == self._problem:
             if problem:
-                log.debug("still: %s (%s)", problem, retry)
+                log.debug(f"still: {problem}", retry=retry)
             return
         self._problem = problem
         if problem:
-            log.error("%s (%s)", problem, retry)
+            log.error(problem, retry=retry)
         else:
             log.info("discovery accepts this node's metadata again")
 
@@ -180,7 +180,7 @@ class WorkerDaemon:
         try:
             membership = await asyncio.to_thread(self.chain.membership, self.settings.pool_id)
         except Exception as exc:
-            log.warning("could not read the node's standing on chain: %s", exc)
+            log.warning("could not read the node's standing on chain", error=str(exc))
             return None
         return membership.reason
 
@@ -189,10 +189,10 @@ class WorkerDaemon:
         try:
             membership = await asyncio.to_thread(self.chain.membership, self.settings.pool_id)
         except Exception as exc:
-            log.warning("could not read pool membership: %s", exc)
+            log.warning("could not read pool membership", error=str(exc))
             return
         if membership.reason is not None:
-            log.warning("heartbeats stopped: %s", membership.reason)
+            log.warning("heartbeats stopped", reason=membership.reason)
             self._set_membership(False, None)
 
     async def _heartbeat_loop(self) -> None:
@@ -216,10 +216,10 @@ class WorkerDaemon:
             try:
                 report = await asyncio.to_thread(self.uploader.run_once)
                 if report.submitted or report.rejected:
-                    log.info("uploads: %d submitted, %d rejected, %d to retry", len(report.submitted),
-                             len(report.rejected), len(report.retry_later))
+                    log.info("upload pass", submitted=len(report.submitted), rejected=len(report.rejected),
+                             to_retry=len(report.retry_later))
             except Exception as exc:  # the ledger or the orchestrator is down: the queue keeps the files
-                log.warning("upload pass failed: %s", exc)
+                log.warning("upload pass failed", error=str(exc))
             await self._sleep(self._stop, UPLOAD_INTERVAL)
 
     async def _sleep(self, event: asyncio.Event, seconds: float) -> None:
@@ -244,13 +244,13 @@ class WorkerDaemon:
         try:
             member = await asyncio.to_thread(self.chain.in_pool, self.settings.pool_id)
         except Exception as exc:
-            log.warning("could not confirm pool membership on start (%s); resuming heartbeats", exc)
+            log.warning("could not confirm pool membership on start; resuming heartbeats", error=str(exc))
             return
         if member:
-            log.info("resuming heartbeats to %s (still in pool %s)", self.state.orchestrator_url,
-                     self.settings.pool_id)
+            log.info("resuming heartbeats, still in the pool", orchestrator=self.state.orchestrator_url,
+                     pool_id=self.settings.pool_id)
         else:
-            log.info("no longer in pool %s on chain; waiting for an invite", self.settings.pool_id)
+            log.info("no longer in the pool on chain; waiting for an invite", pool_id=self.settings.pool_id)
             self._set_membership(False, None)
 
     async def run(self) -> None:
@@ -272,8 +272,8 @@ class WorkerDaemon:
         if server_task.done():
             server_task.result()  # re-raise the bind error
             raise RuntimeError(f"worker API could not start on {self.settings.api_host}:{self.port}")
-        log.info("worker API on http://%s:%s (node %s)", self.settings.api_host, self.port,
-                 self.keys.node.address)
+        log.info("worker API listening", url=f"http://{self.settings.api_host}:{self.port}",
+                 node=self.keys.node.address)
         write_pid(self.settings.state_dir)  # `deregister` finds (and stops) this daemon by it
         await self._resume()
         loops = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop())]
@@ -301,6 +301,6 @@ class WorkerDaemon:
         try:
             await self.heartbeater.beat(url, leaving=True)
         except Exception as exc:
-            log.warning("final heartbeat failed: %s", exc)
+            log.warning("final heartbeat failed", error=str(exc))
         finally:
             await self.heartbeater.aclose()

@@ -11,11 +11,11 @@ logged and retried at the next tick, never fatal.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
+import structlog
 
 from intellect.errors import PeerRefused
 from intellect.identity import Wallet
@@ -25,7 +25,7 @@ from intellect.wire.tasks import AssignedTask, TaskState
 from worker import __version__
 from worker.runtime.base import Runtime
 
-log = logging.getLogger("intellect.worker.heartbeat")
+log = structlog.get_logger("intellect.worker.heartbeat")
 
 
 @dataclass
@@ -98,7 +98,7 @@ class Heartbeater:
             self.stats.failed += 1
             self.stats.consecutive_failures += 1
             self.stats.last_error = str(exc) or type(exc).__name__
-            log.warning("heartbeat to %s failed: %s", orchestrator_url, self.stats.last_error)
+            log.warning("heartbeat failed", orchestrator=orchestrator_url, error=self.stats.last_error)
             return None
         if self._applying is None or self._applying.done():
             self._applying = asyncio.create_task(self._apply_and_record(reply.current_task))

@@ -17,7 +17,6 @@ zero work units) is recorded as `rejected` with the reason and is not retried.
 from __future__ import annotations
 
 import contextlib
-import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+import structlog
 from eth_utils import to_checksum_address
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -38,7 +38,7 @@ from ledger.events import EventReader, WorkSubmittedEvent
 from worker.runtime.bridge import FileQueue, PendingFile
 from worker.sqlite import transaction
 
-log = logging.getLogger("intellect.worker.uploader")
+log = structlog.get_logger("intellect.worker.uploader")
 
 # Reverts that will never turn into success by retrying.
 FINAL_REVERTS = {"WorkKeyInvalidated", "ZeroWorkUnits"}
@@ -212,8 +212,7 @@ class Uploader:
         else:
             ref = None
         self.queue.mark_uploaded(item.id, ref)
-        log.info("uploaded %s (%s, %d bytes) as %s", item.relative_path, item.sha256[:12], item.size_bytes,
-                 ref)
+        log.info("uploaded", file=item.relative_path, sha256=item.sha256[:12], bytes=item.size_bytes, ref=ref)
 
     # ---- submit ----
 
@@ -244,7 +243,7 @@ class Uploader:
                 return None
             raise
         self.journal.set(key, "submitted", tx_hash=tx)
-        log.info("submitted work %s (%d units): tx %s", key[:12], item.work_units, tx)
+        log.info("work submitted", work_key=key[:12], work_units=item.work_units, tx=tx)
         return tx
 
     def _on_chain(self, key: str) -> tuple[bool, str | None]:
@@ -257,7 +256,7 @@ class Uploader:
             return True, None
         tx = self.chain.submission_tx(key) or ""
         self.journal.set(key, "submitted", tx_hash=tx or None)
-        log.info("work %s was already on chain for this node (tx %s)", key[:12], tx or "unknown")
+        log.info("work was already on chain for this node", work_key=key[:12], tx=tx or "unknown")
         return True, tx
 
     # ---- one pass ----
@@ -275,14 +274,16 @@ class Uploader:
                         self.upload(client, base.rstrip("/"), item)
                         report.uploaded.append(item.sha256)
                     except UploadRefused as exc:
-                        log.warning("%s: %s", item.relative_path, exc.reason)
+                        log.warning(
+                            "upload refused", file=item.relative_path, reason=exc.reason, final=exc.final
+                        )
                         if exc.final:
                             self.journal.set(item.sha256, "rejected", reason=exc.reason)
                             report.rejected.append(item.sha256)
                         else:
                             report.retry_later.append(item.sha256)
                     except httpx.HTTPError as exc:
-                        log.warning("upload of %s failed, retrying later: %s", item.relative_path, exc)
+                        log.warning("upload failed, retrying later", file=item.relative_path, error=str(exc))
                         report.retry_later.append(item.sha256)
         for item in self.queue.pending_submission():
             if item.sha256 in rejected:
@@ -290,12 +291,12 @@ class Uploader:
             try:
                 tx = self.submit(item)
             except LedgerError as exc:
-                log.warning("submitWork for %s failed, retrying later: %s", item.sha256[:12], exc)
+                log.warning("submitWork failed, retrying later", sha256=item.sha256[:12], error=str(exc))
                 report.retry_later.append(item.sha256)
                 continue
             if tx is None:
                 state = self.journal.get(item.sha256)
-                log.error("work %s not submitted: %s", item.sha256[:12], state[3] if state else "?")
+                log.error("work not submitted", sha256=item.sha256[:12], reason=state[3] if state else "?")
                 report.rejected.append(item.sha256)
                 self.queue.mark_submitted(item.id, "")  # leaves the queue; the reason is in the journal
             else:

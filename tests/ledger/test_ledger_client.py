@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from ledger_world import World
@@ -165,6 +166,52 @@ def test_receipt_wait_times_out_cleanly(world: World) -> None:
         world.chain.rpc("anvil_dropAllTransactions")
         world.chain.rpc("evm_setAutomine", [True])
     slow.transfer(world.admin.address, 1)  # the nonce was not burnt: the next send goes through
+
+
+def test_a_transaction_replaced_by_another_sender_of_the_key_is_sent_again(world: World) -> None:
+    """Another process with the same key replaces our pending transaction (same nonce, higher fees):
+    ours is never mined. The sender sees its nonce used by another transaction and sends its own
+    again with the next nonce, instead of waiting out its receipt timeout (CI saw that race)."""
+    from ledger.errors import LedgerTimeout
+
+    sender = world.stranger.with_wallet(world.stranger.wallet)
+    w3, address = sender.w3, sender.wallet.account.address
+    ours, theirs = Wallet.create().address, Wallet.create().address
+    outcome: dict[str, object] = {}
+
+    def send() -> None:
+        try:
+            outcome["result"] = sender.transfer(ours, 5)
+        except (LedgerTimeout, ContractRevert) as exc:
+            outcome["error"] = exc
+
+    world.chain.rpc("evm_setAutomine", [False])
+    thread = threading.Thread(target=send)
+    try:
+        thread.start()
+        nonce = w3.eth.get_transaction_count(address, "latest")
+        deadline = time.monotonic() + 10
+        while w3.eth.get_transaction_count(address, "pending") == nonce:  # ours is in the pool
+            assert time.monotonic() < deadline, "our transfer never reached the pool"
+            time.sleep(0.02)
+        base = int(w3.eth.get_block("latest").get("baseFeePerGas") or 0)
+        tip = 10 * max(int(w3.eth.max_priority_fee), 10**9)
+        replacement = sender.wallet.account.sign_transaction({
+            "to": sender.token.address, "data": sender.token.encode_abi("transfer", [theirs, 7]),
+            "value": 0, "gas": 100_000, "chainId": w3.eth.chain_id, "type": 2, "nonce": nonce,
+            "maxPriorityFeePerGas": tip, "maxFeePerGas": 4 * base + tip,
+        })  # fmt: skip
+        w3.eth.send_raw_transaction(replacement.raw_transaction)
+        world.chain.rpc("evm_mine", [])
+    finally:
+        world.chain.rpc("evm_setAutomine", [True])
+    deadline = time.monotonic() + 15
+    while thread.is_alive() and time.monotonic() < deadline:
+        world.chain.rpc("evm_mine", [])  # a resend that reached the pool before automine came back
+        thread.join(0.2)
+    assert not thread.is_alive() and "error" not in outcome, outcome
+    assert (world.admin.balance_of(theirs), world.admin.balance_of(ours)) == (7, 5)
+    assert w3.eth.get_transaction_count(address, "latest") == nonce + 2
 
 
 SENDER_SCRIPT = """

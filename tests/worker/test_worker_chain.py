@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from worker_devnet import Devnet
 
 from intellect.identity import Wallet
@@ -129,7 +130,6 @@ def test_authorizer_roles(devnet: Devnet) -> None:
 
 def test_daemon_says_once_that_its_node_left_the_registry_and_backs_off(
     devnet: Devnet, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Deregistered behind the daemon's back: the real discovery refuses its metadata (403); the daemon
     logs why once, with what to do, and retries ever more slowly instead of every 10 s forever."""
@@ -166,9 +166,9 @@ def test_daemon_says_once_that_its_node_left_the_registry_and_backs_off(
             daemon._stop.set()
             await loop
 
-        with caplog.at_level("DEBUG", logger="intellect.worker"):
+        with structlog.testing.capture_logs() as logs:
             asyncio.run(run_for(2.5))
-    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    errors = [entry["event"] for entry in logs if entry["log_level"] == "error"]
     assert len(errors) == 1, errors
     assert "403" in errors[0] and "not registered on chain" in errors[0]
     assert "intellect-worker start" in errors[0]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import threading
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Generic, Literal, Protocol, TypeVar, overload, runtime_checkable
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from intellect.wire.heartbeat import TaskStatus
@@ -25,7 +25,7 @@ from intellect.wire.tasks import AssignedTask, TaskState
 from intellect.wire.templates import UnknownTemplateVariable, expand
 from worker.runtime.bridge import TaskBridge
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 H = TypeVar("H")  # a backend's handle on one run
 
 # Labels (Docker) and run-record fields (process) that mark what a runtime owns.
@@ -330,7 +330,7 @@ class RuntimeBase(ABC, Generic[H]):
             with self._lock:
                 return action()
         except self.transient_errors as exc:
-            log.warning("%s runtime: %s", self.kind, exc)
+            log.warning("runtime status failed", runtime=self.kind, error=str(exc))
             if self.desired is None:
                 return None
             return TaskStatus(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import math
 import os
 import sqlite3
@@ -27,12 +26,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
+import structlog
 from pydantic import BaseModel, ValidationError
 
 from intellect.wire.bridge import BridgeReply, FileReadyMessage, MetricsMessage, bridge_message
 from worker.sqlite import transaction
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 MAX_LINE = 64 * 1024
 MAX_LABELS_PER_TASK = 256
@@ -227,7 +227,7 @@ class TaskBridge:
         return BridgeReply(ok=True)
 
     def _refuse(self, reason: str, line: bytes) -> BridgeReply:
-        log.warning("bridge: refused %r: %s", line[:200], reason)
+        log.warning("bridge refused a message", line=repr(line[:200]), reason=reason)
         return BridgeReply(ok=False, error=reason)
 
     def _entry(self, task_id: str) -> TaskEntry:
@@ -291,12 +291,8 @@ class TaskBridge:
             message.task_id, host, relative, actual, message.work_units, host.stat().st_size
         )
         log.info(
-            "bridge: %s %s (%s, %d work units) from task %s",
-            "queued" if created else "already queued",
-            relative,
-            actual[:12],
-            queued.work_units,
-            message.task_id,
+            "bridge: file queued" if created else "bridge: file already queued",
+            file=relative, sha256=actual[:12], work_units=queued.work_units, task_id=message.task_id,
         )
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -361,7 +357,7 @@ class TaskBridge:
         self._thread = threading.Thread(target=self._loop.run_forever, name="task-bridge", daemon=True)
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start_server(), self._loop).result(timeout=10)
-        log.info("bridge: listening on %s", self.socket_path)
+        log.info("bridge listening", socket=str(self.socket_path))
         return self
 
     def stop(self) -> None:

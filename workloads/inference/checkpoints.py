@@ -9,13 +9,13 @@ the whole file checked against the version's manifest, whose sha256 is then chec
 from __future__ import annotations
 
 import hashlib
-import logging
 import shutil
 from pathlib import Path
 
 import httpx
+import structlog
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 
 BROADCAST_PREFIX = "broadcast:"
@@ -94,7 +94,7 @@ class CheckpointStore:
             )
         tmp.replace(target)
         self._prune(step)
-        log.info("checkpoint step %d fetched from %s", step, source)
+        log.info("checkpoint fetched", step=step, source=source)
         return target
 
     def _fetch_broadcast(self, step: int, tmp: Path) -> str | None:

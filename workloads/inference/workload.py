@@ -4,12 +4,12 @@ one proven rollout file per batch, announce it on the worker's bridge (or just w
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable
 
 import httpx
+import structlog
 from pydantic import BaseModel
 
 from workloads.datasets import load_dataset
@@ -22,7 +22,7 @@ from workloads.model.backends import InferenceBackend, TorchBackend, VLLMBackend
 from workloads.model.loading import base_checkpoint_sha256, load_model, load_tokenizer, load_weights, resolve
 from workloads.rollouts import BatchInfo, write_rollouts
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 
 class BatchReport(BaseModel):
@@ -102,7 +102,7 @@ class InferenceWorkload:
                     perturb_model(self.model)
                 self.checkpoint_step = candidate
                 self.checkpoint_sha256 = self.store.sha256(candidate)
-                log.info("serving checkpoint of step %d for step %d", candidate, step)
+                log.info("serving checkpoint", checkpoint_step=candidate, step=step)
                 return True
         return oldest <= self.checkpoint_step <= step
 
@@ -130,7 +130,7 @@ class InferenceWorkload:
                 return None
             self.capped_at = now
         if not self.ensure_checkpoint(step):
-            log.info("no checkpoint for step %d within async level %d yet", step, self.s.async_level)
+            log.info("no checkpoint within the async level yet", step=step, async_level=self.s.async_level)
             return None
         self.batch_counter += 1
         plan = plan_batch(
@@ -183,7 +183,7 @@ class InferenceWorkload:
             except (httpx.HTTPError, CheckpointError, ValueError) as exc:
                 # Trainer or relay unreachable, or a corrupt checkpoint (dropped, fetched again
                 # later): wait and retry instead of dying, as a long-running worker should.
-                log.warning("batch not started: %s; retrying in %.1f s", exc, self.s.poll_seconds)
+                log.warning("batch not started; retrying", error=str(exc), retry_seconds=self.s.poll_seconds)
                 report = None
             if report is None:
                 time.sleep(self.s.poll_seconds)

@@ -23,10 +23,10 @@ skip_prefill=True (its C++ path), statistics.median otherwise (its Python path).
 from __future__ import annotations
 
 import base64
-import logging
 from collections.abc import Sequence
 
 import numpy as np
+import structlog
 import torch
 from pydantic import BaseModel
 
@@ -34,7 +34,7 @@ from workloads.toploc.codec import ChunkProof, decode_rows, encode_rows
 from workloads.toploc.core import as_bf16, measure_block, prove_block
 from workloads.toploc.field import ModulusNotFoundError
 
-logger = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 ProofPoly = ChunkProof
 Activations = Sequence[torch.Tensor] | torch.Tensor
@@ -96,7 +96,7 @@ def _build(activations: Activations, decode_batching_size: int, topk: int, skip_
             for i, proof in zip(numbers, encode_rows(moduli, coeffs), strict=True):
                 out[i] = proof
     except ModulusNotFoundError as exc:  # the reference's "do not crash" fallback
-        logger.error("Error building proofs: %s", exc)
+        log.error("error building proofs; null proofs returned", error=str(exc))
         return [ChunkProof.null(topk).to_bytes()] * count
     return out
 

@@ -3,12 +3,13 @@ equivalence with the reference answer through `math-verify` (sympy underneath)."
 
 from __future__ import annotations
 
-import logging
 import threading
+
+import structlog
 
 from workloads.verifiers.records import TaskRecord
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 
 def last_boxed(text: str) -> str | None:
@@ -42,7 +43,7 @@ def equivalent(answer: str, reference: str) -> bool:
         pred = parse(f"${answer}$", parsing_timeout=timeout)
         return bool(gold and pred and verify(gold, pred, timeout_seconds=timeout))
     except Exception as exc:  # a malformed answer is wrong, not a crash of the workload
-        log.debug("math-verify failed on %r vs %r: %s", answer, reference, exc)
+        log.debug("math-verify failed", answer=answer, reference=reference, error=str(exc))
         return False
 
 
