@@ -33,6 +33,7 @@ _RETRYABLE = (
     "nonce has already been used",
 )
 BUMP = 1.25  # fee multiplier per retry (>= 10 % is what nodes require to replace a pending tx)
+NONCE_CHECK_SECONDS = 0.5  # how often a receipt wait asks whether its nonce went to another tx
 
 
 class _Retry(Exception):
@@ -178,19 +179,24 @@ class TxSender:
         """The receipt, or None once the sender's nonce was used by a transaction that is not this one.
 
         web3's `wait_for_transaction_receipt` would wait out its whole timeout for a transaction that
-        was replaced, so the sender's mined nonce is watched too."""
+        was replaced, so the sender's mined nonce is watched too (every half second: a replacement is
+        rare, and the receipt poll runs every 50 ms)."""
         deadline = time.monotonic() + self.timeout
+        next_nonce_check = 0.0
         while True:
             try:
                 return self.w3.eth.get_transaction_receipt(tx_hash)
             except TransactionNotFound:
                 pass
-            if self.w3.eth.get_transaction_count(self.address, "latest") > nonce:
-                try:  # mined between the two reads, or replaced
-                    return self.w3.eth.get_transaction_receipt(tx_hash)
-                except TransactionNotFound:
-                    return None
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now >= next_nonce_check:
+                next_nonce_check = now + NONCE_CHECK_SECONDS
+                if self.w3.eth.get_transaction_count(self.address, "latest") > nonce:
+                    try:  # mined between the two reads, or replaced
+                        return self.w3.eth.get_transaction_receipt(tx_hash)
+                    except TransactionNotFound:
+                        return None
+            if now > deadline:
                 raise LedgerTimeout(f"no receipt for 0x{tx_hash.hex()} within {self.timeout:.0f}s")
             time.sleep(0.05)
 

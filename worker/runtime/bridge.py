@@ -291,7 +291,7 @@ class TaskBridge:
             message.task_id, host, relative, actual, message.work_units, host.stat().st_size
         )
         log.info(
-            "bridge: file queued" if created else "bridge: file already queued",
+            "bridge queued a file" if created else "bridge already had the file queued",
             file=relative, sha256=actual[:12], work_units=queued.work_units, task_id=message.task_id,
         )
 
@@ -313,7 +313,7 @@ class TaskBridge:
                     try:
                         reply = await self.handle_line(line)
                     except Exception as exc:  # never let one message take the server down
-                        log.exception("bridge: error handling a message")
+                        log.exception("bridge failed to handle a message")
                         reply = BridgeReply(ok=False, error=f"internal error: {type(exc).__name__}")
                     writer.write(reply.model_dump_json().encode() + b"\n")
                     await writer.drain()

@@ -319,14 +319,10 @@ class Transfer:
                     elif resp.status == 200:
                         received, digest, sources = 0, new_hasher(algorithm), set()
                     sources.add(relay)
-                    while True:
-                        # Read into a free buffer, queue it for the file, hash it meanwhile: the writer
-                        # thread copies buffer k into the file while this one receives buffer k+1.
-                        too_much = f"more than the {job.size} bytes of the shard"
-                        chunk = writer.read(resp, job.size - received, too_much)
-                        if chunk is None:
-                            break
-                        view, n = chunk
+                    # Read into a free buffer, queue it for the file, hash it meanwhile: the writer
+                    # thread copies buffer k into the file while this one receives buffer k+1.
+                    too_much = f"more than the {job.size} bytes of the shard"
+                    for view, n in writer.chunks(resp, job.size - received, too_much):
                         writer.write(fd, view, n, job.offset + received)
                         digest.update(view[:n])  # blake3 and sha256 release the GIL on buffers this big
                         received += n

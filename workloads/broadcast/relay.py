@@ -158,12 +158,8 @@ class Relay:
             path = f"v{manifest.version}/{shard_name(index)}"
             with self.streams.get(self.upstream, path) as resp:
                 received = 0
-                while True:
-                    too_much = f"upstream sent more than the shard's {info.size} bytes"
-                    chunk = writer.read(resp, info.size - received, too_much)
-                    if chunk is None:
-                        break
-                    view, n = chunk
+                too_much = f"upstream sent more than the shard's {info.size} bytes"
+                for view, n in writer.chunks(resp, info.size, too_much):
                     if self.stopped.is_set():
                         writer.release(view)
                         return False

@@ -184,22 +184,26 @@ class WriteBehind:
         """Return a buffer that holds nothing to write."""
         self._free.put(view)
 
-    def read(self, resp: http.client.HTTPResponse, room: int, too_much: str) -> tuple[memoryview, int] | None:
-        """The next chunk of `resp` in a free buffer, as (buffer, bytes read); None at the end of the
-        body (the buffer given back). More than `room` bytes raises StreamError(`too_much`). Give the
-        buffer back with write() or release()."""
-        view = self.buffer()
-        try:
-            n = resp.readinto(view)
-            if n > room:
-                raise StreamError(too_much)
-        except BaseException:
-            self.release(view)
-            raise
-        if not n:
-            self.release(view)
-            return None
-        return view, n
+    def chunks(
+        self, resp: http.client.HTTPResponse, room: int, too_much: str
+    ) -> Iterator[tuple[memoryview, int]]:
+        """The body of `resp`, chunk by chunk in free buffers, as (buffer, bytes read). More than
+        `room` bytes in all raises StreamError(`too_much`). The caller gives each buffer back with
+        write() or release(); a buffer not yet yielded is given back here."""
+        while True:
+            view = self.buffer()
+            try:
+                n = resp.readinto(view)
+                if n > room:
+                    raise StreamError(too_much)
+            except BaseException:
+                self.release(view)
+                raise
+            if not n:
+                self.release(view)
+                return
+            room -= n
+            yield view, n
 
     def write(self, fd: int, view: memoryview, nbytes: int, offset: int) -> None:
         """Queue `view[:nbytes]` for file `fd` at `offset`; `view` comes back to buffer() once written.
