@@ -110,19 +110,23 @@ def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str])
     from the broadcast relays, write TOPLOC-proved rollout files that the worker uploads and records
     on chain."""
     in_container = runtime == "docker"
-    env = {
-        "INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}",
-        "INTELLECT_INFER_DATASET": "reverse",
-        "INTELLECT_INFER_BATCH_SIZE": str(plan.batch_size),
-        "INTELLECT_INFER_N": str(plan.n),
-        "INTELLECT_INFER_MAX_NEW_TOKENS": str(plan.max_new_tokens),
-        "INTELLECT_INFER_STEP_URL": f"{trainer_url}/step",
-        "INTELLECT_INFER_CHECKPOINT_SOURCE": "broadcast:" + ",".join(relays),
-        "INTELLECT_INFER_POLL_SECONDS": "0.5",
+    # What the validators judge by: the workload plug-in checks these when the task is POSTed and
+    # passes them to the program as its INTELLECT_INFER_* env vars.
+    settings: dict[str, Any] = {
+        "dataset": "reverse",
+        "batch_size": plan.batch_size,
+        "n": plan.n,
+        "max_new_tokens": plan.max_new_tokens,
+        "step_url": f"{trainer_url}/step",
+        "checkpoint_source": "broadcast:" + ",".join(relays),
+        "poll_seconds": 0.5,
         # Three files of 64 rows per worker and step: enough informative groups for a step, and no
         # more than three validators on a 2-core machine can judge before the files go stale.
-        "INTELLECT_INFER_FILES_PER_STEP": str(plan.files_per_step),
-        "INTELLECT_INFER_STEP_PATIENCE_SECONDS": "20",
+        "files_per_step": plan.files_per_step,
+        "step_patience_seconds": 20,
+    }
+    env = {
+        "INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}",
         # Four workers, three validators and a trainer share this machine's cores: one thread each
         # avoids the oversubscription that would slow every process down.
         "OMP_NUM_THREADS": "1",
@@ -132,6 +136,7 @@ def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str])
     return {
         "name": "demo-rl-reverse",
         "image": "intellect-workload:latest",
+        "workload": {"type": "inference", "settings": settings},
         "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.inference"],
         "env_vars": env,
     }
@@ -207,7 +212,7 @@ def start_learning_services(
         validators.append(spawn(
             role,
             [str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id), "--port", str(port),
-             "--task", str(task_file), "--step-url", f"{trainer_url}/step",
+             "--step-url", f"{trainer_url}/step",
              "--orchestrator-url", orchestrator.url, "--data-dir", str(directory / role)],
             env | {
                 "INTELLECT_VALIDATOR_RPC_URL": state.rpc_url,

@@ -66,6 +66,20 @@ for name, target in tomllib.load(open("pyproject.toml", "rb"))["project"]["scrip
     path.write_text(f"#!/usr/bin/python3\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")
     path.chmod(0o755)
 PY
+    # The project's entry points (workload plug-ins, `intellect.workloads`) as pip would record them,
+    # in a dist-info folder on the image's path (/opt/intellect), where importlib.metadata finds them.
+    .venv/bin/python - "$ctx/intellect" <<'PY'
+import sys, tomllib, pathlib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+info = pathlib.Path(sys.argv[1]) / f"{project['name']}-{project['version']}.dist-info"
+info.mkdir(parents=True, exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+lines = []
+for group, entries in project.get("entry-points", {}).items():
+    lines.append(f"[{group}]")
+    lines += [f"{name} = {target}" for name, target in entries.items()]
+(info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+PY
     if [ "$role" = service ]; then  # the compose chain service runs the project's pinned anvil
       cp node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil "$ctx/bin/anvil"
     fi

@@ -227,7 +227,9 @@ class UploadService:
         self._validators[address] = (time.monotonic() + 15.0, ok)  # a revoked role counts within 15 s
         return ok
 
-    async def _authorise_reader(self, request: Request) -> str:
+    async def authorise_reader(self, request: Request, also: set[str] | frozenset[str] = frozenset()) -> str:
+        """The admin bearer ("admin"), or the signer's address when it holds the on-chain validator role
+        or is one of `also` (e.g. the admin signers). One signature check: its nonce is spent once."""
         if request.headers.get("authorization"):
             await self.admin(request)
             return "admin"
@@ -235,13 +237,13 @@ class UploadService:
         verifier = RequestVerifier(RedisNonceStore(ctx.redis, "orch:nonce"),
                                    max_skew_seconds=self.settings.max_skew_seconds)
         caller = await verifier.verify(request)
-        if not await self._is_validator(caller):
+        if caller not in also and not await self._is_validator(caller):
             raise HTTPException(403, f"{caller} has no validator role on chain (or use the admin token)")
         return caller
 
     async def stored_file(self, request: Request, sha256: str,
                           redirect: bool) -> StoredFile | RedirectResponse:
-        caller = await self._authorise_reader(request)
+        caller = await self.authorise_reader(request)
 
         def load() -> UploadRow | None:
             with self.ctx().sessions() as session, session.begin():

@@ -13,16 +13,17 @@ from rich.table import Table
 
 from intellect.identity import Wallet, resolve_passphrase
 from intellect.logs import configure_logging
+from intellect.workloads import ValidatorEnv
 from validator.api import create_app
-from validator.checkpoints import TrainerCheckpoints
 from validator.memory import LocalCheckpoints, MemorySeenStore
 from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
 from validator.service import ValidatorService
 from validator.settings import ValidatorSettings
 from validator.store import SqlSeenStore
 from validator.task import TaskSettings
+from validator.tasks import TaskBook, TaskJudge
 from validator.thresholds import ValidationThresholds
-from validator.verdicts import CheckpointSource, Judge, Submission
+from validator.verdicts import Judge, Submission
 
 app = typer.Typer(
     help="The validator: judge rollout files, watch a pool, vote to slash cheaters.", no_args_is_help=True
@@ -57,7 +58,10 @@ def check(
     work_units: int | None = typer.Option(None, "--work-units", min=0, help="units claimed on chain"),
     trainer_step: int | None = typer.Option(None, "--trainer-step", min=0, help="trainer step at submission"),
     work_key: str | None = typer.Option(None, "--work-key", help="0x + sha256 recorded on chain"),
-    task: Path | None = typer.Option(None, "--task", help="task spec JSON (its INTELLECT_INFER_* env vars)"),
+    task: Path | None = typer.Option(
+        None, "--task", help="the files' task spec JSON as POSTed (workload settings or INTELLECT_INFER_* "
+        "env vars); default: the inference workload's defaults",
+    ),
     checkpoint: list[str] = typer.Option(
         [], "--checkpoint", help="STEP=PATH of a trainer checkpoint (repeat)"
     ),
@@ -117,18 +121,14 @@ def check(
         raise typer.Exit(1)
 
 
-def build_judge(settings: ValidatorSettings) -> Callable[[SqlSeenStore], Judge]:
-    """The real pipeline, with the pool's task settings and the trainer's checkpoints."""
-    task = TaskSettings.from_spec_file(settings.task_file) if settings.task_file else TaskSettings.defaults()
-    if settings.step_url:
-        checkpoints: CheckpointSource = TrainerCheckpoints(
-            settings.step_url, settings.data_dir / "checkpoints", task.model
-        )
-    else:
-        checkpoints = LocalCheckpoints(task.model)
+def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSeenStore], Judge]:
+    """Each file judged by its own task: learned from the orchestrator, with that task's workload
+    plug-in (validator/tasks.py). Nothing about the task comes from this validator's own settings."""
 
     def factory(seen: SqlSeenStore) -> Judge:
-        return Pipeline(task, seen, checkpoints, ValidationThresholds(), max_bytes=settings.max_file_bytes)
+        env = ValidatorEnv(seen=seen, data_dir=settings.data_dir, step_url=settings.step_url,
+                           max_file_bytes=settings.max_file_bytes)  # fmt: skip
+        return TaskJudge(TaskBook(settings.orchestrator_url, wallet), env)
 
     return factory
 
@@ -149,7 +149,6 @@ def run(
     keystore: Path | None = typer.Option(None, help="keystore of the validator key"),
     orchestrator_url: str | None = typer.Option(None, help="orchestrator (file storage)"),
     step_url: str | None = typer.Option(None, help="trainer step counter URL"),
-    task_file: Path | None = typer.Option(None, "--task", help="the pool's task spec JSON"),
     data_dir: Path | None = typer.Option(None, help="database, files and checkpoints"),
     database_url: str | None = typer.Option(None, help="SQLAlchemy URL (default SQLite in data dir)"),
     host: str | None = typer.Option(None, help="API address"),
@@ -164,7 +163,6 @@ def run(
         "keystore": keystore,
         "orchestrator_url": orchestrator_url,
         "step_url": step_url,
-        "task_file": task_file,
         "data_dir": data_dir,
         "database_url": database_url,
         "host": host,
@@ -174,7 +172,7 @@ def run(
     try:
         settings = ValidatorSettings(**{k: v for k, v in overrides.items() if v is not None})
         wallet = load_wallet(settings)
-        judge_factory = build_judge(settings)
+        judge_factory = build_judge(settings, wallet)
     except (ValueError, OSError) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None

@@ -24,9 +24,6 @@ class ValidatorSettings(IntellectSettings):
     data_dir: Path = Field(default_factory=lambda: default_home() / "validator")
     orchestrator_url: str = Field("http://127.0.0.1:8090", description="where files are (GET /storage/files)")
     step_url: str | None = Field(None, description="trainer step counter (GET /step) for freshness checks")
-    task_file: Path | None = Field(
-        None, description="task spec JSON the pool runs (default: workload defaults)"
-    )
     confirmations: int = Field(0, ge=0, description="blocks below the head before an event is read")
     poll_seconds: float = Field(1.0, gt=0)
     max_file_bytes: int = Field(256 * 1024 * 1024, ge=1)

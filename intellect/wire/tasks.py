@@ -8,8 +8,9 @@ import re
 from datetime import datetime
 from enum import StrEnum
 from pathlib import PurePosixPath
+from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from intellect.wire.base import WireModel
 from intellect.wire.templates import FILE_NAME_VARIABLES, TASK_VARIABLES, check_variables
@@ -118,11 +119,30 @@ class TaskMetadata(WireModel):
         return value
 
 
+WORKLOAD_NAME = r"^[a-z][a-z0-9_.-]{0,63}$"
+MAX_WORKLOAD_SETTINGS = 128
+
+
+class WorkloadRef(WireModel):
+    """Which workload plug-in the task runs (`intellect.workloads`), and its settings. The orchestrator
+    validates the settings with the plug-in when the task is POSTed; validators judge the task's files
+    with the same plug-in and settings."""
+
+    type: str = Field(pattern=WORKLOAD_NAME, description="the plug-in's name, e.g. 'inference'")
+    settings: dict[str, Any] = Field(
+        default_factory=dict, max_length=MAX_WORKLOAD_SETTINGS,
+        description="the plug-in's task settings (its docs list them); checked by the plug-in",
+    )  # fmt: skip
+
+
 class TaskSpec(WireModel):
     """What a trainer POSTs. Unknown fields and unknown `${VARS}` are rejected."""
 
     name: str = Field(min_length=1, max_length=128)
-    image: str = Field(min_length=1, max_length=512)
+    workload: WorkloadRef | None = None
+    image: str = Field(
+        "", max_length=512, validate_default=True, description="required unless `workload` names a plug-in, which then supplies it"
+    )
     env_vars: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     cmd: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
     entrypoint: list[str] | None = Field(default=None, max_length=MAX_ARGS)
@@ -130,6 +150,13 @@ class TaskSpec(WireModel):
     scheduling_config: SchedulingConfig | None = None
     storage_config: StorageConfig | None = None
     volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=MAX_MOUNTS)
+
+    @field_validator("image")
+    @classmethod
+    def _image_or_workload(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.data.get("workload") is None:
+            raise ValueError("give a container image, or a `workload` whose plug-in supplies one")
+        return value
 
     @field_validator("name", "image")
     @classmethod

@@ -73,6 +73,15 @@ async def require_admin(request: Request) -> str:
     return caller
 
 
+async def require_reader(request: Request) -> str:
+    """Admin access, or a request signed by an address with the on-chain validator role: validators
+    read the task a file belongs to (and where the file is) to judge it by that task."""
+    uploads: UploadService = request.app.state.uploads
+    admin = request.app.state.admin
+    caller: str = await uploads.authorise_reader(request, also=frozenset(admin.signers))
+    return caller
+
+
 SettingsDep = Annotated[OrchestratorSettings, Depends(get_settings)]
 ContextDep = Annotated[Context, Depends(get_context)]
 TaskStoreDep = Annotated[TaskStore, Depends(get_task_store)]
@@ -83,3 +92,4 @@ UploadsDep = Annotated[UploadService, Depends(get_uploads)]
 AdminDep = Annotated[str, Depends(require_admin)]
 # For `APIRouter(dependencies=ADMIN_ONLY)` / route `dependencies=`: admin access without a parameter.
 ADMIN_ONLY = [Depends(require_admin)]
+READERS = [Depends(require_reader)]

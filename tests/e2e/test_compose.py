@@ -108,10 +108,13 @@ def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_
         with OrchestratorClient(orchestrator, token=token) as client:
             healthy = lambda: sum(n.state == "Healthy" for n in client.nodes().nodes) == 2  # noqa: E731
             wait("both workers Healthy", healthy, 300)
-            # The real inference workload from the workload image, one batch with the defaults the
-            # validator also assumes: a rollout file uploaded, submitted on chain and judged.
-            env = {"INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}", "INTELLECT_INFER_MAX_BATCHES": "1"}
-            task = client.submit({"name": "compose-rollouts", "image": WORKLOAD_IMAGE, "env_vars": env})
+            # The real inference workload from the workload image, one batch: a rollout file uploaded,
+            # submitted on chain and judged by the validator with the task's own settings (the
+            # workload plug-in, found through the image's entry points).
+            env = {"INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}"}
+            workload = {"type": "inference", "settings": {"max_batches": 1, "batch_size": 4}}
+            task = client.submit({"name": "compose-rollouts", "image": WORKLOAD_IMAGE, "env_vars": env,
+                                  "workload": workload})
             task_id = task.id
             done = client.wait(task.id, "completed", nodes=2, timeout=300, poll=1)
             assert done.count("completed") == 2  # type: ignore[arg-type]

@@ -35,14 +35,10 @@ def inference_task() -> dict:
         "name": "rollouts-step-0",
         "image": "intellect-inference:latest",
         "entrypoint": [sys.executable, "-m", "workloads.inference"],
-        "env_vars": {
-            "PYTHONPATH": str(REPO),
-            "INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}",
-            "INTELLECT_INFER_BATCH_SIZE": "2",
-            "INTELLECT_INFER_N": "2",
-            "INTELLECT_INFER_MAX_NEW_TOKENS": str(MAX_NEW),
-            "INTELLECT_INFER_MAX_BATCHES": "1",
-            "INTELLECT_INFER_STEP": "0",
+        "env_vars": {"PYTHONPATH": str(REPO), "INTELLECT_INFER_NODE_ADDRESS": "${NODE_ADDRESS}"},
+        "workload": {
+            "type": "inference",
+            "settings": {"batch_size": 2, "n": 2, "max_new_tokens": MAX_NEW, "max_batches": 1, "step": 0},
         },
         "storage_config": {"file_name_template": "step-0/${NODE_ADDRESS}/${CURRENT_FILE_INDEX}.parquet"},
     }

@@ -1,20 +1,27 @@
 """`/tasks` (admin): create, list, read and delete tasks. Rows are written by `TaskStore` only.
+Reading one task is also open to validators (signed by an address with the on-chain validator role):
+they judge each file by the task it belongs to.
 
-A `TaskSpec` is validated by its pydantic model (422 naming each bad field); the one check that needs
-the service's settings, that every `allowed_topologies` name is configured here, is made below.
+A `TaskSpec` is validated by its pydantic model (422 naming each bad field); then, when it names a
+workload, by that workload's plug-in (`intellect.workloads`: its settings, 422 naming the setting),
+which also renders what the workers run (image, entry point, settings as env vars). The one check
+that needs the service's settings, that every `allowed_topologies` name is configured here, is made
+below.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
+from fastapi.concurrency import run_in_threadpool
 
 from intellect.wire.tasks import Task, TaskSpec
-from orchestrator.api.deps import ADMIN_ONLY, SettingsDep, TaskStoreDep
+from intellect.workloads import UnknownWorkload, WorkloadSettingsError, load
+from orchestrator.api.deps import ADMIN_ONLY, READERS, SettingsDep, TaskStoreDep
 from orchestrator.groups.reconcile import UnknownTopology, resolve_topology
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store.tasks import TaskNotFound
 
-router = APIRouter(tags=["tasks"], dependencies=ADMIN_ONLY)
+router = APIRouter(tags=["tasks"])
 
 TOPOLOGIES_FIELD = "scheduling_config.plugins.node_groups.allowed_topologies"
 
@@ -33,18 +40,32 @@ def not_found(exc: TaskNotFound) -> HTTPException:
     return HTTPException(404, str(exc))
 
 
-@router.post("/tasks", response_model=Task, status_code=status.HTTP_201_CREATED)
+def render_workload(spec: TaskSpec) -> TaskSpec:
+    """The spec as the workers will run it, after its workload plug-in checked its settings."""
+    if spec.workload is None:
+        return spec
+    try:
+        plugin = load(spec.workload.type)
+        return plugin.render(spec, plugin.task_settings(spec))
+    except UnknownWorkload as exc:
+        raise HTTPException(422, f"workload.type: {exc}") from None
+    except WorkloadSettingsError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+@router.post("/tasks", response_model=Task, status_code=status.HTTP_201_CREATED, dependencies=ADMIN_ONLY)
 async def create_task(spec: TaskSpec, settings: SettingsDep, store: TaskStoreDep) -> Task:
     check_topologies(spec, settings)
-    return await store.create(spec)
+    rendered = await run_in_threadpool(render_workload, spec)
+    return await store.create(rendered)
 
 
-@router.get("/tasks", response_model=list[Task])
+@router.get("/tasks", response_model=list[Task], dependencies=ADMIN_ONLY)
 async def list_tasks(store: TaskStoreDep, include_deleted: bool = False) -> list[Task]:
     return await store.list(include_deleted)
 
 
-@router.get("/tasks/{task_id}", response_model=Task)
+@router.get("/tasks/{task_id}", response_model=Task, dependencies=READERS)
 async def get_task(task_id: str, store: TaskStoreDep, include_deleted: bool = False) -> Task:
     """A deleted task is gone (404) unless `include_deleted=true`, as in the list."""
     try:
@@ -56,7 +77,7 @@ async def get_task(task_id: str, store: TaskStoreDep, include_deleted: bool = Fa
     return task
 
 
-@router.delete("/tasks/{task_id}", response_model=Task)
+@router.delete("/tasks/{task_id}", response_model=Task, dependencies=ADMIN_ONLY)
 async def delete_task(task_id: str, store: TaskStoreDep) -> Task:
     try:
         return await store.delete(task_id)

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from intellect.auth import AdminToken
 from orchestrator.access import AdminAccess
-from orchestrator.api.deps import get_settings, get_task_store, require_admin
+from orchestrator.api.deps import get_settings, get_task_store, require_admin, require_reader
 from orchestrator.api.routes import tasks
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.settings import OrchestratorSettings
@@ -57,6 +57,7 @@ def client(store: TaskStore, tmp_path: Path) -> Iterator[TestClient]:
     settings = OrchestratorSettings(state_dir=tmp_path, topology_names=["2x640GB"])
     app = tasks_app(store, settings)
     app.dependency_overrides[require_admin] = lambda: "admin"
+    app.dependency_overrides[require_reader] = lambda: "admin"
     with TestClient(app) as test_client:
         yield test_client
 
@@ -123,12 +124,14 @@ def test_admin_dependency_guards_every_route(store: TaskStore, tmp_path: Path) -
         raise HTTPException(403, "not today")
 
     app.dependency_overrides[require_admin] = refuse
+    app.dependency_overrides[require_reader] = refuse  # reading one task: admin or a validator
     with TestClient(app) as client:
         routes = (("GET", "/tasks"), ("POST", "/tasks"), ("GET", "/tasks/x"), ("DELETE", "/tasks/x"))
         for method, path in routes:
             r = client.request(method, path, json=SPEC if method == "POST" else None)
             assert (r.status_code, r.json()) == (403, {"detail": "not today"}), (method, path)
     del app.dependency_overrides[require_admin]
+    del app.dependency_overrides[require_reader]
     token = "t" * 32
     app.state.admin = AdminAccess(AdminToken(token), [])
     with TestClient(app) as client:

@@ -1,0 +1,39 @@
+"""What a validator decides about one submitted file, and what it knows of the submission that is not
+in the file. Shared by the validator and by every workload plug-in's checks (`intellect.workloads`),
+so that a plug-in written outside this project speaks the same language as the validator."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+VerdictKind = Literal["accept", "soft_invalidate", "invalidate"]
+
+
+class Submission(BaseModel):
+    """Facts about a submission that come from the chain, the trainer and the task (in `run`), or from
+    CLI flags (in `check`). `None` means "unknown": the checks that need it then use the file's own
+    claims, which they verify, never trust."""
+
+    node: str | None = None  # checksummed node address that submitted the work
+    pool_id: int | None = None
+    work_key: str | None = None  # 0x + 64 hex: sha256 of the file as recorded on chain
+    work_units: int | None = None  # units claimed on chain
+    trainer_step: int | None = None  # the trainer's step when the work was submitted
+    block_number: int | None = None
+    tx_hash: str | None = None
+
+
+class Verdict(BaseModel):
+    """accept: pay it. soft_invalidate: do not pay, do not slash (the fault may not be the node's).
+    invalidate: the node cheated or broke its task's rules: slash (by the pool's quorum)."""
+
+    file: str
+    verdict: VerdictKind
+    reasons: list[str] = Field(default_factory=list)  # empty for accept
+    rows: int = 0
+    tokens: int = 0  # output tokens (work units) in the file
+    step: int | None = None  # the file's trainer step, when it has one and it could be read
+    seconds: float = 0.0
+    timings: dict[str, float] = Field(default_factory=dict)  # check name -> seconds

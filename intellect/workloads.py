@@ -1,0 +1,135 @@
+"""The workload seam: what the protocol needs from a workload, and where plug-ins are found.
+
+A workload is whatever a task runs on the pool's workers and a validator judges: today the
+single-node inference workload (`workloads/inference/plugin.py`); any Python package can add one
+by declaring an entry point in the group `intellect.workloads` (docs/workloads.md):
+
+    [project.entry-points."intellect.workloads"]
+    my-workload = "my_package.plugin:MyWorkload"
+
+The object the entry point names (an instance, or a class taking no arguments) must satisfy
+`Workload`. The orchestrator calls `task_settings` and `render` when a task naming the workload is
+POSTed (a refusal is a 422 naming the setting); a validator calls `task_settings` and `file_judge`
+for the task each submitted file belongs to, and `FileJudge.judge` on each file. Nothing else in the
+protocol knows any workload by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from intellect.wire.tasks import TaskSpec
+from intellect.wire.verdicts import Submission, Verdict
+
+ENTRY_POINT_GROUP = "intellect.workloads"
+
+
+class WorkloadError(Exception):
+    """Base of the seam's errors; `str()` is the sentence a user reads."""
+
+
+class UnknownWorkload(WorkloadError):
+    """No plug-in of that name is installed here."""
+
+
+class WorkloadSettingsError(WorkloadError):
+    """A task's settings for its workload are refused; `field` names the setting (for a 422)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class SeenStore(Protocol):
+    """Remembers, per pool, every judged file's sha256 and the hashes of its items (rows), so a file
+    or an item is never paid twice. In `intellect-validator check`: memory; in `run`: SQL."""
+
+    def file_seen(self, pool_id: int | None, sha256: str) -> bool: ...
+
+    def rows_seen(self, pool_id: int | None, row_hashes: list[str]) -> set[str]: ...
+
+    def remember(self, pool_id: int | None, sha256: str, row_hashes: list[str]) -> None: ...
+
+
+@dataclass(frozen=True)
+class ValidatorEnv:
+    """What a validator offers a plug-in's checks: its memory of judged files, the trainer's step
+    counter (if the pool has one), a private folder for caches, and its file size limit."""
+
+    seen: SeenStore
+    data_dir: Path
+    step_url: str | None = None
+    max_file_bytes: int = 256 * 1024 * 1024
+
+
+class FileJudge(Protocol):
+    """Judges one downloaded file of one task. May hold heavy state (models); built once per task."""
+
+    def judge(self, path: Path, submission: Submission) -> Verdict: ...
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """One kind of work a pool can run and pay for."""
+
+    name: str
+
+    def task_settings(self, spec: TaskSpec) -> BaseModel:
+        """The task's settings for this workload, validated (`spec.workload.settings` and whatever else
+        of the spec the plug-in reads, e.g. its env vars). Raises `WorkloadSettingsError`."""
+        ...
+
+    def render(self, spec: TaskSpec, settings: BaseModel) -> TaskSpec:
+        """The spec the workers run: the plug-in's image and entry point where the task gave none, and
+        the settings passed in the way the workload's program reads them (env vars, arguments)."""
+        ...
+
+    def work_units(self, path: Path) -> int:
+        """How many work units one of its output files is worth (what a node may claim on chain)."""
+        ...
+
+    def file_judge(self, settings: BaseModel, env: ValidatorEnv) -> FileJudge:
+        """The checks a validator runs on this task's files."""
+        ...
+
+
+def installed() -> dict[str, EntryPoint]:
+    """Every plug-in registered in this environment, by name (a name registered twice: the last wins)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+_loaded: dict[tuple[str, str], Workload] = {}
+
+
+def load(name: str) -> Workload:
+    """The plug-in called `name`, loaded once per process. Raises `UnknownWorkload`."""
+    found = installed()
+    ep = found.get(name)
+    if ep is None:
+        have = ", ".join(sorted(found)) or "none"
+        raise UnknownWorkload(f"no workload plug-in {name!r} is installed here (installed: {have})")
+    key = (name, ep.value)
+    if key not in _loaded:
+        try:
+            target: Any = ep.load()
+        except Exception as exc:  # a broken third-party package must not take the service down
+            raise UnknownWorkload(f"workload plug-in {name!r} ({ep.value}) failed to load: {exc}") from None
+        plugin = target() if isinstance(target, type) else target
+        if not isinstance(plugin, Workload):
+            raise UnknownWorkload(f"{ep.value} does not implement intellect.workloads.Workload")
+        _loaded[key] = plugin
+    return _loaded[key]
+
+
+def settings_for(spec: TaskSpec) -> tuple[Workload, BaseModel]:
+    """The plug-in a task names and the task's settings for it. Raises `WorkloadError`."""
+    if spec.workload is None:
+        raise UnknownWorkload("the task names no workload (spec.workload.type)")
+    plugin = load(spec.workload.type)
+    return plugin, plugin.task_settings(spec)

@@ -1,0 +1,85 @@
+"""The inference task's settings that a validator judges files by, taken from the task, never from
+the file being judged (a file claims its own `max_new_tokens`, temperature and model; a cheater can
+rewrite any of them).
+
+A task gives them in `workload.settings` (`{"batch_size": 4}`) or, as before the plug-in seam, in its
+`INTELLECT_INFER_*` env vars (`INTELLECT_INFER_BATCH_SIZE=4`), or both when they agree. What the
+task leaves unset takes the workload's own defaults. `intellect-validator check --task SPEC.json`
+reads the same from a spec file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from workloads.inference.settings import InferenceSettings
+
+ENV_PREFIX = "INTELLECT_INFER_"
+
+
+class TaskSettings(BaseModel):
+    model: str = "tiny"
+    dataset: str = "demo"
+    batch_size: int = Field(8, ge=1)
+    n: int = Field(4, ge=1)
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    target_lengths: list[int] = Field(default_factory=lambda: [8], min_length=1)
+    length_penalty: float = Field(0.0003, ge=0.0)
+    async_level: int = Field(2, ge=0)
+    max_prompt_tokens: int = Field(4096, ge=1)
+
+    @classmethod
+    def defaults(cls) -> TaskSettings:
+        """The inference workload's own defaults (what a task that sets nothing runs with)."""
+        d = InferenceSettings.model_fields
+        return cls(**{name: d[name].default for name in cls.model_fields if name in d})
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> TaskSettings:
+        """From a task spec's env vars (`INTELLECT_INFER_MAX_NEW_TOKENS=64`, ...); unset ones default."""
+        values: dict[str, Any] = cls.defaults().model_dump()
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None:
+                values[name] = parse_env_value(name, raw)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ValueError(f"the task's inference settings are invalid: {exc}") from None
+
+    @classmethod
+    def from_spec_file(cls, path: Path) -> TaskSettings:
+        """A task spec JSON as POSTed to the orchestrator, or a bare settings object."""
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--task {path}: not a readable JSON file ({exc})") from None
+        if isinstance(body, dict) and ("env_vars" in body or "workload" in body or "name" in body):
+            from intellect.wire.tasks import TaskSpec
+            from intellect.workloads import WorkloadSettingsError
+            from workloads.inference.plugin import InferencePlugin
+
+            try:
+                spec = TaskSpec.model_validate(body if "workload" in body else {**body, "workload": {
+                    "type": InferencePlugin.name}})  # fmt: skip
+                return InferencePlugin().task_settings(spec)
+            except (ValidationError, WorkloadSettingsError) as exc:
+                raise ValueError(f"--task {path}: {exc}") from None
+        try:
+            return cls.model_validate(body)
+        except ValidationError as exc:
+            raise ValueError(f"--task {path}: {exc}") from None
+
+
+def parse_env_value(name: str, raw: str) -> Any:
+    """An env var's text as the settings model reads it: lists as JSON or comma-separated."""
+    if name == "target_lengths" and not raw.strip().startswith("["):
+        return [int(x) for x in raw.split(",") if x.strip()]
+    if raw.strip().startswith("["):
+        return json.loads(raw)
+    return raw
