@@ -141,7 +141,8 @@ class TaskSpec(WireModel):
     name: str = Field(min_length=1, max_length=128)
     workload: WorkloadRef | None = None
     image: str = Field(
-        "", max_length=512, validate_default=True, description="required unless `workload` names a plug-in, which then supplies it"
+        "", max_length=512, validate_default=True,
+        description="required unless `workload` names a plug-in, which then supplies it",
     )
     env_vars: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     cmd: list[str] = Field(default_factory=list, max_length=MAX_ARGS)

@@ -72,7 +72,7 @@ class InferencePlugin:
                 continue
             name = env_key.removeprefix(ENV_PREFIX).lower()
             if name not in fields:
-                raise WorkloadSettingsError(f"env_vars.{env_key}", "not a setting of the inference workload")
+                raise WorkloadSettingsError(f"env_vars.{env_key}", "not an inference workload setting")
             if "${" in raw:  # templated per node (e.g. ${NODE_ADDRESS}): known only on the worker
                 continue
             try:
