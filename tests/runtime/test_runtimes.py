@@ -278,3 +278,24 @@ def test_start_runtime_wires_the_bridge_and_adopts_after_a_worker_restart(harnes
         runtime.apply(None)
         runtime.close()
         shutil.rmtree(socket_path.parent, ignore_errors=True)
+
+
+def test_the_documented_bridge_example_runs_in_both_runtimes(harness: Harness) -> None:
+    """docs/runtime.md's shell form, as a task would write it for a container: `python3` and `/data`
+    inside a shell string. Under the process runtime `python3` is the worker's own interpreter and the
+    paths in the string are the task's host dirs, so the same spec works in both runtimes."""
+    runtime = harness.runtime()
+    script = ("echo result > /data/out.txt && "
+              "python3 -m workloads.bridge_client file /data/out.txt --work-units 16")  # fmt: skip
+    spec = harness.spec().model_copy(update={"entrypoint": ["sh", "-c", script], "cmd": []})
+    desired = harness.assign(spec)
+    status = wait_for(runtime, desired, FINISHED)
+    logs = "\n".join(runtime.logs(tail=50))
+    assert status.state == TaskState.COMPLETED, (status, logs)
+    [queued] = harness.bridge.pending_files()
+    assert queued.path == harness.data_dir(desired) / "out.txt" and queued.work_units == 16
+    # and `python3` as the command itself: the workload modules import under the process runtime
+    program = "import workloads.bridge_client; print('imported')"
+    check = harness.spec().model_copy(update={"entrypoint": ["python3", "-c", program], "cmd": []})
+    status = wait_for(runtime, harness.assign(check), FINISHED)
+    assert status.state == TaskState.COMPLETED and "imported" in "\n".join(runtime.logs(tail=5)), status

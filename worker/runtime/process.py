@@ -4,8 +4,12 @@
 tree is killed by process group, restarts on failure are capped, and the exit code is recorded in
 a file that a restarted worker reads when it adopts the run. `image` is not used (no container);
 it is kept in the run record as a hint. Container paths in the spec (`/data`, `/shared`, the
-`volume_mounts` container paths) are rewritten to the host directories, which the task also finds
-in `INTELLECT_DATA_DIR` and `INTELLECT_SHARED_DIR`. The task gets a clean environment (a few safe
+`volume_mounts` container paths) are rewritten to the host directories wherever an argument names
+them (alone, after `=` or `:`, or inside a shell string after a space or a quote), which the task also
+finds in `INTELLECT_DATA_DIR` and `INTELLECT_SHARED_DIR`. The process runtime's stand-in for an
+image's Python is the worker's own interpreter: `python` and `python3` (as the command, or inside a
+shell string: small launchers first on the task's PATH) run `sys.executable`, the environment the
+worker, and so the project's workloads, are installed in. The task gets a clean environment (a few safe
 variables such as PATH, plus its own): never the worker's keys or passphrases.
 """
 
@@ -44,6 +48,7 @@ from worker.runtime.supervise import write_owner
 
 SUPERVISOR = Path(__file__).with_name("supervise.py")
 INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH")
+IMAGE_PYTHONS = ("python", "python3")  # what an image's command calls its Python
 STATES = {
     "running": TaskState.RUNNING,
     "restarting": TaskState.RESTARTING,
@@ -145,6 +150,20 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
                     time.sleep(0.2)
 
     # ---- internals -------------------------------------------------------------------------
+    def _python_launchers(self) -> Path:
+        """`python`/`python3` launchers for the worker's interpreter (a symlink would lose its venv)."""
+        folder = self.config.state_dir / "bin"
+        folder.mkdir(parents=True, exist_ok=True)
+        body = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+        for name in IMAGE_PYTHONS:
+            launcher = folder / name
+            if not launcher.exists() or launcher.read_text() != body:
+                tmp = folder / f".{name}.tmp"
+                tmp.write_text(body)
+                tmp.chmod(0o755)
+                tmp.replace(launcher)
+        return folder
+
     def _path_map(self, desired: AssignedTask) -> list[tuple[str, str]]:
         mapping = [
             (CONTAINER_DATA, str(self.config.data_dir(desired.task.id))),
@@ -157,11 +176,14 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
 
     def _prepare(self, desired: AssignedTask) -> PreparedTask:
         mapping = self._path_map(desired)
-        pattern = re.compile(r"(^|(?<=[=:]))(" + "|".join(re.escape(c) for c, _ in mapping) + r")(?=/|$|:)")
+        pattern = re.compile(
+            r"(^|(?<=[=:\s'\"]))(" + "|".join(re.escape(c) for c, _ in mapping) + r")(?=/|$|:|\s|'|\")"
+        )
         hosts = dict(mapping)
 
         def translate(text: str) -> str:
-            # "/data/x", "--out=/data/x" and "a:/data/x" (PATH-like) point into the task's dirs.
+            # "/data/x", "--out=/data/x", "a:/data/x" (PATH-like) and "sh -c 'cat /data/x'" point into
+            # the task's dirs.
             return pattern.sub(lambda m: m.group(1) + hosts[m.group(2)], text)
 
         socket_path = str(self.config.socket_path) if self.config.socket_path else None
@@ -179,6 +201,8 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "state.json").unlink(missing_ok=True)
         argv = (prepared.entrypoint or []) + prepared.cmd
+        if argv and argv[0] in IMAGE_PYTHONS:
+            argv = [sys.executable, *argv[1:]]
         if not argv:
             # A container falls back to the image's CMD; a process has nothing to run.
             (run_dir / "state.json").write_text(
@@ -194,6 +218,7 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
             )
         env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
         env |= prepared.env
+        env["PATH"] = os.pathsep.join([str(self._python_launchers()), env.get("PATH", os.defpath)])
         if self.config.gpu_ids:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(self.config.gpu_ids))
         command = [
