@@ -1,7 +1,12 @@
 """Gas used by every state-changing contract call, measured on a fresh local anvil.
 
-.venv/bin/python bench/gas.py          # table
-.venv/bin/python bench/gas.py --json   # machine-readable
+.venv/bin/python bench/gas.py               # table
+.venv/bin/python bench/gas.py --json        # machine-readable
+.venv/bin/python bench/gas.py --write-doc   # the table of docs/contracts.md, regenerated in place
+
+docs/contracts.md's table sits between `<!-- bench/gas.py: start -->` and `<!-- bench/gas.py: end -->`;
+tests/docs/test_doc_figures.py fails when it and a fresh run differ by more than 10 % in any row,
+or a row is missing.
 """
 
 from __future__ import annotations
@@ -143,9 +148,42 @@ def measure() -> list[dict[str, object]]:
     return rows
 
 
-def main(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+DOC = Path(__file__).resolve().parent.parent / "docs" / "contracts.md"
+START, END = "<!-- bench/gas.py: start -->", "<!-- bench/gas.py: end -->"
+
+
+def label(row: dict[str, object]) -> str:
+    """A row's name in the doc: the call, with the deployed size for deployments."""
+    return str(row["call"])
+
+
+def markdown(rows: list[dict[str, object]]) -> str:
+    lines = ["| contract | call | gas |", "|---|---|---:|"]
+    for r in rows:
+        gas = "" if r["gas"] is None else f"{r['gas']:,}"
+        lines.append(f"| {r['contract']} | {label(r)} | {gas} |")
+    return "\n".join(lines)
+
+
+def write_doc(rows: list[dict[str, object]], doc: Path = DOC) -> None:
+    text = doc.read_text()
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    if not rest or END not in rest:
+        raise SystemExit(f"{doc}: no {START} … {END} markers")
+    doc.write_text(f"{head}{START}\n{markdown(rows)}\n{END}{tail}")
+
+
+def main(
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    write: bool = typer.Option(False, "--write-doc", help="regenerate the table in docs/contracts.md"),
+) -> None:
     """Deploy on a fresh anvil, run every state-changing call once, print gas used."""
     rows = measure()
+    if write:
+        write_doc(rows)
+        print(f"wrote {len(rows)} rows to {DOC}")
+        return
     if as_json:
         print(json.dumps(rows, indent=2))
         return

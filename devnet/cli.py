@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import typer
@@ -307,3 +308,30 @@ def status(directory: Path = DirOption, as_json: bool = typer.Option(False, "--j
         err.print(f"no devnet in {directory}: start one with `intellect devnet up`")
         raise typer.Exit(1)
     _print(state, as_json)
+
+
+@devnet_app.command("env")
+def env(directory: Path = DirOption) -> None:
+    """Shell `export` lines for the running devnet in --dir: `eval "$(intellect devnet env)"`.
+
+    RPC_URL, DEPLOYMENT, POOL_ID, ORCH (the orchestrator), INTELLECT_ADMIN_TOKEN (its admin token,
+    which `intellect task` reads), VALIDATOR_KEY (the devnet's validator account, holding the on-chain
+    validator role: one of anvil's public dev keys) and INTELLECT_DEVNET_DIR. For the commands of the
+    README's RL loop, run next to a devnet."""
+    state = DevnetState.load(directory.resolve())
+    orchestrator = state.process("orchestrator") if state else None
+    if state is None or orchestrator is None or orchestrator.url is None:
+        err.print(f"no running devnet in {directory}: start one with `intellect devnet up`")
+        raise typer.Exit(1)
+    token = (Path(state.directory) / "orchestrator" / "admin-token").read_text().strip()
+    values = {
+        "INTELLECT_DEVNET_DIR": state.directory,
+        "RPC_URL": state.rpc_url,
+        "DEPLOYMENT": state.deployment_path,
+        "POOL_ID": str(state.pool_id),
+        "ORCH": orchestrator.url,
+        "INTELLECT_ADMIN_TOKEN": token,
+        "VALIDATOR_KEY": state.account("validator").private_key,
+    }
+    for name, value in values.items():
+        print(f"export {name}={shlex.quote(value)}")

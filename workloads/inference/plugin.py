@@ -29,6 +29,9 @@ IMAGE = "intellect-workload:latest"
 ENTRYPOINT = ["python3", "-m", "workloads.inference"]
 # Set by the worker or the runtime, never by the task: a task setting them would be refused later.
 RUNTIME_OWNED = {"node_address", "output_dir", "checkpoint_cache"}
+# Every node plans its batches for its own address (the validators check it): never one for all.
+NODE_ADDRESS_ENV = ENV_PREFIX + "NODE_ADDRESS"
+OWN_ADDRESS = "${NODE_ADDRESS}"
 SHIPPED_MODELS = {"", "tiny"}
 
 
@@ -73,6 +76,12 @@ class InferencePlugin:
             name = env_key.removeprefix(ENV_PREFIX).lower()
             if name not in fields:
                 raise WorkloadSettingsError(f"env_vars.{env_key}", "not an inference workload setting")
+            if env_key == NODE_ADDRESS_ENV and raw != OWN_ADDRESS:
+                raise WorkloadSettingsError(
+                    f"env_vars.{env_key}",
+                    f"must be {OWN_ADDRESS} (or left out): a node whose files are planned for another "
+                    "address is invalidated",
+                )
             if "${" in raw:  # templated per node (e.g. ${NODE_ADDRESS}): known only on the worker
                 continue
             try:
@@ -134,6 +143,7 @@ class InferencePlugin:
     def render(self, spec: TaskSpec, settings: BaseModel) -> TaskSpec:
         given = spec.workload.settings if spec.workload else {}
         env = dict(spec.env_vars)
+        env[NODE_ADDRESS_ENV] = OWN_ADDRESS
         for name, value in given.items():
             env[ENV_PREFIX + name.upper()] = _env_text(value)
         update: dict[str, Any] = {"env_vars": env}

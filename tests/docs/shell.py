@@ -1,0 +1,115 @@
+"""Run the docs' shell blocks as written: `bash -e` in a scratch folder that looks like the project's
+(`.venv` linked), with `.venv/bin` on PATH, free ports for the port variables a block defaults
+(`${TRAINER_PORT:-8092}` and the like), and a time limit. Whatever a block leaves running in the
+background is killed with its process group afterwards, pass or fail."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sybil import Example
+
+from intellect.net import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / ".venv" / "bin"
+BLOCK_TIMEOUT = 900.0
+PORT_VARIABLES = ("VALIDATOR_PORT", "TRAINER_PORT", "ORIGIN_PORT", "RELAY_PORT")
+
+
+@dataclass
+class Shell:
+    """Where and with what environment a document's shell blocks run."""
+
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(self, script: str, timeout: float = BLOCK_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        process = subprocess.Popen(
+            ["bash", "-e", "-c", script], cwd=self.cwd, env=self.env, text=True, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            output = ""
+            process.returncode = -1
+        finally:
+            _kill_group(process.pid)
+        return subprocess.CompletedProcess(process.args, process.returncode, output, "")
+
+    def devnet_env(self) -> dict[str, str]:
+        """What `intellect devnet env` exports for the devnet in this folder."""
+        result = self.run(".venv/bin/intellect devnet env", timeout=60)
+        assert result.returncode == 0, result.stdout
+        pairs = (line.removeprefix("export ").split("=", 1) for line in result.stdout.splitlines())
+        return {name: shlex.split(value)[0] for name, value in pairs}
+
+
+def _kill_group(pgid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(1.0)
+
+
+def new_shell(root: Path) -> Shell:
+    root.mkdir(parents=True, exist_ok=True)
+    link = root / ".venv"
+    if not link.exists():
+        link.symlink_to(REPO / ".venv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', os.defpath)}"
+    env.update({name: str(free_port()) for name in PORT_VARIABLES})
+    return Shell(root, env)
+
+
+def run_shell_block(example: Example) -> str | None:
+    """Sybil evaluator for ```bash blocks: the document's `doc_shell` runs it; a failure shows its output."""
+    shell: Shell = example.namespace.get("doc_shell") or example.namespace["doc_devnet"]
+    result = shell.run(str(example.parsed))
+    if result.returncode != 0:
+        return f"the block at line {example.line} exited {result.returncode}:\n{result.stdout[-6000:]}"
+    return None
+
+
+def run_readme_python(example: Example) -> None:
+    """Sybil evaluator for the README's ```python blocks: run in the document's namespace, where `url`
+    and `token` are the devnet's orchestrator and admin token, as the README says they are."""
+    namespace = example.namespace
+    shell: Shell = namespace["doc_devnet"]
+    if "url" not in namespace:
+        values = shell.devnet_env()
+        namespace["url"], namespace["token"] = values["ORCH"], values["INTELLECT_ADMIN_TOKEN"]
+    code = compile(str(example.parsed), f"{example.path}:{example.line}", "exec")
+    exec(code, namespace)  # noqa: S102 - the README's own example, run as written
+
+
+@pytest.fixture(scope="module")
+def doc_shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
+    """A scratch folder for one document's blocks (no devnet)."""
+    yield new_shell(tmp_path_factory.mktemp("doc"))
+
+
+@pytest.fixture(scope="module")
+def doc_devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
+    """A running devnet (`intellect devnet up`: chain, orchestrator, two workers) in the scratch folder,
+    as the README's "Using the devnet" and "The RL loop" expect; stopped (by pid) afterwards."""
+    shell = new_shell(tmp_path_factory.mktemp("readme"))
+    up = shell.run(".venv/bin/intellect devnet up", timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout[-4000:]
+        yield shell
+    finally:
+        down = shell.run(".venv/bin/intellect devnet down", timeout=120)
+        assert down.returncode == 0, down.stdout[-2000:]
