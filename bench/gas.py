@@ -30,6 +30,9 @@ from ledger.invites import sign_invite  # noqa: E402
 from ledger.models import ONE_TOKEN, TxResult  # noqa: E402
 from ledger.tx import TxSender  # noqa: E402
 
+sys.path.append(str(Path(__file__).resolve().parent))  # appended: bench/validator.py must not shadow
+from doc_tables import markers, write_block  # noqa: E402
+
 DAY = 24 * 3600
 
 
@@ -149,7 +152,7 @@ def measure() -> list[dict[str, object]]:
 
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "contracts.md"
-START, END = "<!-- bench/gas.py: start -->", "<!-- bench/gas.py: end -->"
+START, END = markers("bench/gas.py")
 
 
 def label(row: dict[str, object]) -> str:
@@ -166,12 +169,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
 
 def write_doc(rows: list[dict[str, object]], doc: Path = DOC) -> None:
-    text = doc.read_text()
-    head, _, rest = text.partition(START)
-    _, _, tail = rest.partition(END)
-    if not rest or END not in rest:
-        raise SystemExit(f"{doc}: no {START} … {END} markers")
-    doc.write_text(f"{head}{START}\n{markdown(rows)}\n{END}{tail}")
+    write_block(doc, "bench/gas.py", markdown(rows))
 
 
 def main(

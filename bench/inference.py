@@ -185,6 +185,9 @@ def main(
     ),
     seed: int = typer.Option(0, help="seed of the random-weight models"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    write_doc: bool = typer.Option(
+        False, "--write-doc", help="write this run's table into docs/workloads.md (block per batch size)"
+    ),
 ) -> None:
     import torch
 
@@ -207,6 +210,10 @@ def main(
         rows.append(run_size(size, model, tok, batch=batch, tokens=tokens, repeats=repeats, stream=stream))
         del model
     load = os.getloadavg()[0]
+    if write_doc:
+        threads_used = torch.get_num_threads()
+        write_table(rows, batch=batch, tokens=tokens, repeats=repeats, load=load, threads=threads_used)
+        return
     if as_json:
         print(json.dumps({"load_avg_1m": load, "threads": torch.get_num_threads(), "rows": rows}, indent=2))
         return
@@ -261,6 +268,31 @@ def main(
             mark[r["ratio_aim_met"]],
         )
     Console(width=220).print(table)
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "workloads.md"
+
+
+def write_table(
+    rows: list[dict], *, batch: int, tokens: int, repeats: int, load: float, threads: int
+) -> None:
+    """The run's figures as the doc's table for this batch size (`<!-- bench/inference.py batch N -->`)."""
+    sys.path.append(str(Path(__file__).resolve().parent))  # appended: never shadows a package
+    from doc_tables import markdown_table, write_block
+
+    mark = {True: "yes", False: "no"}
+    header = ["size", "params", "decode ms/step", "tok/s plain", "proof work / gen", "proof µs/token",
+              "generate s", "verify s", "gen / verify", "prefill s", "≤ 1 %", "≥ 25×", "≥ 100×"]  # fmt: skip
+    body = [[r["size"], f"{r['params_m']:.1f} M", f"{r['decode_ms_per_step']:.1f}", f"{r['tok_s_plain']:.0f}",
+             f"{r['proof_work_pct']:.2f} %", f"{r['proof_us_per_token']:.1f}", f"{r['generate_s']:.2f}",
+             f"{r['verify_s']:.3f}", f"{r['verify_ratio']:.1f}×", f"{r['prefill_s']:.3f}",
+             mark[r["overhead_target_met"]], mark[r["ratio_target_met"]], mark[r["ratio_aim_met"]]]
+            for r in rows]  # fmt: skip
+    note = (f"`.venv/bin/python bench/inference.py --batch {batch} --tokens {tokens} --repeats {repeats} "
+            f"--write-doc` on {time.strftime('%Y-%m-%d')}: {threads} torch thread(s), {batch} sequences × "
+            f"{tokens} tokens, minimum of {repeats}, load {load:.1f} (2-core VM).")  # fmt: skip
+    write_block(DOC, "bench/inference.py", note + "\n\n" + markdown_table(header, body), tag=f"batch {batch}")
+    print(f"wrote the batch-{batch} table to {DOC}")
 
 
 if __name__ == "__main__":
