@@ -44,8 +44,11 @@ CHEATS = ("forged-reward", "perturbed-model", "inflated-units")
 VALIDATOR_ROLES = ("validator", "validator-2", "validator-3")
 # Short on purpose: rewards of honest work mature within the demo, and the cheater's files are
 # still inside the invalidation window when the quorum votes (the defaults are a day).
-DEMO_REWARD_LOCK_SECONDS = 120
-DEMO_INVALIDATION_WINDOW_SECONDS = 600
+# The contract keeps the lock at least as long as the window in which validators may invalidate: no
+# reward unlocks before its work could be judged. Five minutes: three validators on 2 cores judge a
+# file within seconds to a minute, and early work becomes claimable within the demo.
+DEMO_REWARD_LOCK_SECONDS = 300
+DEMO_INVALIDATION_WINDOW_SECONDS = 300
 DEMO_SLASH_TOKENS = 50
 
 
@@ -152,7 +155,7 @@ def configure_chain(state: DevnetState, plan: DemoPlan) -> None:
     manager = admin.with_wallet(Wallet.from_key(state.account("pool-manager").private_key))
     for role in VALIDATOR_ROLES[: plan.validators]:
         manager.slashing.add_validator(state.pool_id, state.account(role).address)
-    manager.slashing.set_policy(state.pool_id, plan.quorum, DEMO_SLASH_TOKENS * ONE_TOKEN, 3600)
+    manager.slashing.set_policy(state.pool_id, plan.quorum, DEMO_SLASH_TOKENS * ONE_TOKEN, window)
 
 
 def start_learning_services(

@@ -1,6 +1,14 @@
 """Downloads of submitted files from the pool's storage, through the orchestrator's signed read
 access (`GET /storage/files/{sha256}`, signed by the validator's key, which must hold the on-chain
-validator role): streamed to disk, size-limited, time-limited."""
+validator role): streamed to disk, size-limited, time-limited.
+
+Two kinds of failure, because they are judged differently (validator/judging.py):
+- `FileMissing`: the orchestrator answered that no upload of this file was ever completed. An honest
+  worker uploads before it submits on chain, so a file still missing after the availability window
+  was withheld: the node's fault.
+- `StorageUnreachable` (and every other `FetchError`): the orchestrator or the storage could not be
+  reached, refused this validator, or lost a file it had recorded as uploaded. Never the node's fault.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +22,15 @@ from intellect.signing import SignedAuth
 
 
 class FetchError(Exception):
-    """The file could not be had (yet): storage or network trouble, never proof of cheating."""
+    """The file could not be had (yet)."""
+
+
+class FileMissing(FetchError):
+    """The orchestrator has no completed upload of this file: it was never uploaded (so far)."""
+
+
+class StorageUnreachable(FetchError):
+    """Storage or the orchestrator could not be reached or answered with an error: not the node's fault."""
 
 
 class Fetcher:
@@ -38,16 +54,18 @@ class Fetcher:
         try:
             grant = httpx.get(f"{self.url}/storage/files/{sha256}", auth=self.auth, timeout=self.timeout)
         except httpx.HTTPError as exc:
-            raise FetchError(f"orchestrator unreachable: {exc}") from None
+            raise StorageUnreachable(f"orchestrator unreachable: {exc}") from None
+        if grant.status_code == 404:
+            raise FileMissing(f"no completed upload: {grant.text[:300]}")
         if grant.status_code != 200:
-            raise FetchError(f"orchestrator answered {grant.status_code}: {grant.text[:300]}")
+            raise StorageUnreachable(f"orchestrator answered {grant.status_code}: {grant.text[:300]}")
         url = grant.json()["url"]
         part = target.with_name(f".{target.name}.{os.getpid()}.part")
         size = 0
         try:
             with httpx.stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:
-                if resp.status_code != 200:
-                    raise FetchError(f"storage answered {resp.status_code} for {sha256}")
+                if resp.status_code != 200:  # recorded as uploaded, so a 404 here is storage's loss
+                    raise StorageUnreachable(f"storage answered {resp.status_code} for {sha256}")
                 with open(part, "wb") as out:
                     for block in resp.iter_bytes(1 << 20):
                         size += len(block)
@@ -56,7 +74,7 @@ class Fetcher:
                         out.write(block)
         except httpx.HTTPError as exc:
             part.unlink(missing_ok=True)
-            raise FetchError(f"download failed: {exc}") from None
+            raise StorageUnreachable(f"download failed: {exc}") from None
         except FetchError:
             part.unlink(missing_ok=True)
             raise

@@ -1,18 +1,29 @@
 """The judge loop: each queued submission is fetched, judged and its verdict recorded.
 
-A file that cannot be fetched is retried with exponential backoff; once the fetch window since its
-submission has passed it is soft-invalidated (no slash: the fault may be the storage's).
+A file that cannot be fetched is retried with exponential backoff, and judged by why (docs/validator.md,
+"Data availability"):
+- **missing** (`FileMissing`: the orchestrator has no completed upload) for longer than the
+  availability window after its submission → `invalidate` ("data availability: ..."), voted and
+  slashed like any bad file. An honest worker uploads before it submits, so the window only has to
+  cover storage propagation and retries; it is the smaller of the setting and a third of the pool's
+  voting window, so the quorum's votes land before the deadline.
+- **unreachable** (`StorageUnreachable`: storage or the orchestrator down, this validator refused)
+  → never invalidated. If it is still unreachable when the voting deadline comes near (the last sixth
+  of the window, at least 30 s), the work is soft-invalidated: not paid (nobody could judge it), not
+  slashed, and the pool's owner may pardon it while its reward is still locked.
 Accepted files are kept (the trainer reads them through `GET /accepted` → `GET /files/{sha256}`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import structlog
 
-from validator.fetch import Fetcher, FetchError
+from validator.fetch import Fetcher, FetchError, FileMissing
 from validator.store import SubmissionRow, Submissions, Verdicts
+from validator.tasks import TaskUnreachable
 from validator.verdicts import Judge, Submission, Verdict
 
 log = structlog.get_logger(__name__)
@@ -28,17 +39,21 @@ class JudgeLoop:
         *,
         fetch_window: float,
         vote: bool,
+        vote_window: Callable[[int], float] | None = None,
         base_delay: float = 2.0,
         max_delay: float = 300.0,
+        poison_limit: int = 5,
     ) -> None:
         self.submissions = submissions
         self.verdicts = verdicts
         self.fetcher = fetcher
         self.judge = judge
-        self.fetch_window = fetch_window
+        self.fetch_window = fetch_window  # the availability window (setting)
         self.vote = vote
+        self.vote_window = vote_window  # pool id -> seconds validators may vote after a submission
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self.poison_limit = poison_limit
         self.judged: list[Verdict] = []  # this process's verdicts (metrics)
 
     def run_once(self) -> int:
@@ -53,26 +68,32 @@ class JudgeLoop:
         try:
             path = self.fetcher.fetch(sha)
         except FetchError as exc:
-            if time.time() - sub.submitted_at > self.fetch_window:
-                verdict = Verdict(
-                    file=sha, verdict="soft_invalidate",
-                    reasons=[f"fetch: not retrievable within {self.fetch_window:.0f} s of submission: {exc}"],
-                )  # fmt: skip
+            verdict = self._unfetched(sub, sha, exc)
+            if verdict is not None:
                 self.verdicts.record(sub, verdict, sha, None, self.vote)
-                log.warning("soft-invalidated unfetchable work", work_key=sub.work_key, error=str(exc))
+                log.warning("judged unfetchable work", work_key=sub.work_key, verdict=verdict.verdict,
+                            reason=verdict.reasons[0])  # fmt: skip
                 return
-            attempts = sub.attempts + 1
-            delay = min(self.max_delay, self.base_delay * 2 ** (attempts - 1))
-            self.submissions.retry_later(sub.pool_id, sub.work_key, str(exc), delay)
-            log.info(
-                "fetch failed; retrying", work_key=sub.work_key, attempt=attempts, delay=delay, error=str(exc)
-            )
+            self._retry(sub, f"fetch: {exc}")
             return
         submission = Submission(
             node=sub.node, pool_id=sub.pool_id, work_key=sub.work_key, work_units=sub.units,
             trainer_step=sub.trainer_step, block_number=sub.block_number, tx_hash=sub.tx_hash,
         )  # fmt: skip
-        verdict = self.judge.judge(path, submission)
+        try:
+            verdict = self.judge.judge(path, submission)
+        except TaskUnreachable as exc:  # the orchestrator is down: not the file's fault, try later
+            self._retry(sub, f"task: {exc}")
+            return
+        except Exception as exc:  # a file our checks choke on must not block the files behind it
+            log.exception("judging failed", work_key=sub.work_key, attempt=sub.attempts + 1)
+            if sub.attempts + 1 < self.poison_limit:
+                self._retry(sub, f"judging failed: {type(exc).__name__}: {exc}")
+                return
+            verdict = Verdict(file=sha, verdict="soft_invalidate", reasons=[
+                f"the validator could not judge this file in {self.poison_limit} attempts "
+                f"({type(exc).__name__}: {str(exc)[:300]}); not paid, not slashed"
+            ])  # fmt: skip
         kept = path if verdict.verdict == "accept" else None
         self.verdicts.record(sub, verdict, sha, kept, self.vote)
         if kept is None:
@@ -86,3 +107,38 @@ class JudgeLoop:
             reasons=verdict.reasons,
             seconds=verdict.seconds,
         )
+
+    def _retry(self, sub: SubmissionRow, error: str) -> None:
+        """Back off exponentially, but never past the next point where this file gets a verdict."""
+        attempts = sub.attempts + 1
+        delay = min(self.max_delay, self.base_delay * 2 ** (attempts - 1))
+        age = time.time() - sub.submitted_at
+        upcoming = [t - age for t in self.windows(sub.pool_id) if t > age]
+        if upcoming:
+            delay = max(1.0, min(delay, min(upcoming) + 1.0))
+        self.submissions.retry_later(sub.pool_id, sub.work_key, error, delay)
+        log.info("not judged yet; retrying", work_key=sub.work_key, attempt=attempts, delay=delay,
+                 error=error)  # fmt: skip
+
+    def windows(self, pool_id: int) -> tuple[float, float]:
+        """(availability window, soft-invalidation point) in seconds after a submission."""
+        if self.vote_window is None:
+            return self.fetch_window, self.fetch_window
+        voting = float(self.vote_window(pool_id))
+        return min(self.fetch_window, voting / 3), voting - max(30.0, voting / 6)
+
+    def _unfetched(self, sub: SubmissionRow, sha: str, exc: FetchError) -> Verdict | None:
+        """The verdict on a file that could not be fetched, or None to try again later."""
+        age = time.time() - sub.submitted_at
+        available, soft_at = self.windows(sub.pool_id)
+        if isinstance(exc, FileMissing) and age > available:
+            return Verdict(file=sha, verdict="invalidate", reasons=[
+                f"data availability: the file was still not in the pool's storage {age:.0f} s after its "
+                f"submission (an honest node uploads before it submits; allowed: {available:.0f} s): {exc}"
+            ])  # fmt: skip
+        if not isinstance(exc, FileMissing) and age > soft_at:
+            return Verdict(file=sha, verdict="soft_invalidate", reasons=[
+                f"fetch: storage unreachable until {age:.0f} s after submission, near the end of the "
+                f"voting window; not paid and not slashed (the pool owner may pardon it): {exc}"
+            ])  # fmt: skip
+        return None

@@ -21,6 +21,7 @@ from validator.slashing import QuorumVoter, VoteLoop, Voter
 from validator.store import ChainCursor, Database, SqlSeenStore, Submissions, Verdicts, open_database
 from validator.verdicts import Judge, Verdict
 from validator.watcher import Watcher
+from validator.windows import VoteWindows
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +109,7 @@ class ValidatorService:
             judge,
             fetch_window=settings.fetch_window_seconds,
             vote=settings.vote,
+            vote_window=VoteWindows(self.client).seconds,
         )
         self.voting = VoteLoop(self.verdicts, voter or QuorumVoter(self.client))
         self._stop = threading.Event()

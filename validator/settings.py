@@ -29,6 +29,7 @@ class ValidatorSettings(IntellectSettings):
     max_file_bytes: int = Field(256 * 1024 * 1024, ge=1)
     fetch_timeout_seconds: float = Field(60.0, gt=0)
     fetch_window_seconds: float = Field(
-        3600.0, gt=0, description="after this long unfetchable, a file is soft-invalidated (never slashed)"
+        600.0, gt=0, description="availability window: a file the orchestrator still has no upload of this "
+        "long after its submission is invalidated (withheld); capped at a third of the pool's voting window",
     )
     vote: bool = Field(True, description="send invalidation votes (off: judge and report only)")

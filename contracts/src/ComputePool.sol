@@ -178,6 +178,7 @@ contract ComputePool is AccessControl {
     error InvalidQuorum(uint256 quorum, uint256 validators);
     error InvalidWindow();
     error NotSoftInvalidated(uint256 poolId, bytes32 workKey);
+    error LockShorterThanWindow(uint256 lockPeriod, uint256 window);
 
     constructor(address admin, IntellectToken token_, ComputeRegistry registry_, DomainRegistry domains_, uint256 rewardPerUnit_) {
         if (admin == address(0) || address(token_) == address(0) || address(registry_) == address(0)) revert ZeroAddress();
@@ -336,7 +337,13 @@ contract ComputePool is AccessControl {
             )
         );
         _workIndex[poolId][workKey] = _work[poolId].length;
-        locks.push(Lock(SafeCast.toUint192(units * rewardPerUnit), uint64(block.timestamp + rewardLockPeriod)));
+        // No reward unlocks while validators may still invalidate the work: the later of the lock
+        // period and the pool's voting window (the setters keep lock >= window; this holds it per work
+        // even if a setting changes later).
+        uint256 lock = rewardLockPeriod;
+        uint256 window = _voteWindow(poolId);
+        if (window > lock) lock = window;
+        locks.push(Lock(SafeCast.toUint192(units * rewardPerUnit), uint64(block.timestamp + lock)));
         if (rewardRecipient[node] != provider) rewardRecipient[node] = provider;
         emit WorkSubmitted(poolId, provider, node, workKey, units, block.timestamp);
     }
@@ -363,6 +370,7 @@ contract ComputePool is AccessControl {
             revert InvalidQuorum(quorum, _poolValidators[poolId].length());
         }
         if (window == 0) revert InvalidWindow();
+        if (window > rewardLockPeriod) revert LockShorterThanWindow(rewardLockPeriod, window);
         slashingPolicies[poolId] = SlashingPolicy(quorum, window, amount);
         emit SlashingPolicySet(poolId, quorum, amount, window);
     }
@@ -427,6 +435,12 @@ contract ComputePool is AccessControl {
 
     function workVotes(uint256 poolId, bytes32 workKey, address validator) external view returns (uint256 votes, bool voted) {
         return (_votes[poolId][workKey], _voted[poolId][workKey][validator]);
+    }
+
+    /// @notice How long after a submission validators may still invalidate it in this pool.
+    function _voteWindow(uint256 poolId) private view returns (uint256) {
+        uint64 window = slashingPolicies[poolId].window;
+        return window == 0 ? invalidationWindow : window;
     }
 
     function _votable(uint256 poolId, bytes32 workKey) private view returns (Work storage w, SlashingPolicy memory policy) {
@@ -518,6 +532,7 @@ contract ComputePool is AccessControl {
         external
         onlyRole(DEFAULT_ADMIN_ROLE)
     {
+        if (lockPeriod < window) revert LockShorterThanWindow(lockPeriod, window);
         rewardPerUnit = rewardPerUnit_;
         rewardLockPeriod = lockPeriod;
         invalidationWindow = window;

@@ -166,3 +166,29 @@ def test_slashing_through_the_pool_cli(world: World, tmp_path) -> None:  # noqa:
         (v2.address, 2),
     ]
     assert "not hex" in run(v1_key, "vote", str(world.pool_id), "0xzz", expect=1)
+
+
+def test_no_reward_unlocks_before_its_work_can_no_longer_be_invalidated(world: World) -> None:
+    """The lock period can never be shorter than the window in which validators may invalidate: both
+    setters refuse it by name, and a reward submitted under a pool whose window outlasts a later,
+    shorter lock still stays locked until the pool's window has closed (before this rule, a pool
+    locking rewards for 120 s with a 3,600 s window paid for work nobody had judged)."""
+    owner, (v1, _, _) = three_validators(world)
+    lock = world.admin.work_parameters().reward_lock_period
+    with reverts("LockShorterThanWindow"):
+        world.admin.set_work_parameters(ONE_TOKEN, 60, 120, SLASH)
+    with reverts("LockShorterThanWindow"):
+        owner.slashing.set_policy(world.pool_id, 1, SLASH, lock + 1)
+    owner.slashing.set_policy(world.pool_id, 1, SLASH, lock)  # as long as the lock: fine
+    # the admin later shortens the lock (and the global window): allowed, but this pool's voting
+    # window is still `lock`, so its new work stays locked that long
+    world.admin.set_work_parameters(ONE_TOKEN, 60, 60, SLASH)
+    world.onboard(world.provider, world.node, stake=1000 * ONE_TOKEN)
+    world.provider.submit_work(world.pool_id, world.node.address, key(40), 3)
+    world.chain.increase_time(61)
+    world.chain.mine()
+    assert world.admin.claimable_rewards(world.node.address) == 0
+    assert world.admin.pending_rewards(world.node.address) == 3 * ONE_TOKEN
+    v1.slashing.vote_invalidate(world.pool_id, key(40))  # still inside the window: the vote lands
+    assert world.admin.get_work(world.pool_id, key(40)).status is WorkStatus.INVALIDATED  # type: ignore[union-attr]
+    assert world.admin.pending_rewards(world.node.address) == 0

@@ -174,8 +174,8 @@ def test_rewards_locked_then_claimable(world: World) -> None:
 def test_work_parameters_admin_only(world: World) -> None:
     with reverts("AccessControlUnauthorizedAccount"):
         world.stranger.set_work_parameters(1, 1, 1, 1)
-    world.admin.set_work_parameters(2 * ONE_TOKEN, 60, 120, 5 * ONE_TOKEN)
+    world.admin.set_work_parameters(2 * ONE_TOKEN, 120, 60, 5 * ONE_TOKEN)
     p = world.admin.work_parameters()
     assert (p.reward_per_unit, p.reward_lock_period, p.invalidation_window, p.slash_penalty) == (
-        2 * ONE_TOKEN, 60, 120, 5 * ONE_TOKEN
+        2 * ONE_TOKEN, 120, 60, 5 * ONE_TOKEN
     )  # fmt: skip

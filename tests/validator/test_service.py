@@ -1,7 +1,7 @@
 """The validator service end to end on a real chain, a real orchestrator with its storage and real
 HTTP: honest files accepted and served to the trainer's feed, a cheater's file invalidated on chain
-(stake slashed, node ejected), an unfetchable file soft-invalidated, a restart that loses and repeats
-nothing, and a reorg that rewinds the cursor by block hash."""
+(stake slashed, node ejected), a withheld file (on chain, never uploaded) invalidated and slashed, a
+restart that loses and repeats nothing, and a reorg that rewinds the cursor by block hash."""
 
 from __future__ import annotations
 
@@ -134,30 +134,36 @@ def verdict_of(api: ServerThread, work_key: str) -> dict | None:
     return mine[0] if mine else None
 
 
-def test_honest_accepted_cheater_slashed_unfetchable_soft(devnet, world) -> None:  # noqa: ANN001
+def test_honest_accepted_cheater_slashed_withheld_invalidated(devnet, world) -> None:  # noqa: ANN001
     orch, honest, cheater, task = world["orch"], world["honest"], world["cheater"], world["task"]
     client = devnet.client()
     stake_before = client.get_provider(cheater.provider.address).stake
+    withholder = Node(devnet, devnet.new_provider(), world["root"] / "withholder")
+    world["beats"].add(withholder.wallet)
+    make_healthy(orch, [withholder.wallet])
     service, api = start_service(world)
     try:
         good = submit(devnet, orch, honest, task, honest.batch())
         bad = submit(devnet, orch, cheater, task, forged_batch(cheater))
-        missing_file = honest.batch()
-        lost = submit(devnet, orch, honest, task, missing_file, upload=False)
+        # work recorded on chain whose file never reaches storage: withheld, so invalidated and slashed
+        lost = submit(devnet, orch, withholder, task, withholder.batch(), upload=False)
 
         v_good = wait_for(lambda: verdict_of(api, good), 120, "honest verdict")
         assert v_good["verdict"] == "accept", v_good
         v_bad = wait_for(lambda: (v := verdict_of(api, bad)) and v["tx_hash"] and v, 120, "cheater vote")
         assert v_bad["verdict"] == "invalidate" and "verifier does not give" in " ".join(v_bad["reasons"])
-        v_lost = wait_for(lambda: (v := verdict_of(api, lost)) and v["tx_hash"] and v, 120, "soft verdict")
-        assert v_lost["verdict"] == "soft_invalidate" and v_lost["reasons"][0].startswith("fetch:")
+        v_lost = wait_for(lambda: (v := verdict_of(api, lost)) and v["tx_hash"] and v, 120, "withheld")
+        assert v_lost["verdict"] == "invalidate" and v_lost["reasons"][0].startswith("data availability:")
 
         # on chain: the cheater is slashed and ejected, the honest work stands, the lost one is soft
         assert client.get_work(devnet.pool_id, bad).status == WorkStatus.INVALIDATED
         assert client.get_provider(cheater.provider.address).stake < stake_before
         assert not client.is_node_in_pool(devnet.pool_id, cheater.wallet.address)
         assert client.get_work(devnet.pool_id, good).status == WorkStatus.SUBMITTED
-        assert client.get_work(devnet.pool_id, lost).status == WorkStatus.SOFT_INVALIDATED
+        assert client.get_work(devnet.pool_id, lost).status == WorkStatus.INVALIDATED
+        assert not client.is_node_in_pool(devnet.pool_id, withholder.wallet.address)
+        assert client.claimable_rewards(withholder.wallet.address) == 0
+        assert client.pending_rewards(withholder.wallet.address) == 0
         assert client.is_node_in_pool(devnet.pool_id, honest.wallet.address)
 
         # the trainer's feed: only the accepted file, whose URL serves its exact bytes
