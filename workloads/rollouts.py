@@ -8,12 +8,13 @@ reproduce the batch's prompt selection and seeds (node address, step, batch coun
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 SCHEMA_VERSION = "1"
 _META_VERSION = b"intellect.rollouts.schema_version"
@@ -42,6 +43,99 @@ COLUMNS = tuple(ROLLOUT_SCHEMA.names)
 
 class RolloutSchemaError(ValueError):
     pass
+
+
+class RolloutTooLarge(RolloutSchemaError):
+    """The file declares more than its task allows (rows, tokens, bytes once decompressed): refused
+    from its footer, before any data is read or decompressed."""
+
+
+PROOF_BYTES_PER_CHUNK = 258  # a TOPLOC chunk proof (32 positions); bounds are set at twice this
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    """What one rollout file of a task may hold, checked against the parquet footer before reading.
+
+    A parquet file's footer states, per column chunk, its values and its decompressed size; a file a
+    few KB long can state (and hold) gigabytes of repetitive data. Honest files of a task are bounded
+    by its shape, so everything beyond these limits is refused by what the footer says. The byte
+    budget is a generous multiple (`slack`) of the largest honest file: a real file stays far below."""
+
+    max_rows: int
+    max_tokens_per_row: int  # prompt + output tokens
+    max_new_tokens: int
+    max_text_bytes: int = 256  # task_type, problem_id
+    max_row_groups: int = 64
+    max_footer_bytes: int = 1 << 20
+    slack: int = 4
+
+    @classmethod
+    def for_task(cls, batch_size: int, n: int, max_prompt_tokens: int, max_new_tokens: int) -> FileLimits:
+        return cls(max_rows=batch_size * n, max_tokens_per_row=max_prompt_tokens + max_new_tokens,
+                   max_new_tokens=max_new_tokens)  # fmt: skip
+
+    @property
+    def max_proof_bytes_per_row(self) -> int:
+        return 2 * PROOF_BYTES_PER_CHUNK * (self.max_new_tokens // 32 + 1)
+
+    def column_values(self, name: str) -> int:
+        """The most leaf values a column may hold (list columns: one per token, plus one per row)."""
+        per_row = {"input_tokens": self.max_tokens_per_row, "output_tokens": self.max_new_tokens,
+                   "output_logprobs": self.max_new_tokens}.get(name, 1)  # fmt: skip
+        return self.max_rows * (per_row + 1)
+
+    def column_bytes(self, name: str) -> int:
+        """The most bytes a column may take decompressed (values, offsets, levels), with slack."""
+        values = 16 * (self.column_values(name) // self.max_rows)
+        per_row = {"proofs": self.max_proof_bytes_per_row, "task_type": self.max_text_bytes,
+                   "problem_id": self.max_text_bytes}.get(name, values)  # fmt: skip
+        return self.slack * (self.max_rows * (per_row + 64) + 4096)
+
+
+def check_footer(path: str | Path, limits: FileLimits) -> None:
+    """Refuse a file whose footer declares more than `limits` allow (raises `RolloutTooLarge`), or
+    whose footer cannot be read. Reads only the footer (itself bounded first)."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if size < 12:
+            raise RolloutSchemaError(f"{size} bytes is not a parquet file")
+        f.seek(size - 8)
+        tail = f.read(8)
+    if tail[4:] != b"PAR1":
+        raise RolloutSchemaError("not a parquet file (no PAR1 magic at its end)")
+    footer = int.from_bytes(tail[:4], "little")
+    if footer > min(limits.max_footer_bytes, size - 12):
+        raise RolloutTooLarge(f"footer of {footer} bytes (file: {size}; limit {limits.max_footer_bytes})")
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except (pa.ArrowException, OSError) as exc:
+        raise RolloutSchemaError(f"the parquet footer cannot be read: {exc}") from None
+    if meta.num_row_groups > limits.max_row_groups:
+        raise RolloutTooLarge(f"{meta.num_row_groups} row groups (limit {limits.max_row_groups})")
+    if meta.num_rows > limits.max_rows:
+        raise RolloutTooLarge(f"{meta.num_rows} rows declared; the task's batch has {limits.max_rows}")
+    if meta.num_columns != len(COLUMNS):
+        raise RolloutSchemaError(f"{meta.num_columns} columns; the schema has {len(COLUMNS)}")
+    values: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            name = str(col.path_in_schema).split(".")[0]
+            values[name] = values.get(name, 0) + int(col.num_values)
+            sizes[name] = sizes.get(name, 0) + int(col.total_uncompressed_size)
+    for name in values:
+        if name not in COLUMNS:
+            raise RolloutSchemaError(f"unknown column {name!r}")
+        if values[name] > limits.column_values(name):
+            raise RolloutTooLarge(f"column {name!r} declares {values[name]} values; at most "
+                                  f"{limits.column_values(name)} fit the task's shape")  # fmt: skip
+        if sizes[name] > limits.column_bytes(name):
+            raise RolloutTooLarge(f"column {name!r} declares {sizes[name]} bytes decompressed; at most "
+                                  f"{limits.column_bytes(name)} fit the task's shape")  # fmt: skip
 
 
 class Rollout(BaseModel):
@@ -79,7 +173,8 @@ class Rollout(BaseModel):
     def _lengths(self) -> Rollout:
         if len(self.output_logprobs) != len(self.output_tokens):
             raise ValueError(
-                f"{len(self.output_logprobs)} logprobs for {len(self.output_tokens)} output tokens"
+                f"output_logprobs has {len(self.output_logprobs)} values for {len(self.output_tokens)} "
+                "output tokens"
             )
         return self
 
@@ -131,8 +226,12 @@ def check_schema(schema: pa.Schema) -> None:
             raise RolloutSchemaError(f"column {want.name!r} has type {got.type}, expected {want.type}")
 
 
-def read_table(path: str | Path) -> tuple[pa.Table, BatchInfo]:
-    """Read a rollout file, validating the schema exactly (a RolloutSchemaError names what differs)."""
+def read_table(path: str | Path, limits: FileLimits | None = None) -> tuple[pa.Table, BatchInfo]:
+    """Read a rollout file, validating the schema exactly (a RolloutSchemaError names what differs).
+    With `limits` (validators: the task's shape), the footer is checked first: nothing beyond them
+    is ever decompressed."""
+    if limits is not None:
+        check_footer(path, limits)
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -145,9 +244,23 @@ def read_table(path: str | Path) -> tuple[pa.Table, BatchInfo]:
     return pq.read_table(path), info
 
 
-def read_rollouts(path: str | Path) -> tuple[list[Rollout], BatchInfo]:
-    table, info = read_table(path)
-    return [Rollout(**row) for row in table.to_pylist()], info
+def read_rollouts(path: str | Path, limits: FileLimits | None = None) -> tuple[list[Rollout], BatchInfo]:
+    table, info = read_table(path, limits)
+    rows = []
+    for i, row in enumerate(table.to_pylist()):
+        try:
+            rows.append(Rollout(**row))
+        except ValidationError as exc:
+            raise RolloutSchemaError(f"row {i}: {_row_error(exc)}") from None
+    return rows, info
+
+
+def _row_error(exc: ValidationError) -> str:
+    """A row's first problem as a sentence: 'output_logprobs has 31 values for 32 output tokens'."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 def sha256_file(path: str | Path) -> str:

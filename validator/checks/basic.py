@@ -7,7 +7,7 @@ import hashlib
 import math
 
 from validator.checks.context import FileContext, rows_named
-from workloads.rollouts import RolloutSchemaError, read_rollouts
+from workloads.rollouts import FileLimits, RolloutSchemaError, read_rollouts
 
 
 def file_identity(ctx: FileContext, max_bytes: int) -> list[str]:
@@ -27,14 +27,17 @@ def file_identity(ctx: FileContext, max_bytes: int) -> list[str]:
 
 
 def schema_and_bounds(ctx: FileContext) -> list[str]:
-    """Check 2: exact schema, one batch of the task's shape, every value in range."""
+    """Check 2: exact schema, one batch of the task's shape, every value in range. The parquet footer
+    is checked against the task's shape before any data is decompressed (a few KB can declare GBs)."""
+    task = ctx.task
+    limits = FileLimits.for_task(task.batch_size, task.n, task.max_prompt_tokens, task.max_new_tokens)
     try:
-        ctx.rows, ctx.info = read_rollouts(ctx.path)
+        ctx.rows, ctx.info = read_rollouts(ctx.path, limits)
     except RolloutSchemaError as exc:
         return [f"schema: {exc}"]
-    except ValueError as exc:  # a row the Rollout model refuses (e.g. logprobs/tokens mismatch)
-        return [f"schema: a row is malformed: {str(exc).splitlines()[0]}"]
-    info, task, reasons = ctx.info, ctx.task, []
+    except (ValueError, MemoryError) as exc:  # pyarrow's own refusals of a malformed file
+        return [f"schema: the file cannot be read: {str(exc).splitlines()[0][:300]}"]
+    info, reasons = ctx.info, []
     expected_rows = task.batch_size * task.n
     if info.group_size != task.n:
         reasons.append(f"bounds: groups of {info.group_size} completions, the task asks for {task.n}")
