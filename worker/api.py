@@ -1,8 +1,8 @@
 """The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `GET /health`,
 `GET /metrics`.
 
-Every route but `/health` and `/metrics` takes only requests signed (intellect.signing) by the pool's manager key
-or, for logs and restart, by an address with the validator role; both read on chain. Invites must
+Every route but `/health` and `/metrics` takes only requests signed (intellect.signing) by the pool's
+manager key or, for logs and restart, by an address with the validator role; both read on chain. Invites must
 come from the manager: the contract would refuse anything else anyway, and refusing early keeps
 strangers from making the worker spend gas.
 """
@@ -94,8 +94,8 @@ async def manager_only(request: Request, ctx: ApiContext = Depends(get_ctx)) -> 
     """The signed caller if it is the pool's manager (the only one who may invite); else 401/403."""
     caller, role = await _signed_role(request, ctx)
     if role != "manager":
-        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is "
-                                 f"{'a validator' if role == 'validator' else 'not the manager'}")  # fmt: skip
+        what = "a validator" if role == "validator" else "not the manager"
+        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is {what}")
     return caller
 
 
@@ -151,7 +151,8 @@ def metrics(ctx: ApiContext = Depends(get_ctx)) -> Response:
     joined, beating = ctx.health()
     Gauge("worker_pool_joined", "1 when this node is in its pool", registry=registry).set(joined)
     Gauge("worker_heartbeating", "1 while heartbeats reach the orchestrator", registry=registry).set(beating)
-    task = Gauge("worker_task_metric", "the running task's latest reported metrics", ["name"], registry=registry)
+    task = Gauge("worker_task_metric", "the running task's latest reported metrics", ["name"],
+                 registry=registry)  # fmt: skip
     for name, value in ctx.runtime.metrics().items():
         task.labels(name).set(value)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -37,7 +37,8 @@ def state_in(directory: Path) -> DevnetState:
              for name in ("anvil", "orchestrator", "worker-1")]  # fmt: skip
     state = DevnetState(directory=str(directory), rpc_url="http://127.0.0.1:1", chain_id=31337,
                         deployment_path=str(directory / "deployment.json"), domain_id=1, pool_id=1,
-                        accounts=[DevAccount(role="owner", address="0x" + "11" * 20, private_key="0x" + "22" * 32)],
+                        accounts=[DevAccount(role="owner", address="0x" + "11" * 20,
+                                             private_key="0x" + "22" * 32)],
                         processes=procs)  # fmt: skip
     state.save()
     return state
@@ -56,5 +57,6 @@ def test_drill_refuses_an_unknown_name_listing_the_known_ones(tmp_path: Path) ->
     state_in(tmp_path / "X")
     result = intellect(["devnet", "drill", "bogus", "--dir", str(tmp_path / "X")], tmp_path)
     assert result.exit_code == 2, result.output
-    assert "error: no process named 'bogus' in this devnet (known: anvil, orchestrator, worker-1)" in result.output
+    known = "(known: anvil, orchestrator, worker-1)"
+    assert f"error: no process named 'bogus' in this devnet {known}" in result.output
     assert "kill -9" not in result.output

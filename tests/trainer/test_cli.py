@@ -41,7 +41,8 @@ def test_cpu_demo_flag_applies_the_demo_settings_and_flags_beside_it_win() -> No
 
     base = CliApp.run(TrainerSettings, cli_args=["--cpu-demo", "--lr", "0.01"])
     settings = TrainerSettings.for_cpu_demo(**base.model_dump(exclude_unset=True))
-    assert (settings.cpu_demo, settings.lr, settings.minibatch_rows, settings.group_size) == (True, 0.01, 32, 4)
+    shown = (settings.cpu_demo, settings.lr, settings.minibatch_rows, settings.group_size)
+    assert shown == (True, 0.01, 32, 4)
 
 
 @pytest.mark.slow
@@ -51,7 +52,8 @@ def test_a_taken_port_stops_the_trainer(tmp_path: Path) -> None:
     (tmp_path / "rollouts").mkdir()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "workloads.trainer", "--cpu-demo", "--rollouts", str(tmp_path / "rollouts"),
+            [sys.executable, "-m", "workloads.trainer", "--cpu-demo",
+             "--rollouts", str(tmp_path / "rollouts"),
              "--output-dir", str(tmp_path / "ck"), "--port", str(port)],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
         )  # fmt: skip

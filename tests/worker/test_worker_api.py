@@ -93,7 +93,8 @@ def test_unsigned_and_stranger_invites_are_refused(worker, devnet: Devnet) -> No
     refused = post_invite(server.url, invite_body(devnet, keys.node.address, signer=stranger), stranger)
     only = f"only pool {devnet.pool_id}'s manager may invite"
     assert refused.status_code == 403
-    assert refused.json()["detail"] == f"{only}; {stranger.address} is not the manager"  # not "nor a validator"
+    # Not "neither the manager nor a validator": a validator may not invite either.
+    assert refused.json()["detail"] == f"{only}; {stranger.address} is not the manager"
     by_validator = post_invite(server.url, body, devnet.validator)
     assert by_validator.status_code == 403
     assert by_validator.json()["detail"] == f"{only}; {devnet.validator.address} is a validator"
@@ -152,7 +153,8 @@ def test_logs_and_restart_for_validator_and_manager_only(worker, devnet: Devnet)
         "detail": "no task assigned: nothing to restart",
     }
     assert runtime.restarts == 2
-    runtime.apply(AssignedTask(task=Task(id="t-1", spec=TaskSpec(name="t", image="img"), created_at=datetime.now(UTC))))
+    task = Task(id="t-1", spec=TaskSpec(name="t", image="img"), created_at=datetime.now(UTC))
+    runtime.apply(AssignedTask(task=task))
     assert httpx.post(f"{server.url}/restart", auth=SignedAuth(devnet.validator)).json() == {
         "restarted": True,
         "detail": "task t-1 running: recorded (no runtime)",

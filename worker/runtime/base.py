@@ -187,7 +187,8 @@ def prepare(
         cmd = [expand(mapped(arg), values) for arg in spec.cmd]
         entrypoint = [expand(mapped(arg), values) for arg in spec.entrypoint] if spec.entrypoint else None
     except UnknownTemplateVariable as exc:
-        raise TaskSetupError(f"{exc}: {WHY_NO_VALUE.get(exc.name or '', 'this worker does not know it')}") from exc
+        why = WHY_NO_VALUE.get(exc.name or "", "this worker does not know it")
+        raise TaskSetupError(f"{exc}: {why}") from exc
     mounts = resolve_mounts(desired, config)
     # The operator's extra environment overrides the spec's (a contributor's machine, their choice);
     # the worker's own variables win over both: the bridge client relies on them.

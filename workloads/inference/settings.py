@@ -24,7 +24,9 @@ class InferenceSettings(IntellectSettings):
     )
 
     model: str = Field("tiny", description="model name (hub) or path; 'tiny' is the shipped model")
-    dataset: str = Field("demo", description="shipped set name (demo, reverse, math, code) or a .jsonl/.parquet path")
+    dataset: str = Field(
+        "demo", description="shipped set name (demo, reverse, math, code) or a .jsonl/.parquet path"
+    )
     node_address: str = Field(
         "0x0000000000000000000000000000000000000001",
         description="this node's address (seeds the data sampling)",

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         base = CliApp.run(TrainerSettings, cli_args=args)
-        settings = TrainerSettings.for_cpu_demo(**base.model_dump(exclude_unset=True)) if base.cpu_demo else base
+        given = base.model_dump(exclude_unset=True)
+        settings = TrainerSettings.for_cpu_demo(**given) if base.cpu_demo else base
         source = source_for(settings.rollouts, settings.output_dir, settings.pool_id)
     except ValidationError as exc:
         print(f"invalid settings: {exc}", file=sys.stderr)
@@ -49,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         listener = bind(settings.host, settings.port)
     except OSError as exc:
-        print(f"error: cannot serve the step counter on {settings.host}:{settings.port}: {exc.strerror or exc}"
-              " (another trainer running? pick another --port)", file=sys.stderr)  # fmt: skip
+        where = f"{settings.host}:{settings.port}"
+        print(f"error: cannot serve the step counter on {where}: {exc.strerror or exc} (another trainer "
+              "running? pick another --port)", file=sys.stderr)  # fmt: skip
         return 1
     settings = settings.model_copy(update={"port": listener.getsockname()[1]})
     configure_logging()
