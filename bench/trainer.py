@@ -2,7 +2,7 @@
 """Trainer throughput on CPU and the demo run's reward curve (the picture a user looks at first).
 
 Runs the RL loop in one process: two inference workloads (tiny model, string reversal, 16 prompts ×
-4 completions each per round) and the trainer with `TrainerSettings.cpu_demo()`, for --steps steps.
+4 completions each per round) and the trainer with `TrainerSettings.for_cpu_demo()`, for --steps steps.
 Prints trainer tokens/s (output tokens trained on, per second of optimizer work) beside the workers'
 generation tokens/s, and writes the reward curve as CSV and PNG (matplotlib), plus the held-out
 accuracy of the base model and the last checkpoint on 128 reversal prompts × 4 samples.
@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     work = Path(tempfile.mkdtemp(prefix="intellect-trainer-bench-"))
-    settings = TrainerSettings.cpu_demo(output_dir=work / "ckpt", rollouts=str(work / "rollouts"),
+    settings = TrainerSettings.for_cpu_demo(output_dir=work / "ckpt", rollouts=str(work / "rollouts"),
                                         max_steps=args.steps, keep=args.steps + 1)  # fmt: skip
     trainer = Trainer(settings, LocalDirSource(work / "rollouts"))
     workers = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -75,10 +76,18 @@ def _print(state: DevnetState, as_json: bool) -> None:
     if token.exists():
         table.add_row("orchestrator admin token", f"{token} (POST /tasks with it)")
     console.print(table)
+    where = _dir_flag(Path(state.directory))
     if any(proc["alive"] for proc in info["processes"]):
-        console.print("Stop it with [bold]intellect devnet down[/bold].")
+        console.print(f"Stop it with [bold]intellect devnet down{where}[/bold].", soft_wrap=True)
     else:
-        console.print("Nothing is running: start it with [bold]intellect devnet up[/bold].")
+        console.print(f"Nothing is running: start it with [bold]intellect devnet up{where}[/bold].",
+                      soft_wrap=True)
+
+
+def _dir_flag(directory: Path) -> str:
+    """` --dir X` when X is not where the commands look by default, so a printed command works as is."""
+    default = Path(os.environ.get("INTELLECT_DEVNET_DIR") or ".devnet").resolve()
+    return "" if directory.resolve() == default else f" --dir {shlex.quote(str(directory))}"
 
 
 @devnet_app.command("up")
@@ -280,6 +289,12 @@ def drill(
     if state is None:
         err.print(f"no devnet in {directory}: start one with `intellect devnet up`")
         raise typer.Exit(1)
+    unknown = [name for name in services or () if state.process(name) is None]
+    if unknown:  # before the baseline: a typo would otherwise be found minutes later, as "pid 0"
+        known = ", ".join(p.name for p in state.processes) or "none"
+        err.print(f"error: no process named {', '.join(map(repr, unknown))} in this devnet (known: {known})",
+                  markup=False)  # fmt: skip
+        raise typer.Exit(2)
     say = (lambda msg: None) if as_json else (lambda msg: console.print(msg))
     try:
         results = run_drill(state, list(services or DEFAULT_SERVICES), timeout, progress=say)

@@ -149,6 +149,21 @@ def load_or_create_admin_token(path: Path) -> str:
     return token
 
 
+def read_admin_token(path: Path, service: str) -> str:
+    """The token a service created on its first start, for a command run beside it. Never creates one:
+    a fresh token in a mistyped folder would be one the running service refuses."""
+    try:
+        token = path.read_text().strip()
+    except OSError:
+        token = ""
+    if not token:
+        raise ValueError(
+            f"no {service} state in {path.parent} (no {path.name} file there): give the running "
+            f"{service}'s --state-dir"
+        )
+    return token
+
+
 class AdminToken:
     """FastAPI dependency checking `Authorization: Bearer <token>` in constant time."""
 

@@ -64,11 +64,15 @@ def add_settings_commands(
         state_dir: Path = typer.Option(None, help=f"the {service}'s state directory"),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
     ) -> None:
-        """Print the admin bearer token (created on first start if missing)."""
-        from intellect.auth import load_or_create_admin_token
+        """Print the admin bearer token the service created on its first start (never makes one)."""
+        from intellect.auth import read_admin_token
 
         path = token_file(settings_from_flags(cls, state_dir=state_dir))
-        token = load_or_create_admin_token(path)
+        try:
+            token = read_admin_token(path, service)
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         typer.echo(json.dumps({"token": token, "file": str(path)}) if as_json else token)
 
     @app.command("show-config")

@@ -217,9 +217,13 @@ def nodes(
     """List the pool's nodes with their states (admin API)."""
     import httpx
 
-    from intellect.auth import load_or_create_admin_token
+    from intellect.auth import read_admin_token
 
-    token = load_or_create_admin_token(_settings(state_dir=state_dir).admin_token_file)
+    try:
+        token = read_admin_token(_settings(state_dir=state_dir).admin_token_file, "orchestrator")
+    except ValueError as exc:
+        console.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
     try:
         response = httpx.get(f"{url}/nodes", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     except httpx.HTTPError as exc:

@@ -14,11 +14,13 @@ from rich.table import Table
 from intellect.identity import Wallet, resolve_passphrase
 from intellect.logs import configure_logging
 from intellect.workloads import ValidatorEnv
+from ledger.client import LedgerClient
+from ledger.errors import LedgerError
 from validator.api import create_app
 from validator.memory import LocalCheckpoints, MemorySeenStore
 from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
 from validator.service import ValidatorService
-from validator.settings import ValidatorSettings
+from validator.settings import ValidatorSettings, chain_data_dir
 from validator.store import SqlSeenStore
 from validator.task import TaskSettings
 from validator.tasks import TaskBook, TaskJudge
@@ -141,6 +143,18 @@ def load_wallet(settings: ValidatorSettings) -> Wallet:
     raise ValueError("no validator key: set INTELLECT_VALIDATOR_KEY or --keystore (a keystore file)")
 
 
+def with_chain_data_dir(settings: ValidatorSettings) -> ValidatorSettings:
+    """Reach the chain and check the deployment (LedgerConfigError naming the URL or file otherwise);
+    unless a data folder was given (flag or env), use the deployment's own subfolder of the default."""
+    client = LedgerClient(settings.rpc_url, settings.deployment)
+    if "data_dir" in settings.model_fields_set:
+        return settings
+    block = client.w3.eth.get_block(client.deployment.block)
+    folder = chain_data_dir(settings.data_dir, client.deployment.chain_id, client.pools.address,
+                            bytes(block["hash"]).hex())  # fmt: skip
+    return settings.model_copy(update={"data_dir": folder})
+
+
 @app.command()
 def run(
     rpc_url: str | None = typer.Option(None, help="chain RPC (env INTELLECT_VALIDATOR_RPC_URL)"),
@@ -149,7 +163,10 @@ def run(
     keystore: Path | None = typer.Option(None, help="keystore of the validator key"),
     orchestrator_url: str | None = typer.Option(None, help="orchestrator (file storage)"),
     step_url: str | None = typer.Option(None, help="trainer step counter URL"),
-    data_dir: Path | None = typer.Option(None, help="database, files and checkpoints"),
+    data_dir: Path | None = typer.Option(
+        None, help="database, files and checkpoints (default ~/.intellect/validator/<chain id>-<pool "
+        "contract>-<deployment block>)",
+    ),
     database_url: str | None = typer.Option(None, help="SQLAlchemy URL (default SQLite in data dir)"),
     host: str | None = typer.Option(None, help="API address"),
     port: int | None = typer.Option(None, help="API port"),
@@ -172,14 +189,16 @@ def run(
     try:
         settings = ValidatorSettings(**{k: v for k, v in overrides.items() if v is not None})
         wallet = load_wallet(settings)
+        settings = with_chain_data_dir(settings)
         judge_factory = build_judge(settings, wallet)
-    except (ValueError, OSError) as exc:
+        service = ValidatorService(settings, wallet, judge_factory)
+    except (ValueError, OSError, LedgerError) as exc:  # one line naming what to fix, never a traceback
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     configure_logging()
     import uvicorn
 
-    service = ValidatorService(settings, wallet, judge_factory).start()
+    service.start()
     try:
         uvicorn.run(create_app(service), host=settings.host, port=settings.port, log_level="warning")
     finally:

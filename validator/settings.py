@@ -21,7 +21,11 @@ class ValidatorSettings(IntellectSettings):
     key: SecretStr | None = Field(None, description="the validator's private key (devnets); or keystore")
     keystore: Path | None = Field(None, description="keystore file of the validator's key")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
-    data_dir: Path = Field(default_factory=lambda: default_home() / "validator")
+    data_dir: Path = Field(
+        default_factory=lambda: default_home() / "validator",
+        description="database, files and checkpoints; unless given, `run` uses a subfolder per chain and "
+        "deployment (`chain_data_dir`), so two chains or two devnets never share a cursor or a verdict",
+    )
     orchestrator_url: str = Field("http://127.0.0.1:8090", description="where files are (GET /storage/files)")
     step_url: str | None = Field(None, description="trainer step counter (GET /step) for freshness checks")
     confirmations: int = Field(0, ge=0, description="blocks below the head before an event is read")
@@ -33,3 +37,11 @@ class ValidatorSettings(IntellectSettings):
         "long after its submission is invalidated (withheld); capped at a third of the pool's voting window",
     )
     vote: bool = Field(True, description="send invalidation votes (off: judge and report only)")
+
+
+def chain_data_dir(root: Path, chain_id: int, pool_contract: str, deploy_block_hash: str) -> Path:
+    """The default data folder of one deployment: `<root>/<chain id>-<ComputePool address>-<8 hex of
+    the deployment block's hash>`. The block hash tells apart two devnets whose contracts have the same
+    addresses (a fresh anvil deploys to the same ones every time)."""
+    tag = deploy_block_hash.lower().removeprefix("0x")[:8]
+    return root / f"{chain_id}-{pool_contract.lower()}-{tag}"

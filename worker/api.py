@@ -1,7 +1,8 @@
-"""The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `GET /health`.
+"""The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `GET /health`,
+`GET /metrics`.
 
-Every route but `/health` takes only requests signed (intellect.signing) by the pool's manager key
-or, for logs and restart, by an address with the validator role; both read on chain. Invites must
+Every route but `/health` and `/metrics` takes only requests signed (intellect.signing) by the pool's
+manager key or, for logs and restart, by an address with the validator role; both read on chain. Invites must
 come from the manager: the contract would refuse anything else anyway, and refusing early keeps
 strangers from making the worker spend gas.
 """
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from eth_utils import to_checksum_address
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from pydantic import BaseModel
 
 from intellect.auth import MemoryNonceStore, RequestVerifier
@@ -74,14 +76,27 @@ def get_ctx(request: Request) -> ApiContext:
     return ctx
 
 
-async def caller_role(request: Request, ctx: ApiContext = Depends(get_ctx)) -> tuple[str, Role]:
-    """The signed caller and its role for this pool; 401 unsigned/replayed, 403 a stranger."""
+async def _signed_role(request: Request, ctx: ApiContext) -> tuple[str, Role | None]:
     verifier: RequestVerifier = request.app.state.verifier
     caller = await verifier.dependency(request)
-    role = await run_in_threadpool(ctx.authorizer.role_of, caller)
+    return caller, await run_in_threadpool(ctx.authorizer.role_of, caller)
+
+
+async def caller_role(request: Request, ctx: ApiContext = Depends(get_ctx)) -> tuple[str, Role]:
+    """The signed caller and its role for this pool; 401 unsigned/replayed, 403 a stranger."""
+    caller, role = await _signed_role(request, ctx)
     if role is None:
         raise HTTPException(403, f"{caller} is neither pool {ctx.pool_id}'s manager nor a validator")
     return caller, role
+
+
+async def manager_only(request: Request, ctx: ApiContext = Depends(get_ctx)) -> str:
+    """The signed caller if it is the pool's manager (the only one who may invite); else 401/403."""
+    caller, role = await _signed_role(request, ctx)
+    if role != "manager":
+        what = "a validator" if role == "validator" else "not the manager"
+        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is {what}")
+    return caller
 
 
 health_router = APIRouter(tags=["health"])
@@ -97,11 +112,8 @@ def health(ctx: ApiContext = Depends(get_ctx)) -> HealthResponse:
 
 
 @invite_router.post("/invite", response_model=InviteResponse)
-async def invite(body: InviteRequest, who: tuple[str, Role] = Depends(caller_role),
+async def invite(body: InviteRequest, _: str = Depends(manager_only),
                  ctx: ApiContext = Depends(get_ctx)) -> InviteResponse:
-    caller, role = who
-    if role != "manager":
-        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is a {role}")
     if body.pool_id != ctx.pool_id:
         raise HTTPException(400, f"invite is for pool {body.pool_id}; this worker serves pool {ctx.pool_id}")
     if to_checksum_address(body.node_address) != ctx.node_address:
@@ -124,8 +136,26 @@ async def logs(tail: int = Query(100, ge=0, le=10_000), _: tuple[str, Role] = De
 @task_router.post("/restart", response_model=RestartResponse)
 async def restart(_: tuple[str, Role] = Depends(caller_role), ctx: ApiContext = Depends(get_ctx)
                   ) -> RestartResponse:
-    await run_in_threadpool(ctx.runtime.restart)
-    return RestartResponse(restarted=True)
+    status = await run_in_threadpool(ctx.runtime.restart)
+    if status is None:
+        return RestartResponse(restarted=False, detail="no task assigned: nothing to restart")
+    shown = f"task {status.task_id} {status.state}" + (f": {status.detail}" if status.detail else "")
+    return RestartResponse(restarted=True, detail=shown)
+
+
+@health_router.get("/metrics")
+def metrics(ctx: ApiContext = Depends(get_ctx)) -> Response:
+    # Prometheus text, read when scraped: pool membership, heartbeating, and the task's latest metrics
+    # from the bridge (what the next heartbeat carries). A comment, not a docstring: no OpenAPI text.
+    registry = CollectorRegistry()
+    joined, beating = ctx.health()
+    Gauge("worker_pool_joined", "1 when this node is in its pool", registry=registry).set(joined)
+    Gauge("worker_heartbeating", "1 while heartbeats reach the orchestrator", registry=registry).set(beating)
+    task = Gauge("worker_task_metric", "the running task's latest reported metrics", ["name"],
+                 registry=registry)  # fmt: skip
+    for name, value in ctx.runtime.metrics().items():
+        task.labels(name).set(value)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(ctx: ApiContext) -> FastAPI:

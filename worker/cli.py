@@ -108,7 +108,8 @@ def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> Run
     # The bridge (files ready → uploader) comes with it; a task a previous worker process left
     # running is adopted. Task data lives where `check` measured the free disk.
     return start_runtime(kind, node_address, settings.state_dir, storage_root=settings.state_dir / "data",
-                         task_env=settings.task_env, task_network=settings.task_network)
+                         task_env=settings.task_env, task_network=settings.task_network,
+                         p2p_seed=settings.p2p_seed)
 
 
 # ---- start ----
@@ -461,7 +462,7 @@ def wallet_create(
 @wallet_app.command("import")
 @friendly
 def wallet_import(
-    role: Annotated[str, typer.Option(help="provider | node")],
+    role: Annotated[str, typer.Option(help="provider | node (one key at a time)")],
     state_dir: StateDir = None,
     private_key: Annotated[str | None, typer.Option(help="hex key (prompted, hidden, when omitted)")] = None,
     force: Annotated[bool, typer.Option(help="overwrite an existing keystore")] = False,
@@ -469,9 +470,9 @@ def wallet_import(
 ) -> None:
     """Import a private key into an encrypted keystore."""
     settings = build_settings(state_dir=state_dir)
-    (r,) = _roles(role) if role != "both" else (None,)
-    if r is None:
-        raise CliError("import one key at a time: --role provider or --role node")
+    if role not in ("provider", "node"):
+        raise CliError("--role must be provider or node (import one key at a time)")
+    r: Role = "provider" if role == "provider" else "node"
     path = keystore_path(settings, r)
     if path.exists() and not force:
         raise CliError(f"{path} exists: pass --force to overwrite it")

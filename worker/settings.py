@@ -45,6 +45,10 @@ class WorkerSettings(IntellectSettings):
         default=None, description="Docker network for task containers: unset is the engine's default "
         "bridge; 'host' lets tasks reach services on this machine's loopback (devnets)",
     )
+    p2p_seed: str | None = Field(
+        default=None, description="value of ${WORKER_P2P_SEED} in this worker's tasks (unset: a task "
+        "using it fails, naming this setting)",
+    )
     # Devnets pass raw keys instead of keystores; production uses encrypted keystores in state_dir.
     provider_key: SecretStr | None = None
     node_key: SecretStr | None = None

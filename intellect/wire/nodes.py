@@ -89,4 +89,3 @@ class NodeState(StrEnum):
     DEAD = "Dead"
     EJECTED = "Ejected"
     BANNED = "Banned"
-    LOW_BALANCE = "LowBalance"

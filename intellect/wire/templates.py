@@ -34,7 +34,9 @@ FILE_NAME_VARIABLES = TASK_VARIABLES | frozenset(
 
 
 class UnknownTemplateVariable(ValueError):
-    pass
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name  # the variable that had no value (expand), for a reason that names the cause
 
 
 def variables_in(text: str) -> set[str]:
@@ -57,7 +59,7 @@ def expand(text: str, values: Mapping[str, str]) -> str:
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in values:
-            raise UnknownTemplateVariable(f"template variable ${{{name}}} has no value here")
+            raise UnknownTemplateVariable(f"template variable ${{{name}}} has no value here", name)
         return str(values[name])
 
     return VARIABLE.sub(substitute, text)

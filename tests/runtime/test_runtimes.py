@@ -92,6 +92,13 @@ def test_a_template_variable_without_a_value_fails_the_task_with_the_reason(harn
     assert "${GROUP_ID}" in status.detail and "node group" in status.detail
     assert runtime.apply(desired) == status  # idempotent, nothing started
     assert not harness.data_dir(desired).exists()
+    # A worker without a p2p seed: the detail names the setting (not "no node group", as it once did).
+    unseeded = harness.runtime(p2p_seed=None)
+    desired = harness.assign(harness.spec("env:S", env_vars={"S": "${WORKER_P2P_SEED}"}))
+    status = unseeded.apply(desired)
+    assert status.state == TaskState.FAILED
+    assert status.detail == ("template variable ${WORKER_P2P_SEED} has no value here: this worker has no p2p "
+                             "seed configured (INTELLECT_WORKER_P2P_SEED)")
     # A spec from a newer orchestrator with a variable this worker does not know (bypassing validation).
     desired = harness.assign(harness.spec("print:x"))
     desired.task.spec.cmd[0] = "print:${BOGUS}"  # what an unvalidated spec could carry

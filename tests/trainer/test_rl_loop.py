@@ -84,6 +84,7 @@ def wait_step(
 @pytest.mark.timeout(2000)
 def test_reward_rises_across_processes_with_a_trainer_restart(tmp_path: Path) -> None:
     rollouts, ckpts = tmp_path / "rollouts", tmp_path / "checkpoints"
+    rollouts.mkdir(), ckpts.mkdir()  # the trainer and the origin refuse folders that do not exist
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     trainer_args = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ from worker_devnet import Devnet
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
 from intellect.wire.invites import InviteRequest
+from intellect.wire.tasks import AssignedTask, Task, TaskSpec
 from ledger.invites import sign_invite
 from worker.api import ApiContext, create_app
 from worker.chain import ChainAuthorizer, WorkerChain
@@ -89,9 +91,13 @@ def test_unsigned_and_stranger_invites_are_refused(worker, devnet: Devnet) -> No
     assert post_invite(server.url, body, None).status_code == 401
     stranger = Wallet.create()
     refused = post_invite(server.url, invite_body(devnet, keys.node.address, signer=stranger), stranger)
-    assert refused.status_code == 403 and "neither" in refused.json()["detail"]
+    only = f"only pool {devnet.pool_id}'s manager may invite"
+    assert refused.status_code == 403
+    # Not "neither the manager nor a validator": a validator may not invite either.
+    assert refused.json()["detail"] == f"{only}; {stranger.address} is not the manager"
     by_validator = post_invite(server.url, body, devnet.validator)
-    assert by_validator.status_code == 403 and "only pool" in by_validator.json()["detail"]
+    assert by_validator.status_code == 403
+    assert by_validator.json()["detail"] == f"{only}; {devnet.validator.address} is a validator"
     assert not chain.in_pool(devnet.pool_id)
 
 
@@ -141,13 +147,30 @@ def test_logs_and_restart_for_validator_and_manager_only(worker, devnet: Devnet)
     runtime.restart()
     r = httpx.get(f"{server.url}/logs?tail=5", auth=SignedAuth(devnet.validator))
     assert r.status_code == 200 and any("restart" in line for line in r.json()["lines"])
+    # The reply says what happened: with no task assigned there was nothing to restart.
     assert httpx.post(f"{server.url}/restart", auth=SignedAuth(devnet.manager)).json() == {
-        "restarted": True,
-        "detail": None,
+        "restarted": False,
+        "detail": "no task assigned: nothing to restart",
     }
     assert runtime.restarts == 2
+    task = Task(id="t-1", spec=TaskSpec(name="t", image="img"), created_at=datetime.now(UTC))
+    runtime.apply(AssignedTask(task=task))
+    assert httpx.post(f"{server.url}/restart", auth=SignedAuth(devnet.validator)).json() == {
+        "restarted": True,
+        "detail": "task t-1 running: recorded (no runtime)",
+    }
     assert httpx.get(f"{server.url}/logs", auth=SignedAuth(Wallet.create())).status_code == 403
     assert httpx.get(f"{server.url}/logs?tail=-1", auth=SignedAuth(devnet.manager)).status_code == 422
+
+
+def test_metrics_are_public_prometheus_text(worker, devnet: Devnet) -> None:
+    server, daemon, _, _ = worker
+    runtime: RecordingRuntime = daemon.runtime  # type: ignore[assignment]
+    runtime.metrics = lambda: {"tokens_per_second": 12.5}  # type: ignore[method-assign]
+    r = httpx.get(f"{server.url}/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "worker_pool_joined 0.0" in r.text and "worker_heartbeating 0.0" in r.text
+    assert 'worker_task_metric{name="tokens_per_second"} 12.5' in r.text
 
 
 def test_replayed_request_is_refused(worker, devnet: Devnet) -> None:

@@ -61,6 +61,13 @@ def test_wallet_create_show_import(tmp_path: Path) -> None:
         app, ["wallet", "import", "--role", "node", "--force", "--private-key", "0x12"], env=env
     )
     assert bad.exit_code == 1 and "not a valid private key" in bad.output
+    # Help and error name the same roles: one key at a time, never "both".
+    for role in ("both", "nodes"):
+        args = ["wallet", "import", "--role", role, "--private-key", other.private_key_hex()]
+        wrong = runner.invoke(app, args, env=env)
+        assert wrong.exit_code == 1 and "--role must be provider or node" in wrong.output
+        assert "both" not in wrong.output
+    assert "both" not in runner.invoke(app, ["wallet", "import", "--help"], env=env).output
 
 
 def test_check_exit_codes(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import structlog
+import structlog.testing
 import torch
 from safetensors.torch import save_file
 
@@ -192,6 +194,37 @@ def test_step_beyond_async_level_waits(tmp_path, http_dir):
     assert not list((tmp_path / "out").glob("*.parquet"))
 
 
+def test_a_source_that_never_has_the_checkpoint_is_a_warning_naming_url_and_status(tmp_path, http_dir):
+    """A relay has no `step_{N}.safetensors` (it serves `/v{N}/…`): every candidate answers 404. The
+    wait says so at warning level, with the URLs asked and their status, not a silent info line."""
+    root, url = http_dir
+    (root / "step").write_text('{"step": 5}')
+    work = InferenceWorkload(settings(
+        tmp_path, step_url=f"{url}/step", checkpoint_source=f"{url}/step_{{step}}.safetensors", async_level=1,
+    ))  # fmt: skip
+    with structlog.testing.capture_logs() as logs:
+        assert work.run_batch() is None
+        assert work.run_batch() is None  # the same answers again: not warned twice
+    waits = [e for e in logs if e["event"] == "no checkpoint within the async level yet"]
+    assert [e["log_level"] for e in waits] == ["warning", "info"]
+    assert waits[0]["tried"] == [f"GET {url}/step_{n}.safetensors.sha256: HTTP 404" for n in (5, 4)]
+
+
+def test_unreachable_broadcast_relays_are_named_in_the_warning(tmp_path, http_dir):
+    root, url = http_dir
+    (root / "step").write_text('{"step": 3}')
+    dead = "http://127.0.0.1:1"
+    work = InferenceWorkload(settings(
+        tmp_path, step_url=f"{url}/step", checkpoint_source=f"broadcast:{dead}", async_level=0,
+    ))  # fmt: skip
+    with structlog.testing.capture_logs() as logs:
+        assert work.run_batch() is None
+    (wait,) = [e for e in logs if e["event"] == "no checkpoint within the async level yet"]
+    assert wait["log_level"] == "warning"
+    (tried,) = wait["tried"]
+    assert dead in tried and "HTTP 404" not in tried  # why the relay could not be asked, by URL
+
+
 def test_checkpoint_sha256_mismatch_is_refused(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -216,6 +249,7 @@ def test_cli_help_and_bad_flags():
         timeout=120,
     )
     assert ok.returncode == 0 and "--batch-size" in ok.stdout and "--step-url" in ok.stdout
+    assert ok.stdout.startswith("usage: intellect-infer ")  # the command users type, not the module
     bad = subprocess.run(
         [sys.executable, "-m", "workloads.inference", "--node-address", "nothex", "--max-batches", "1"],
         capture_output=True,

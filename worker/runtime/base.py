@@ -102,6 +102,15 @@ def run_name(desired: AssignedTask, node_address: str = "") -> str:
     return f"intellect-{safe_name(desired.task.id, 48)}-{node + '-' if node else ''}{effective_hash(desired)}"
 
 
+_NO_GROUP = "the task is not assigned to a node group"
+WHY_NO_VALUE = {  # why a known variable can lack a value, for the task's failure detail (docs/runtime.md)
+    "GROUP_ID": _NO_GROUP, "GROUP_INDEX": _NO_GROUP, "GROUP_SIZE": _NO_GROUP,
+    "NEXT_P2P_ADDRESS": "the task's node group has no next peer address",
+    "WORKER_P2P_SEED": "this worker has no p2p seed configured (INTELLECT_WORKER_P2P_SEED)",
+    "SOCKET_PATH": "this worker runs no task bridge",
+}  # fmt: skip
+
+
 def template_values(desired: AssignedTask, config: RuntimeConfig, socket_path: str | None) -> dict[str, str]:
     """Values for `${VAR}`. Missing ones (no group, no seed, no socket) stay missing: using them is an
     error in the task's state rather than a silent empty string."""
@@ -178,8 +187,8 @@ def prepare(
         cmd = [expand(mapped(arg), values) for arg in spec.cmd]
         entrypoint = [expand(mapped(arg), values) for arg in spec.entrypoint] if spec.entrypoint else None
     except UnknownTemplateVariable as exc:
-        hint = " (the task is not assigned to a node group)" if desired.group is None else ""
-        raise TaskSetupError(f"{exc}{hint}") from exc
+        why = WHY_NO_VALUE.get(exc.name or "", "this worker does not know it")
+        raise TaskSetupError(f"{exc}: {why}") from exc
     mounts = resolve_mounts(desired, config)
     # The operator's extra environment overrides the spec's (a contributor's machine, their choice);
     # the worker's own variables win over both: the bridge client relies on them.

@@ -40,6 +40,13 @@ def _fail(exc: Exception, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _is_http_url(text: str) -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 @app.command()
 def origin(
     directory: Path = typer.Option(..., "--dir", help="version store (created if missing)"),
@@ -50,6 +57,9 @@ def origin(
     shard_size: int = typer.Option(defaults.shard_size, "--shard-size", min=1, help="bytes per shard"),
 ) -> None:
     """Serve the versions in --dir (and publish new trainer steps from --watch)."""
+    if watch is not None and not watch.is_dir():
+        raise _fail(ValueError(f"--watch {watch}: no such folder (the trainer's --output-dir; start the "
+                               "trainer first, it creates it)"), 2)  # fmt: skip
     import uvicorn
 
     from workloads.broadcast.origin import create_origin_app
@@ -75,6 +85,9 @@ def relay(
     ),
 ) -> None:
     """Mirror an upstream and serve its versions, shards available as soon as they are verified."""
+    if not _is_http_url(upstream):
+        raise _fail(ValueError(f"--upstream {upstream!r} is not a URL: give the origin's or a relay's, "
+                               "e.g. http://127.0.0.1:8093"), 2)  # fmt: skip
     import uvicorn
 
     from workloads.broadcast.relay import create_relay_app

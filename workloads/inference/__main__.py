@@ -1,4 +1,4 @@
-"""`python -m workloads.inference --help`: run the inference workload."""
+"""`intellect-infer --help` (or `python -m workloads.inference`): run the inference workload."""
 
 from __future__ import annotations
 

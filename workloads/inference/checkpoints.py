@@ -48,15 +48,19 @@ class CheckpointStore:
         self.keep = max(1, keep)
         self.timeout = timeout
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.misses: dict[int, str] = {}  # step -> what the source answered when it did not have it
 
     def cached(self, step: int) -> Path:
         return self.cache_dir / f"step_{step}.safetensors"
 
     def fetch(self, step: int) -> Path | None:
-        """The verified local file for `step`, or None when the source does not have it (yet)."""
+        """The verified local file for `step`, or None when the source does not have it (yet); then
+        `misses[step]` says what was asked and what came back (URL and HTTP status, or the relays'
+        answers), so a wrong source is told apart from a step not published yet."""
         target = self.cached(step)
         if target.exists():
             return target
+        self.misses.pop(step, None)
         tmp = target.with_suffix(".part")
         if self.relays:
             expected = self._fetch_broadcast(step, tmp)
@@ -64,20 +68,25 @@ class CheckpointStore:
                 return None
             source = f"broadcast relays {', '.join(self.relays)}"
         elif (source := self.template.format(step=step)).startswith(("http://", "https://")):
-            expected = self._get_text(source + ".sha256")
+            expected = self._get_text(source + ".sha256", step)
             if expected is None:
                 return None
-            with httpx.stream("GET", source, timeout=self.timeout, follow_redirects=True) as resp:
-                if resp.status_code == 404:
-                    return None
-                resp.raise_for_status()
-                with open(tmp, "wb") as f:
-                    for block in resp.iter_bytes(1 << 20):
-                        f.write(block)
+            try:
+                with httpx.stream("GET", source, timeout=self.timeout, follow_redirects=True) as resp:
+                    if resp.status_code == 404:
+                        self.misses[step] = f"GET {source}: HTTP 404"
+                        return None
+                    self._refuse_status(source, resp)
+                    with open(tmp, "wb") as f:
+                        for block in resp.iter_bytes(1 << 20):
+                            f.write(block)
+            except httpx.TransportError as exc:
+                raise CheckpointError(f"checkpoint source {source} unreachable: {exc!r}") from None
         else:
             path = Path(source)
             sidecar = Path(source + ".sha256")
             if not path.exists():
+                self.misses[step] = f"{path}: no such file"
                 return None
             if not sidecar.exists():
                 raise CheckpointError(
@@ -105,18 +114,28 @@ class CheckpointStore:
 
         try:
             result = download(step, tmp, self.relays, timeout=self.timeout)
-        except VersionNotFound:
+        except VersionNotFound as exc:
+            self.misses[step] = str(exc)  # each relay's answer: HTTP 404, or why it could not be asked
             return None
         except BroadcastError as exc:
             raise CheckpointError(f"checkpoint for step {step} from broadcast relays: {exc}") from exc
         return result.digest
 
-    def _get_text(self, url: str) -> str | None:
-        resp = httpx.get(url, timeout=self.timeout, follow_redirects=True)
+    def _get_text(self, url: str, step: int) -> str | None:
+        try:
+            resp = httpx.get(url, timeout=self.timeout, follow_redirects=True)
+        except httpx.TransportError as exc:
+            raise CheckpointError(f"checkpoint source {url} unreachable: {exc!r}") from None
         if resp.status_code == 404:
+            self.misses[step] = f"GET {url}: HTTP 404"
             return None
-        resp.raise_for_status()
+        self._refuse_status(url, resp)
         return resp.text
+
+    @staticmethod
+    def _refuse_status(url: str, resp: httpx.Response) -> None:
+        if resp.status_code >= 400:
+            raise CheckpointError(f"checkpoint source GET {url}: HTTP {resp.status_code}")
 
     def _prune(self, newest: int) -> None:
         files = sorted(self.cache_dir.glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))

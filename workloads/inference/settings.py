@@ -20,11 +20,13 @@ class InferenceSettings(IntellectSettings):
         extra="ignore",
         cli_kebab_case=True,
         cli_implicit_flags=True,
-        cli_prog_name="python -m workloads.inference",
+        cli_prog_name="intellect-infer",
     )
 
     model: str = Field("tiny", description="model name (hub) or path; 'tiny' is the shipped model")
-    dataset: str = Field("demo", description="shipped set name (demo, math, code) or a .jsonl/.parquet path")
+    dataset: str = Field(
+        "demo", description="shipped set name (demo, reverse, math, code) or a .jsonl/.parquet path"
+    )
     node_address: str = Field(
         "0x0000000000000000000000000000000000000001",
         description="this node's address (seeds the data sampling)",
@@ -40,7 +42,8 @@ class InferenceSettings(IntellectSettings):
     step: int = Field(0, ge=0, description="fixed step when no step_url is configured")
     poll_seconds: float = Field(2.0, gt=0)
     checkpoint_source: str | None = Field(
-        None, description="checkpoint file per step, path or URL with {step}, sha256 in '<file>.sha256'"
+        None, description="checkpoint file per step: a path or URL with {step} (sha256 in '<file>.sha256'), "
+        "or 'broadcast:URL[,URL…]' of broadcast relays",
     )
     checkpoint_cache: Path = Field(Path(".checkpoints"), description="local copies of fetched checkpoints")
     async_level: int = Field(2, ge=0, description="rollouts may come from a policy this many steps old")

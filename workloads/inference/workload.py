@@ -24,6 +24,8 @@ from workloads.rollouts import BatchInfo, write_rollouts
 
 log = structlog.get_logger(__name__)
 
+WARN_EVERY_SECONDS = 60.0  # a wait for a checkpoint that does not change is warned about this often
+
 
 class BatchReport(BaseModel):
     path: str
@@ -64,6 +66,7 @@ class InferenceWorkload:
         )
         self.checkpoint_step = 0  # step 0 is the base model
         self.capped_at: float | None = None  # when files_per_step paused this step
+        self._warned: tuple[object, float] = (None, 0.0)  # last warned (step, answers) and when
         self.checkpoint_sha256: str | None = base_checkpoint_sha256(settings.model)
         self.step: int | None = None
         self.batch_counter = 0
@@ -106,6 +109,23 @@ class InferenceWorkload:
                 return True
         return oldest <= self.checkpoint_step <= step
 
+    def _report_no_checkpoint(self, step: int) -> None:
+        """Waiting for a checkpoint is normal for a moment (the trainer just moved on, the broadcast is
+        catching up); a source that never has one (a wrong URL form, relays nobody runs) is not. So the
+        wait is a warning naming what each candidate step's source answered (URL and status), once per
+        step and answer and again every WARN_EVERY_SECONDS; in between, info."""
+        oldest = max(0, step - self.s.async_level)
+        misses = self.store.misses if self.store is not None else {}
+        tried = [misses[c] for c in range(step, oldest - 1, -1) if c in misses]
+        key, now = (step, tuple(tried)), time.monotonic()
+        warn = key != self._warned[0] or now - self._warned[1] >= WARN_EVERY_SECONDS
+        if warn:
+            self._warned = (key, now)
+        (log.warning if warn else log.info)(
+            "no checkpoint within the async level yet", step=step, async_level=self.s.async_level,
+            source=self.s.checkpoint_source, tried=tried,
+        )  # fmt: skip
+
     def _use_base(self) -> bool:
         if self.checkpoint_step != 0 and self.model is not None:
             base = load_model(self.s.model, dtype=DTYPES[self.s.dtype], device=self.s.device)
@@ -130,7 +150,7 @@ class InferenceWorkload:
                 return None
             self.capped_at = now
         if not self.ensure_checkpoint(step):
-            log.info("no checkpoint within the async level yet", step=step, async_level=self.s.async_level)
+            self._report_no_checkpoint(step)
             return None
         self.batch_counter += 1
         plan = plan_batch(

@@ -2,12 +2,17 @@
 
 Trains with GRPO on validated rollouts and serves the step counter and checkpoints over HTTP.
 Configured by flags, `INTELLECT_TRAIN_*` environment variables and `.env`; `--cpu-demo` applies the
-tiny-model overrides (see `TrainerSettings.cpu_demo`).
+tiny-model overrides (see `TrainerSettings.for_cpu_demo`).
+
+A bad start is refused before the model loads, in one line and a non-zero exit: invalid settings or
+`--rollouts` neither a URL nor a folder (2), a step-counter port already taken (1). A trainer that
+trained on without its step counter would write checkpoints no worker is ever told about.
 """
 
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 
@@ -16,31 +21,46 @@ from pydantic import ValidationError
 from pydantic_settings import CliApp
 
 from intellect.logs import configure_logging
-from intellect.net import free_port
 from workloads.trainer.loop import Trainer
 from workloads.trainer.settings import TrainerSettings
 from workloads.trainer.sources import source_for
 from workloads.trainer.step_counter import create_app
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """The step counter's listening socket, bound here (port 0: a free one) so a taken port stops the
+    trainer at start; uvicorn then serves on it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    demo = "--cpu-demo" in args
-    args = [a for a in args if a != "--cpu-demo"]
     try:
         base = CliApp.run(TrainerSettings, cli_args=args)
-        settings = TrainerSettings.cpu_demo(**base.model_dump(exclude_unset=True)) if demo else base
+        given = base.model_dump(exclude_unset=True)
+        settings = TrainerSettings.for_cpu_demo(**given) if base.cpu_demo else base
+        source = source_for(settings.rollouts, settings.output_dir, settings.pool_id)
     except ValidationError as exc:
         print(f"invalid settings: {exc}", file=sys.stderr)
         return 2
-    if settings.port == 0:
-        settings = settings.model_copy(update={"port": free_port()})
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        listener = bind(settings.host, settings.port)
+    except OSError as exc:
+        where = f"{settings.host}:{settings.port}"
+        print(f"error: cannot serve the step counter on {where}: {exc.strerror or exc} (another trainer "
+              "running? pick another --port)", file=sys.stderr)  # fmt: skip
+        return 1
+    settings = settings.model_copy(update={"port": listener.getsockname()[1]})
     configure_logging()
-    source = source_for(settings.rollouts, settings.output_dir, settings.pool_id)
     trainer = Trainer(settings, source)
     server = uvicorn.Server(uvicorn.Config(create_app(trainer), host=settings.host, port=settings.port,
                                            log_level="warning"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True, name="step-counter")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True,
+                              name="step-counter")  # fmt: skip
     thread.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

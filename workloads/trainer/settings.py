@@ -1,7 +1,7 @@
 """Trainer settings: flags override `INTELLECT_TRAIN_*` environment variables, which override `.env`.
 
 Defaults are the reference's (prime-rl, INTELLECT-2) except where the shipped tiny model needs other
-values to learn visibly within a CPU demo of a few dozen steps; `TrainerSettings.cpu_demo()` holds
+values to learn visibly within a CPU demo of a few dozen steps; `TrainerSettings.for_cpu_demo()` holds
 those, each with its reason.
 """
 
@@ -22,6 +22,10 @@ class TrainerSettings(IntellectSettings):
         cli_implicit_flags=True, cli_prog_name="intellect-train",
     )  # fmt: skip
 
+    cpu_demo: bool = Field(
+        False, description="the tiny model on CPU: the demo's learning rate, clip, group size, rows and "
+        "minibatches (TrainerSettings.for_cpu_demo); flags given beside it win",
+    )
     model: str = Field("tiny", description="base model: 'tiny' (shipped), a HF name or a local path")
     device: str = Field("cpu")
     output_dir: Path = Field(Path("checkpoints"), description="checkpoints, manifests and trainer state")
@@ -54,17 +58,18 @@ class TrainerSettings(IntellectSettings):
     poll_seconds: float = Field(1.0, gt=0)
 
     @classmethod
-    def cpu_demo(cls, **overrides: Any) -> TrainerSettings:
+    def for_cpu_demo(cls, **overrides: Any) -> TrainerSettings:
         """The tiny model on CPU (measured: mean task reward 0.33 → 0.50 in 30 steps, held-out
         accuracy 0.36 → 0.48; see docs/trainer.md). A reference learning rate (3e-7, for billions of
         weights and thousands of rollouts a step) would not move 0.8 M weights in 30 steps, so the
         demo takes 3e-4 (1e-3 collapses the policy) with a gradient clip of 1.0 (its per-weight
-        gradients are far larger), 4 optimizer updates per step over minibatches, groups of 4
-        completions and 128 informative rows a step: about half a second of CPU per step. Updates go
-        by minibatches of 32 rows (4 for 128 rows, up to 8): a pool whose workers deliver more
-        informative rows per step then learns faster per step, not slower."""
+        gradients are far larger), groups of 4 completions and at least 128 informative rows a step:
+        about half a second of CPU per step. Updates go by minibatches of 32 rows, so a step takes one
+        update per 32 rows it collected (4 at 128 rows, 5 at 160, at most 8): a step usually collects
+        more than the minimum (whole files), and a pool whose workers deliver more informative rows
+        per step then learns faster per step, not slower."""
         values: dict[str, Any] = {  # field values of every type, validated by the settings model
-            "lr": 3e-4, "grad_clip": 1.0, "group_size": 4, "rows_per_step": 128, "updates_per_step": 4,
+            "cpu_demo": True, "lr": 3e-4, "grad_clip": 1.0, "group_size": 4, "rows_per_step": 128,
             "minibatch_rows": 32,
         }  # fmt: skip
         return cls(**(values | overrides))

@@ -89,8 +89,14 @@ class AcceptedFeedSource:
 
 
 def source_for(spec: str, work_dir: Path, pool_id: int | None) -> RolloutSource:
+    """The source `--rollouts` names; ValueError when it is neither a URL nor an existing folder (a
+    typo would otherwise become a new, forever empty folder and a trainer waiting on it)."""
     if spec.startswith(("http://", "https://")):
         return AcceptedFeedSource(spec, work_dir / "accepted", pool_id)
     folder = Path(spec)
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        raise ValueError(
+            f"--rollouts {spec!r} is neither a validator URL (http://… or https://…) nor an existing "
+            "folder of rollout files"
+        )
     return LocalDirSource(folder)
