@@ -57,15 +57,27 @@ class SeenStore(Protocol):
     def remember(self, pool_id: int | None, sha256: str, row_hashes: list[str]) -> None: ...
 
 
+class NodeWindows(Protocol):
+    """A rolling window of per-file statistics for each (pool, node): a plug-in pools what one small
+    file cannot show (a cheater must not be able to stay under a per-file minimum). Entries are JSON
+    objects; `push` appends one, keeps the newest `keep`, and returns the window (oldest first)."""
+
+    def push(
+        self, pool_id: int | None, node: str, entry: dict[str, Any], keep: int
+    ) -> list[dict[str, Any]]: ...
+
+
 @dataclass(frozen=True)
 class ValidatorEnv:
-    """What a validator offers a plug-in's checks: its memory of judged files, the trainer's step
-    counter (if the pool has one), a private folder for caches, and its file size limit."""
+    """What a validator offers a plug-in's checks: its memory of judged files and of each node's recent
+    statistics, the trainer's step counter (if the pool has one), a private folder for caches, and its
+    file size limit."""
 
     seen: SeenStore
     data_dir: Path
     step_url: str | None = None
     max_file_bytes: int = 256 * 1024 * 1024
+    windows: NodeWindows | None = None  # None: the plug-in keeps them in memory
 
 
 class FileJudge(Protocol):

@@ -21,7 +21,7 @@ from validator.memory import LocalCheckpoints, MemorySeenStore
 from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
 from validator.service import ValidatorService
 from validator.settings import ValidatorSettings, chain_data_dir
-from validator.store import SqlSeenStore
+from validator.store import SqlNodeWindows, SqlSeenStore
 from validator.task import TaskSettings
 from validator.tasks import TaskBook, TaskJudge
 from validator.thresholds import ValidationThresholds
@@ -129,7 +129,8 @@ def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSee
 
     def factory(seen: SqlSeenStore) -> Judge:
         env = ValidatorEnv(seen=seen, data_dir=settings.data_dir, step_url=settings.step_url,
-                           max_file_bytes=settings.max_file_bytes)  # fmt: skip
+                           max_file_bytes=settings.max_file_bytes,
+                           windows=SqlNodeWindows(seen.db))  # fmt: skip
         return TaskJudge(TaskBook(settings.orchestrator_url, wallet), env)
 
     return factory

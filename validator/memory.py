@@ -4,6 +4,7 @@ and tests: duplicates across the files of one run, checkpoints from paths given 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from workloads.model.loading import base_checkpoint_sha256, resolve
 from workloads.rollouts import sha256_file as sha256_of
@@ -23,6 +24,19 @@ class MemorySeenStore:
     def remember(self, pool_id: int | None, sha256: str, row_hashes: list[str]) -> None:
         self.files.setdefault(pool_id, set()).add(sha256)
         self.rows.setdefault(pool_id, set()).update(row_hashes)
+
+
+class MemoryNodeWindows:
+    """Each node's recent per-file statistics, for one run of `check` (or a test)."""
+
+    def __init__(self) -> None:
+        self.windows: dict[tuple[int | None, str], list[dict[str, Any]]] = {}
+
+    def push(self, pool_id: int | None, node: str, entry: dict[str, Any], keep: int) -> list[dict[str, Any]]:
+        window = self.windows.setdefault((pool_id, node.lower()), [])
+        window.append(entry)
+        del window[:-keep]
+        return list(window)
 
 
 class LocalCheckpoints:

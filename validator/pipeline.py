@@ -17,11 +17,13 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from intellect.workloads import NodeWindows
 from validator.checks.basic import file_identity, schema_and_bounds, work_units
 from validator.checks.context import FileContext
 from validator.checks.history import duplicates, freshness, plan_derivation
-from validator.checks.model import FileStats, recompute
+from validator.checks.model import FileStats, distribution_reasons, pooled, recompute
 from validator.checks.rewards import rewards_and_advantages
+from validator.memory import MemoryNodeWindows
 from validator.task import TaskSettings
 from validator.thresholds import ValidationThresholds
 from validator.verdicts import CheckpointSource, SeenStore, Submission, Verdict, VerdictKind
@@ -43,12 +45,14 @@ class Pipeline:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         models_kept: int = 3,
+        windows: NodeWindows | None = None,
     ) -> None:
         self.task = task
         self.seen = seen
         self.checkpoints = checkpoints
         self.thresholds = thresholds or ValidationThresholds()
         self.max_bytes = max_bytes
+        self.windows: NodeWindows = windows or MemoryNodeWindows()
         self.records = load_dataset(task.dataset)
         self.tokenizer = load_tokenizer(task.model)
         self._models: OrderedDict[str, PreTrainedModel] = OrderedDict()
@@ -124,4 +128,15 @@ class Pipeline:
             th=self.thresholds,
         )  # fmt: skip
         self.last_stats = stats
-        return reasons
+        if reasons:
+            return reasons
+        # Pooled over the node's recent files: a small file has too few chunks or tokens for the
+        # distribution statistics, a node's window has enough (a cheater cannot stay under a minimum).
+        node = ctx.submission.node or ctx.info.node_address
+        keep = self.thresholds.pool_files
+        window = self.windows.push(ctx.submission.pool_id, node, stats.model_dump(), keep)
+        if len(window) < 2:
+            return []
+        together = pooled([FileStats.model_validate(w) for w in window])
+        what = f"the node's last {len(window)} files"
+        return [f"{r} (pooled)" for r in distribution_reasons(together, self.thresholds, what)]

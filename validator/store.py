@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -303,6 +304,32 @@ class Verdicts:
             for verdict in s.scalars(select(VerdictRow.verdict)):
                 out[verdict] = out.get(verdict, 0) + 1
             return out
+
+
+class NodeWindowRow(Base):
+    """A node's recent per-file statistics (JSON list, oldest first): pooled checks across files."""
+
+    __tablename__ = "node_windows"
+    pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(42), primary_key=True)
+    entries: Mapped[str] = mapped_column(Text, default="[]")
+
+
+class SqlNodeWindows:
+    """`NodeWindows` in the validator's database, so a restart keeps every node's window."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def push(self, pool_id: int | None, node: str, entry: dict[str, Any], keep: int) -> list[dict[str, Any]]:
+        with self.db.transaction() as s:
+            row = s.get(NodeWindowRow, (pool_id or 0, node.lower()))
+            if row is None:
+                row = NodeWindowRow(pool_id=pool_id or 0, node=node.lower(), entries="[]")
+                s.add(row)
+            window = [*json.loads(row.entries), entry][-keep:]
+            row.entries = json.dumps(window)
+            return window
 
 
 class SqlSeenStore:

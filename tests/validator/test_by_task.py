@@ -126,7 +126,7 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
             "honest reverse": "accept", "deviant": "invalidate", "honest demo": "accept",
             "honest words": "accept", "forged words": "invalidate", "no workload": "soft_invalidate",
         }, {name: seen[k]["reasons"] for name, k in keys.items()}  # fmt: skip
-        assert any("the task's batch is 2×2" in r for r in seen[keys["deviant"]]["reasons"])
+        assert any("the task's batch has 4" in r for r in seen[keys["deviant"]]["reasons"])  # 6 rows
         assert any("9 words, the task asks for 7" in r for r in seen[keys["forged words"]]["reasons"])
         assert "names no workload" in " ".join(seen[keys["no workload"]]["reasons"])
         # on chain: the two cheaters are slashed by the votes; the honest work stands

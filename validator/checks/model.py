@@ -29,6 +29,50 @@ class FileStats(BaseModel):
     max_gap: float = 0.0
     max_logprob_error: float = 0.0
     min_eos_logprob: float = 0.0
+    # sums the pooled (per-node window) statistics add up across files
+    median_chunks: int = 0  # chunks whose mantissa-error median is >= 1
+    mant_sum: float = 0.0  # sum over chunks of the chunk's mantissa-error mean
+    lp_tokens: int = 0
+    lp_signed_sum: float = 0.0  # sum of claimed - recomputed logprob over every output token
+
+    @property
+    def lp_bias(self) -> float:
+        return self.lp_signed_sum / self.lp_tokens if self.lp_tokens else 0.0
+
+
+def pooled(window: list[FileStats]) -> FileStats:
+    """A node's recent files as one: the sums added, the shares and means recomputed."""
+    chunks = sum(w.chunks for w in window)
+    medians = sum(w.median_chunks for w in window)
+    mant = sum(w.mant_sum for w in window)
+    return FileStats(
+        chunks=chunks, median_chunks=medians, mant_sum=mant,
+        median_chunk_share=medians / chunks if chunks else 0.0, mant_mean=mant / chunks if chunks else 0.0,
+        lp_tokens=sum(w.lp_tokens for w in window), lp_signed_sum=sum(w.lp_signed_sum for w in window),
+    )  # fmt: skip
+
+
+def distribution_reasons(stats: FileStats, th: ValidationThresholds, what: str) -> list[str]:
+    """The statistics no single chunk or row shows: the model/dtype fingerprint of the TOPLOC
+    mantissa errors (once enough chunks are pooled) and a consistent logprob bias."""
+    reasons = []
+    if stats.chunks >= th.file_min_chunks:
+        if stats.median_chunk_share > th.file_max_median_chunks:
+            reasons.append(
+                f"toploc: {stats.median_chunk_share:.0%} of the chunks of {what} have a mantissa median >= 1 "
+                f"(honest: at most {th.file_max_median_chunks:.0%}); not the claimed model and dtype"
+            )
+        if stats.mant_mean >= th.file_max_mant_mean:
+            reasons.append(
+                f"toploc: mean mantissa error {stats.mant_mean:.3f} over {what} is at or above "
+                f"{th.file_max_mant_mean}; not the claimed model and dtype"
+            )
+    if stats.lp_tokens and abs(stats.lp_bias) > th.bias_limit(stats.lp_tokens):
+        reasons.append(
+            f"logprobs: a consistent bias of {stats.lp_bias:+.4f} nats over {what} ({stats.lp_tokens} "
+            f"tokens; honest: within ±{th.bias_limit(stats.lp_tokens):.4f})"
+        )
+    return reasons
 
 
 def recompute(
@@ -47,6 +91,7 @@ def recompute(
     )
     failed: dict[str, list[int]] = {}
     means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
+    lp_signed, lp_tokens = 0.0, 0
     for start in range(0, len(rows), th.prefill_batch_size):
         chunk = rows[start : start + th.prefill_batch_size]
         result = prefill_batch(
@@ -67,10 +112,15 @@ def recompute(
             if gap > th.sampling_tolerance:
                 failed.setdefault("sampling", []).append(i)
             lp = logprobs[i - start]
-            diff = (torch.tensor(r.output_logprobs, dtype=torch.float32) - lp).abs()
+            signed = torch.tensor(r.output_logprobs, dtype=torch.float32) - lp
+            diff = signed.abs()
             err = float(diff.max())
             lp_errors.append(err)
-            if err > th.logprob_tolerance or float(diff.mean()) > th.logprob_mean_tolerance:
+            lp_signed += float(signed.sum())
+            lp_tokens += len(r.output_tokens)
+            outliers = int((diff > th.logprob_outlier).sum())
+            if (err > th.logprob_tolerance or float(diff.mean()) > th.row_mean_limit(len(r.output_tokens))
+                    or outliers > th.logprob_max_outliers):  # fmt: skip
                 failed.setdefault("logprobs", []).append(i)
             tokens = r.output_tokens
             if eos_token_id in tokens[:-1]:
@@ -93,26 +143,21 @@ def recompute(
         max_gap=max(gaps_all, default=0.0),
         max_logprob_error=max(lp_errors, default=0.0),
         min_eos_logprob=min(eos_lps, default=0.0),
+        median_chunks=int(np.sum(np.asarray(medians) >= 1)) if medians else 0,
+        mant_sum=float(np.sum(means)) if means else 0.0,
+        lp_tokens=lp_tokens,
+        lp_signed_sum=lp_signed,
     )
     labels = {
         "toploc": "TOPLOC proofs that do not match the recomputed hidden states",
         "sampling": "tokens the seed's Gumbel sampling does not reproduce",
-        "logprobs": f"logprobs off the recomputed ones (row mean > {th.logprob_mean_tolerance} or a token > "
-                    f"{th.logprob_tolerance})",
+        "logprobs": f"logprobs off the recomputed ones (row mean > {th.logprob_mean_tolerance} + "
+                    f"{th.logprob_tolerance}/tokens, a token > {th.logprob_tolerance}, or more than "
+                    f"{th.logprob_max_outliers} token(s) > {th.logprob_outlier})",
     }
     reasons = [
         f"{'termination' if what not in labels else what}: {rows_named(rows_)} with {labels.get(what, what)}"
         for what, rows_ in failed.items()
     ]
-    if stats.chunks >= th.file_min_chunks:
-        if stats.median_chunk_share > th.file_max_median_chunks:
-            reasons.append(
-                f"toploc: {stats.median_chunk_share:.0%} of the file's chunks have a mantissa median >= 1 "
-                f"(honest files: at most {th.file_max_median_chunks:.0%}); not the claimed model and dtype"
-            )
-        if stats.mant_mean >= th.file_max_mant_mean:
-            reasons.append(
-                f"toploc: mean mantissa error {stats.mant_mean:.3f} over the file is at or above "
-                f"{th.file_max_mant_mean}; not the claimed model and dtype"
-            )
+    reasons += distribution_reasons(stats, th, "the file")
     return reasons, stats

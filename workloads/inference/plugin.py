@@ -172,7 +172,8 @@ class InferencePlugin:
             checkpoints = TrainerCheckpoints(env.step_url, env.data_dir / "checkpoints", task.model)
         else:
             checkpoints = LocalCheckpoints(task.model)
-        return Pipeline(task, env.seen, checkpoints, ValidationThresholds(), max_bytes=env.max_file_bytes)
+        return Pipeline(task, env.seen, checkpoints, ValidationThresholds(), max_bytes=env.max_file_bytes,
+                        windows=env.windows)  # fmt: skip
 
 
 def _first_error(exc: ValidationError) -> str:
