@@ -77,6 +77,20 @@ def stats_of(
     return stats
 
 
+def _worst_row_share(path: Path, model, tok, th: ValidationThresholds) -> float:  # noqa: ANN001
+    """The largest row mean |logprob error| of a file as a share of that row's length-aware limit."""
+    from workloads.inference.verify import token_checks
+    from workloads.model.prefill import prefill_batch
+
+    rows, _ = read_rollouts(path)
+    result = prefill_batch(model, [r.input_tokens for r in rows], [r.output_tokens for r in rows], 1.0,
+                           tok.pad_token_id)  # fmt: skip
+    _, logprobs = token_checks(rows, result)
+    shares = [float((torch.tensor(r.output_logprobs) - lp).abs().mean()) / th.row_mean_limit(len(r.output_tokens))
+              for r, lp in zip(rows, logprobs, strict=True)]  # fmt: skip
+    return max(shares)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few hundred honest sequences")
@@ -130,6 +144,18 @@ def main() -> None:
         best_attack = {k: min(getattr(s, field) for s in v) for k, v in attack_stats.items()}
         rows.append({"statistic": label, "threshold": limit, "worst honest": h, "honest margin": limit - h,
                      **{f"min {k}": v for k, v in best_attack.items()}})  # fmt: skip
+    # the signed logprob bias, as a share of its limit for the file's token count (1.0 = at the limit)
+    bias = lambda s: abs(s.lp_bias) / th.bias_limit(s.lp_tokens)  # noqa: E731
+    rows.append({"statistic": "|logprob bias| / limit", "threshold": 1.0,
+                 "worst honest": worst([bias(s) for s in honest_stats]),
+                 "honest margin": 1.0 - worst([bias(s) for s in honest_stats]),
+                 **{f"min {k}": min(bias(s) for s in v) for k, v in attack_stats.items()}})  # fmt: skip
+    # the row mean |error| as a share of the row's length-aware limit, over every honest row
+    row_share = []
+    for path in honest[:: max(1, len(honest) // 200)]:
+        row_share.append(_worst_row_share(path, model, tok, th))
+    rows.append({"statistic": "row mean |err| / limit(n)", "threshold": 1.0, "worst honest": max(row_share),
+                 "honest margin": 1.0 - max(row_share)})  # fmt: skip
     # the full pipeline on every honest file: false positives
     pipelines = {bs: Pipeline(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), LocalCheckpoints("tiny"), th)
                  for bs in set(batch_of.values())}  # fmt: skip

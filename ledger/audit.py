@@ -40,7 +40,10 @@ class AuditedWork(BaseModel):
     submitted_block: int
     unlock_at: int
     status: str = "submitted"  # submitted | paid | dropped | invalidated | soft_invalidated
-    invalidated_tx: str | None = Field(None, description="invalidated after its reward matured: still paid")
+    invalidated_tx: str | None = Field(
+        None, description="the transaction that invalidated it (slash or soft); if its reward had already "
+        "matured, the chain still pays it",
+    )
     dropped_tx: str | None = None
     paid_tx: str | None = None
     votes: list[Verdict] = Field(default_factory=list, description="on chain: InvalidationVoted")
@@ -87,6 +90,13 @@ class Auditor:
     def _param(self, name: str, block: int) -> int:
         return int(getattr(self.c.pools.functions, name)().call(block_identifier=block))
 
+    def _lock(self, pool_id: int, block: int) -> int:
+        """How long a reward submitted at `block` stays locked: the lock period, or the pool's voting
+        window if that is longer (the contract never unlocks a reward before its window closes)."""
+        policy = self.c.pools.functions.slashingPolicies(pool_id).call(block_identifier=block)
+        window = int(policy[1]) or self._param("invalidationWindow", block)
+        return max(self._param("rewardLockPeriod", block), window)
+
     def node(self, node: str) -> Audit:
         node = to_checksum_address(node)
         start = self.c.deployment.block
@@ -114,7 +124,7 @@ class Auditor:
                     reward=args["units"] * self._param("rewardPerUnit", block),
                     submitted_tx=tx,
                     submitted_block=block,
-                    unlock_at=args["timestamp"] + self._param("rewardLockPeriod", block),
+                    unlock_at=args["timestamp"] + self._lock(args["poolId"], block),
                 )
                 works[(w.pool_id, w.work_key)] = w
                 order.append(w)
@@ -123,16 +133,16 @@ class Auditor:
                     if w.status == "submitted" and w.unlock_at > now:
                         w.status, w.dropped_tx = "dropped", tx
                 hit = works.get((args["poolId"], _hex(args["workKey"])))
-                if hit is not None and hit.status == "dropped":
-                    hit.status = "invalidated"
-                elif hit is not None:  # its reward had matured: the chain still pays it
-                    hit.invalidated_tx = tx
+                if hit is not None:
+                    hit.invalidated_tx = tx  # matured already? then the chain still pays it
+                    if hit.status == "dropped":
+                        hit.status = "invalidated"
             elif name == "WorkSoftInvalidated":
                 hit = works.get((args["poolId"], _hex(args["workKey"])))
-                if hit is not None and hit.status == "submitted" and hit.unlock_at > now:
-                    hit.status, hit.dropped_tx = "soft_invalidated", tx
-                elif hit is not None:
+                if hit is not None:
                     hit.invalidated_tx = tx
+                    if hit.status == "submitted" and hit.unlock_at > now:
+                        hit.status, hit.dropped_tx = "soft_invalidated", tx
             elif name == "WorkPardoned":
                 hit = works.get((args["poolId"], _hex(args["workKey"])))
                 if hit is not None and hit.status == "soft_invalidated":
@@ -216,3 +226,8 @@ class Auditor:
                             )
                         )
                 after = items[-1]["cursor"]
+        for w in works:  # a vote's reasons are those of the verdict its validator sent it for
+            reasons = {v.tx_hash.lower(): v.reasons for v in w.verdicts if v.tx_hash}
+            for vote in w.votes:
+                if not vote.reasons and (vote.tx_hash or "").lower() in reasons:
+                    vote.reasons = reasons[(vote.tx_hash or "").lower()]

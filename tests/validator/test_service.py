@@ -22,6 +22,7 @@ from uploads_world import Heartbeats, Orchestrator, make_healthy, wait_for  # no
 
 from intellect.identity import Wallet  # noqa: E402
 from intellect.wire.storage import UploadRequest  # noqa: E402
+from ledger.audit import Auditor  # noqa: E402
 from ledger.models import WorkStatus  # noqa: E402
 from tests.support.testing import ServerThread  # noqa: E402
 from validator.api import create_app  # noqa: E402
@@ -163,6 +164,10 @@ def test_honest_accepted_cheater_slashed_withheld_invalidated(devnet, world) -> 
         assert client.get_work(devnet.pool_id, lost).status == WorkStatus.INVALIDATED
         assert not client.is_node_in_pool(devnet.pool_id, withholder.wallet.address)
         assert client.claimable_rewards(withholder.wallet.address) == 0
+        # the pool owner's audit of the cheater's file: invalidated, by which transaction, and why
+        _, entry = Auditor(client, [api.url]).work_key(bad)
+        assert entry.status == "invalidated" and entry.invalidated_tx == v_bad["tx_hash"]
+        assert entry.votes and all("verifier does not give" in " ".join(v.reasons) for v in entry.votes)
         assert client.pending_rewards(withholder.wallet.address) == 0
         assert client.is_node_in_pool(devnet.pool_id, honest.wallet.address)
 
