@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 from intellect.workloads import NodeWindows
 from validator.checks.basic import file_identity, schema_and_bounds, work_units
 from validator.checks.context import FileContext
-from validator.checks.history import duplicates, freshness, plan_derivation
+from validator.checks.history import counter_order, duplicates, freshness, plan_derivation
 from validator.checks.model import FileStats, distribution_reasons, pooled, recompute
 from validator.checks.rewards import rewards_and_advantages
 from validator.memory import MemoryNodeWindows
@@ -115,7 +115,10 @@ class Pipeline:
         if not reasons:
             reasons += run("recompute", lambda: self._recompute(ctx))
         self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
-        return verdict("invalidate" if reasons else "accept", reasons)
+        if reasons:
+            return verdict("invalidate", reasons)
+        grinding = run("order", lambda: counter_order(ctx, self.windows))
+        return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
 
     def _recompute(self, ctx: FileContext) -> list[str]:
         assert ctx.info is not None and ctx.info.checkpoint_step is not None

@@ -30,6 +30,7 @@ from validator.memory import LocalCheckpoints  # noqa: E402
 from validator.pipeline import Pipeline  # noqa: E402
 from validator.service import ValidatorService  # noqa: E402
 from validator.settings import ValidatorSettings  # noqa: E402
+from validator.store import SqlNodeWindows  # noqa: E402
 from validator.task import TaskSettings  # noqa: E402
 from validator.watcher import Watcher  # noqa: E402
 from worker.cli import app as worker_app  # noqa: E402
@@ -123,7 +124,7 @@ def world(devnet, redis_url, tmp_path_factory):  # noqa: ANN001
 
 
 def start_service(world) -> tuple[ValidatorService, ServerThread]:  # noqa: ANN001
-    factory = lambda seen: Pipeline(TASK, seen, LocalCheckpoints(TASK.model))  # noqa: E731
+    factory = lambda seen: Pipeline(TASK, seen, LocalCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     service = ValidatorService(world["settings"], world["wallet"], factory).start()
     return service, ServerThread(create_app(service)).start()
 
@@ -241,7 +242,7 @@ def test_restart_mid_stream_loses_and_repeats_nothing(devnet, world) -> None:  #
 def test_reorg_rewinds_by_block_hash(devnet, world, tmp_path) -> None:  # noqa: ANN001
     orch, honest, task = world["orch"], world["honest"], world["task"]
     settings = world["settings"].model_copy(update={"data_dir": tmp_path / "v"})
-    factory = lambda seen: Pipeline(TASK, seen, LocalCheckpoints(TASK.model))  # noqa: E731
+    factory = lambda seen: Pipeline(TASK, seen, LocalCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     service = ValidatorService(settings, world["wallet"], factory)  # loops not started: driven by hand
     watcher: Watcher = service.watcher
     watcher.poll()  # everything submitted so far is queued (this validator is new)
@@ -290,7 +291,7 @@ def test_two_of_three_quorum_slashes_a_cheating_workload(devnet, world) -> None:
     world["beats"].add(cheater.wallet)
     make_healthy(orch, [cheater.wallet])
     stake = devnet.client().get_provider(cheater.provider.address).stake
-    factory = lambda seen: Pipeline(TASK, seen, LocalCheckpoints(TASK.model))  # noqa: E731
+    factory = lambda seen: Pipeline(TASK, seen, LocalCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     running = []
     for i, v in enumerate(validators[:2]):
         settings = world["settings"].model_copy(update={"data_dir": root / f"quorum-{i}"})

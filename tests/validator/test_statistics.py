@@ -6,6 +6,7 @@ chunks. Honest files come from the real inference workload; cheats are what a wo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,9 @@ from validator.verdicts import Submission, Verdict
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.workload import InferenceWorkload
 from workloads.rollouts import read_rollouts, write_rollouts
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_attacks import follow_on  # noqa: E402
 
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
 SMALL = TaskSettings(batch_size=1, n=4, max_new_tokens=16, target_lengths=[8])  # one prompt per file
@@ -73,7 +77,9 @@ def test_one_honest_outlier_token_in_a_short_row_is_not_slashed(
         return lps
 
     src = next(p for p in honest_small if len(read_rollouts(p)[0][0].output_tokens) <= 8)
-    [verdict] = judge_all([edit_logprobs(src, tmp_path / "outlier.parquet", bump)], SMALL)
+    pipeline = Pipeline(SMALL, MemorySeenStore(), LocalCheckpoints(SMALL.model))
+    follow_on(pipeline, src, NODE)
+    verdict = pipeline.judge(edit_logprobs(src, tmp_path / "outlier.parquet", bump), Submission(node=NODE))
     assert verdict.verdict == "accept", verdict.reasons
 
 
@@ -108,7 +114,9 @@ def test_several_outlier_edits_in_a_long_row_are_caught(tmp_path: Path) -> None:
                 lps[t] -= 0.45
         return lps
 
-    [verdict] = judge_all([edit_logprobs(path, tmp_path / "dented.parquet", dent)], LONG)
+    pipeline = Pipeline(LONG, MemorySeenStore(), LocalCheckpoints(LONG.model))
+    follow_on(pipeline, path, NODE)
+    verdict = pipeline.judge(edit_logprobs(path, tmp_path / "dented.parquet", dent), Submission(node=NODE))
     assert verdict.verdict == "invalidate"
     assert any(reason.startswith("logprobs:") for reason in verdict.reasons), verdict.reasons
 
@@ -122,3 +130,19 @@ def test_a_node_making_small_fp32_files_is_caught_by_its_pooled_statistics(tmp_p
     assert caught, [v.reasons for v in verdicts]
     assert any("(pooled)" in reason for reason in verdicts[caught[0]].reasons), verdicts[caught[0]].reasons
     assert caught[0] < 12  # within a dozen small files
+
+
+def test_batch_counters_must_follow_each_other(tmp_path: Path) -> None:
+    """Grinding (issue 18.5): a node makes batches 1..4 of a step and submits only batch 3, its best.
+    Counters must come in order, so batch 3 without 1 and 2 is not paid (soft: an honest worker can
+    leave a gap); the count goes on from it, so batch 4 is paid. Before, batch 3 was accepted."""
+    made = files(tmp_path / "grind", SMALL, 4)
+    verdicts = judge_all([made[2], made[3]], SMALL)
+    assert [v.verdict for v in verdicts] == ["soft_invalidate", "accept"], [v.reasons for v in verdicts]
+    assert "grinding: batch counter 3 of step 0 where 1 was due" in verdicts[0].reasons[0]
+    # and a restarted workload carries on from the counters it wrote (a repeated counter is a slash)
+    again = InferenceWorkload(InferenceSettings(node_address=NODE, output_dir=tmp_path / "grind",
+                                                batch_size=1, n=4, max_new_tokens=16,
+                                                target_lengths=[8]))  # fmt: skip
+    report = again.run_batch()
+    assert report is not None and report.batch_counter == 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+from intellect.workloads import NodeWindows
 from validator.checks.context import FileContext, rows_named
 from workloads.inference.selection import plan_batch
 
@@ -84,6 +85,24 @@ def plan_derivation(ctx: FileContext) -> list[str]:
         if rows:
             reasons.append(f"plan: {rows_named(rows)} with {what}")
     return reasons
+
+
+def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
+    """Grinding: a node must submit a step's batch counters in order, 1, 2, 3, ... (judged in chain
+    order). Seeds and prompts come from (node, step, counter), so a node that made 16 batches and
+    submitted only its best would otherwise choose its data. A counter past the next one (a gap) is
+    not paid: soft-invalidated, not slashed (an honest worker can leave a gap when an upload is refused
+    for good), and the count continues from it. So a ground batch is never paid nor trained on, and
+    a node that abstains from a bad batch forfeits the next one as well."""
+    assert ctx.info is not None
+    node = (ctx.submission.node or ctx.info.node_address).lower()
+    key = f"{node}#step{ctx.info.step}"
+    window = windows.push(ctx.submission.pool_id, key, {"counter": ctx.info.batch_counter}, keep=2)
+    previous = int(window[-2]["counter"]) if len(window) > 1 else 0
+    if ctx.info.batch_counter != previous + 1:
+        return [f"grinding: batch counter {ctx.info.batch_counter} of step {ctx.info.step} where "
+                f"{previous + 1} was due (a node's counters of a step must follow each other)"]  # fmt: skip
+    return []
 
 
 def freshness(ctx: FileContext) -> list[str]:

@@ -72,6 +72,16 @@ class InferenceWorkload:
         self.batch_counter = 0
         settings.output_dir.mkdir(parents=True, exist_ok=True)
 
+    def last_counter(self, step: int) -> int:
+        """The highest batch counter this node already wrote for `step` (0: none). A restarted workload
+        carries on from there: reusing a counter would repeat a plan (a duplicate the validators
+        invalidate), and skipping one leaves a gap they do not pay (docs/validator.md, "Grinding")."""
+        node = self.s.node_address.lower().removeprefix("0x")
+        counters = [int(p.stem.rsplit("batch", 1)[1]) for p in
+                    self.s.output_dir.glob(f"rollouts-{node}-step{step:06d}-batch*.parquet")
+                    if p.stem.rsplit("batch", 1)[1].isdigit()]  # fmt: skip
+        return max(counters, default=0)
+
     def current_step(self) -> int:
         if not self.s.step_url:
             return self.s.step
@@ -140,7 +150,7 @@ class InferenceWorkload:
         started = time.perf_counter()
         step = self.current_step()
         if step != self.step:
-            self.step, self.batch_counter, self.capped_at = step, 0, None
+            self.step, self.batch_counter, self.capped_at = step, self.last_counter(step), None
         if self.s.files_per_step and self.batch_counter >= self.s.files_per_step:
             # This step has its share from us: wait for the trainer to move on, but never forever
             # (a step short of informative groups would otherwise stall the whole pool).
