@@ -1,5 +1,6 @@
-"""What every HTTP service puts in front of its routes: a body size limit enforced while the body
-streams in (before authentication and parsing), and error handlers that always answer JSON.
+"""What every HTTP service puts in front of its routes: a body size limit and a JSON nesting limit
+enforced while the body streams in (before authentication and parsing), and error handlers that
+always answer JSON.
 
 Why here: an unsigned 1 GB chunked PUT used to be read whole before its 401, and a validation error
 whose input held `1e400` or a lone surrogate crashed FastAPI's own handler into a plain-text 500.
@@ -9,6 +10,7 @@ Each service calls `guard(app, ...)` once when it builds its app.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +25,44 @@ from intellect.openapi import finish_openapi
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_BODY = 1024 * 1024  # 1 MiB: every JSON body of the protocol is far smaller
+# Every JSON body of the protocol nests a handful of levels; a parser that recurses once per level
+# (Python's C JSON decoder) overflows the C stack on 100,000 levels and kills the process.
+MAX_JSON_DEPTH = 64
+_JSON_SPECIAL = re.compile(rb'[\[\]{}"\\]')
+
+
+class JsonDepth:
+    """Streaming nesting depth of a JSON text (brackets outside strings), fed chunk by chunk."""
+
+    def __init__(self, limit: int = MAX_JSON_DEPTH) -> None:
+        self.limit = limit
+        self.depth = 0
+        self.in_string = False
+        self.escaped_at = -1  # absolute offset of the byte a backslash escapes
+        self.offset = 0
+
+    def feed(self, chunk: bytes) -> bool:
+        """False as soon as the text nests deeper than the limit."""
+        for m in _JSON_SPECIAL.finditer(chunk):
+            at = self.offset + m.start()
+            c = m.group()
+            if self.in_string:
+                if at == self.escaped_at:
+                    continue
+                if c == b"\\":
+                    self.escaped_at = at + 1
+                elif c == b'"':
+                    self.in_string = False
+            elif c == b'"':
+                self.in_string = True
+            elif c in (b"[", b"{"):
+                self.depth += 1
+                if self.depth > self.limit:
+                    return False
+            elif c in (b"]", b"}"):
+                self.depth = max(0, self.depth - 1)
+        self.offset += len(chunk)
+        return True
 
 
 class BodyLimit:
@@ -65,6 +105,7 @@ class BodyLimit:
         seen = 0
         started = False
         refused = False
+        depth = JsonDepth()
 
         async def counting_receive() -> Message:
             nonlocal seen, refused
@@ -72,13 +113,20 @@ class BodyLimit:
                 return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                seen += len(chunk)
                 if seen > limit:
                     # Answer 413 now, ourselves: an exception raised here would be turned into a 400
                     # by the framework's body parser. The app then sees the client as gone.
                     refused = True
                     if not started:
                         await _drain_nothing(send, limit)
+                    return {"type": "http.disconnect"}
+                if not depth.feed(chunk):  # before any parser sees it, also before authentication
+                    refused = True
+                    if not started:
+                        await _reply(send, 400, f"JSON body nested deeper than {depth.limit} levels",
+                                     close=True)  # fmt: skip
                     return {"type": "http.disconnect"}
             return message
 

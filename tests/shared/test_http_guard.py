@@ -127,3 +127,36 @@ def test_json_safe_handles_what_json_cannot() -> None:
         "b": "\\ud800",
         "3": ["nan", "\\xff", "v"],
     }
+
+
+DEEP = b"[" * 30_000 + b"]" * 30_000  # 60 KB (under this app's 64 KB limit), one recursion per level
+
+
+def test_deep_json_is_refused_before_any_parser_sees_it(server) -> None:  # noqa: ANN001
+    r = httpx.post(server.url + "/named", content=DEEP, headers={"content-type": "application/json"},
+                   timeout=30)  # fmt: skip
+    assert r.status_code == 400 and "nested deeper than 64 levels" in r.json()["detail"]
+    tricky = b'{"name": "' + b"[" * 1000 + b'\\"]]", "count": 1}'  # brackets inside a string do not nest
+    assert httpx.post(server.url + "/named", content=tricky, headers={"content-type": "application/json"},
+                      timeout=30).status_code == 200  # fmt: skip
+    assert httpx.post(server.url + "/named", json={"name": "x"}, timeout=30).json()["name"] == "x"
+
+
+@pytest.mark.slow
+def test_the_recursion_limit_stays_sane_whatever_a_service_imports() -> None:
+    """py_ecc (through eth-account) raises the recursion limit to 100,000 at import; with it, the C JSON
+    decoder overflowed the C stack on a deep body and the process died (segfault). A fresh interpreter
+    that imports every service still has a sane limit, and a deep body is a RecursionError, not a crash."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, json\n"
+        "import orchestrator.app, discovery.app, validator.service, validator.api, worker.cli, worker.api\n"
+        "import workloads.trainer.step_counter, workloads.broadcast.api, dashboard.server, ledger.cli\n"
+        "assert sys.getrecursionlimit() <= 3000, sys.getrecursionlimit()\n"
+        "try:\n    json.loads('[' * 100000)\nexcept RecursionError:\n    print('refused')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert result.stdout.strip() == "refused"
