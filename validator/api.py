@@ -60,8 +60,10 @@ def get_service(request: Request) -> ValidatorService:
 
 
 Service = Annotated[ValidatorService, Depends(get_service)]
-Pool = Annotated[int | None, Query(alias="pool", ge=1, description="pool id")]
-After = Annotated[int, Query(ge=0, description="cursor: items with a larger cursor")]
+# SQL integers are 64-bit signed: a larger value is a 422, never an OverflowError (500) in the store.
+MAX_SQL_INT = 2**63 - 1
+Pool = Annotated[int | None, Query(alias="pool", ge=1, le=MAX_SQL_INT, description="pool id")]
+After = Annotated[int, Query(ge=0, le=MAX_SQL_INT, description="cursor: items with a larger cursor")]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 
 verdicts_router = APIRouter(tags=["verdicts"])

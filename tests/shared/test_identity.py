@@ -57,3 +57,14 @@ def test_repr_never_shows_the_key() -> None:
 def test_bad_private_key_is_a_clear_error() -> None:
     with pytest.raises(IdentityError, match="32 bytes"):
         Wallet.from_key("0x1234")
+
+
+def test_a_key_one_hex_digit_short_is_refused_not_padded_into_another_key() -> None:
+    """eth-account zero-pads a 63-digit hex key: a typo would silently become a different account."""
+    from intellect.identity import IdentityError, Wallet
+
+    good = "0x" + "ab" * 32
+    assert Wallet.from_key(good).address == Wallet.from_key(good[2:]).address
+    for bad in (good[:-1], good + "c", "0x"):
+        with pytest.raises(IdentityError, match="expected 64 hex digits"):
+            Wallet.from_key(bad)
