@@ -46,7 +46,9 @@ class Wallet:
             digits = private_key.strip().removeprefix("0x").removeprefix("0X")
             if len(digits) != 64:
                 # eth-account pads a short hex string: 63 digits would silently become another key
-                raise IdentityError(f"not a valid private key: expected 64 hex digits, got {len(digits)}")
+                raise IdentityError(
+                    f"not a valid private key: expected 32 bytes (64 hex digits), got {len(digits)} digits"
+                )
         try:
             return cls(Account.from_key(private_key))
         except (ValueError, TypeError):
