@@ -220,7 +220,7 @@ def start_learning_services(
             env | {
                 "INTELLECT_VALIDATOR_RPC_URL": state.rpc_url,
                 "INTELLECT_VALIDATOR_DEPLOYMENT": state.deployment_path,
-                "INTELLECT_VALIDATOR_KEY": state.account(role).private_key,
+                "INTELLECT_VALIDATOR_KEY": state.key_ref(role),
                 "INTELLECT_VALIDATOR_POLL_SECONDS": "0.5",
             },
             directory,

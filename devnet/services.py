@@ -87,7 +87,7 @@ def start_services(
             "INTELLECT_ORCH_DEPLOYMENT": state.deployment_path,
             "INTELLECT_ORCH_STATE_DIR": str(directory / "orchestrator"),
             "INTELLECT_ORCH_DISCOVERY_URL": discovery.url or "",
-            "INTELLECT_ORCH_MANAGER_KEY": state.account("pool-manager").private_key,
+            "INTELLECT_ORCH_MANAGER_KEY": state.key_ref("pool-manager"),
             "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "2",
         },
         directory,
@@ -104,8 +104,8 @@ def start_services(
             [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", runtime, "--api-port", str(port)],
             env
             | {
-                "INTELLECT_WORKER_PROVIDER_KEY": state.account(f"provider-{index}").private_key,
-                "INTELLECT_WORKER_NODE_KEY": state.account(f"node-{index}").private_key,
+                "INTELLECT_WORKER_PROVIDER_KEY": state.key_ref(f"provider-{index}"),
+                "INTELLECT_WORKER_NODE_KEY": state.key_ref(f"node-{index}"),
                 "INTELLECT_WORKER_RPC_URL": state.rpc_url,
                 "INTELLECT_WORKER_DEPLOYMENT": state.deployment_path,
                 "INTELLECT_WORKER_DISCOVERY_URL": discovery.url or "",

@@ -10,6 +10,8 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
+from intellect.keyfiles import write_key_file
+
 STATE_FILE = "devnet.json"
 
 
@@ -73,6 +75,11 @@ class DevnetState(BaseModel):
 
     def account(self, role: str) -> DevAccount:
         return next(a for a in self.accounts if a.role == role)
+
+    def key_ref(self, role: str) -> str:
+        """`file:PATH` of the role's key in `<devnet>/keys` (0600): services get the path, never the key,
+        in their environment, where a task could read it from /proc."""
+        return write_key_file(Path(self.directory) / "keys" / f"{role}.key", self.account(role).private_key)
 
     def process(self, name: str) -> ManagedProcess | None:
         return next((p for p in self.processes if p.name == name), None)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field
 
 from intellect.identity import IdentityError, Wallet
+from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
 from ledger.errors import LedgerConfigError
 
@@ -17,7 +18,7 @@ class LedgerSettings(IntellectSettings):
     keystore: Path | None = (
         None  # INTELLECT_KEYSTORE; passphrase from INTELLECT_KEYSTORE_PASSPHRASE or a prompt
     )
-    private_key: SecretStr | None = None  # INTELLECT_PRIVATE_KEY
+    private_key: KeySecret | None = None  # INTELLECT_PRIVATE_KEY (raw, or file:PATH)
     confirmations: int = Field(0, ge=0)
     tx_timeout: float = Field(60.0, gt=0)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
 from orchestrator.groups.topology import Topology, parse_topology_name
 
@@ -24,7 +25,9 @@ class OrchestratorSettings(IntellectSettings):
     deployment: Path = Field(default_factory=lambda: default_home() / "deployment.json")
     state_dir: Path = Field(default_factory=lambda: default_home() / "orchestrator")
     discovery_url: str = "http://127.0.0.1:8089"
-    manager_key: SecretStr | None = Field(default=None, description="pool manager's private key (devnets)")
+    manager_key: KeySecret | None = Field(
+        default=None, description="pool manager's private key, raw (devnets) or file:PATH (a 0600 file)"
+    )
     manager_keystore: Path | None = Field(default=None, description="keystore of the pool manager's key")
 
     heartbeat_interval_seconds: float = Field(default=5.0, gt=0)

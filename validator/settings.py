@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
 
 
@@ -18,7 +19,9 @@ class ValidatorSettings(IntellectSettings):
     rpc_url: str = "http://127.0.0.1:8545"
     deployment: Path = Field(default_factory=lambda: default_home() / "deployment.json")
     pool_ids: list[int] = Field(default_factory=lambda: [1], min_length=1, description="pools to validate")
-    key: SecretStr | None = Field(None, description="the validator's private key (devnets); or keystore")
+    key: KeySecret | None = Field(
+        None, description="the validator's private key, raw (devnets) or file:PATH (a 0600 file); or keystore"
+    )
     keystore: Path | None = Field(None, description="keystore file of the validator's key")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
     data_dir: Path = Field(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
 
 
@@ -45,13 +47,21 @@ class WorkerSettings(IntellectSettings):
         default=None, description="Docker network for task containers: unset is the engine's default "
         "bridge; 'host' lets tasks reach services on this machine's loopback (devnets)",
     )
+    task_isolation: Literal["auto", "require", "off"] = Field(
+        default="auto", description="process runtime: run each task confined (its own PID and mount "
+        "namespaces, a root holding only its folders and the software, user task_uid) when the worker runs "
+        "as root; 'require' fails tasks that cannot be confined, 'off' runs them as the worker's user",
+    )
+    task_uid: int = Field(default=65534, ge=1, description="user id confined tasks run as (nobody)")
+    task_gid: int = Field(default=65534, ge=1, description="group id confined tasks run as (nogroup)")
     p2p_seed: str | None = Field(
         default=None, description="value of ${WORKER_P2P_SEED} in this worker's tasks (unset: a task "
         "using it fails, naming this setting)",
     )
-    # Devnets pass raw keys instead of keystores; production uses encrypted keystores in state_dir.
-    provider_key: SecretStr | None = None
-    node_key: SecretStr | None = None
+    # Devnets pass keys (raw, or file:PATH to a 0600 file) instead of keystores; production uses
+    # encrypted keystores in state_dir.
+    provider_key: KeySecret | None = None
+    node_key: KeySecret | None = None
 
     @field_validator("rpc_url", "discovery_url")
     @classmethod

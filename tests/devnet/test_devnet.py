@@ -51,6 +51,15 @@ def test_devnet_up_resume_down(tmp_path: Path) -> None:
         state_file = directory / "devnet.json"
         assert stat.S_IMODE(os.stat(state_file).st_mode) == 0o600
         assert "private_key" not in first.stdout  # keys stay in the 0600 file
+        # No service holds a key in its environment (a task reading /proc/<pid>/environ finds paths
+        # to 0600 files at most): issue 19.2.
+        accounts = json.loads(state_file.read_text())["accounts"]
+        keys = {a["private_key"].lower().removeprefix("0x") for a in accounts}
+        for proc in info["processes"]:
+            environ = Path(f"/proc/{proc['pid']}/environ").read_bytes().decode(errors="replace").lower()
+            assert not any(k in environ for k in keys), f"{proc['name']} holds a key in its environment"
+        key_files = list((directory / "keys").glob("*.key"))
+        assert key_files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in key_files)
 
         client = LedgerClient(info["rpc_url"], info["deployment"])
         assert set(client.pool_nodes(info["pool_id"])) == set(nodes)

@@ -39,7 +39,9 @@ def short_tmp() -> Iterator[Path]:
 
 @pytest.fixture
 def bridge(short_tmp: Path) -> Iterator[TaskBridge]:
-    with TaskBridge(short_tmp / "sock" / "bridge.sock", short_tmp / "state") as server:
+    # As start_runtime does: a root worker confines process tasks as nobody, whose group reaches the socket.
+    task_gid = 65534 if os.geteuid() == 0 else None
+    with TaskBridge(short_tmp / "sock" / "bridge.sock", short_tmp / "state", task_gid) as server:
         yield server
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,24 @@ def file_ready(path: str, sha: str, units: int = 1, task_id: str = "task-1") -> 
 
 
 def test_socket_is_private(bridge: TaskBridge) -> None:
-    assert stat.S_IMODE(bridge.socket_path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(bridge.socket_path.parent.stat().st_mode) == 0o700
-    assert stat.S_ISSOCK(bridge.socket_path.stat().st_mode)
+    """Only the worker's user, and the group confined tasks run as when there is one, reach it."""
+    socket_mode, folder = bridge.socket_path.stat(), bridge.socket_path.parent.stat()
+    assert stat.S_ISSOCK(socket_mode.st_mode)
+    if bridge.task_gid is None:
+        assert (stat.S_IMODE(socket_mode.st_mode), stat.S_IMODE(folder.st_mode)) == (0o600, 0o700)
+    else:
+        assert (stat.S_IMODE(socket_mode.st_mode), stat.S_IMODE(folder.st_mode)) == (0o660, 0o710)
+        assert socket_mode.st_gid == folder.st_gid == bridge.task_gid
+
+
+def test_a_bridge_without_a_task_group_keeps_the_socket_to_its_user(tmp_path: Path) -> None:
+    short = Path(tempfile.mkdtemp(prefix="irt-", dir="/tmp"))
+    try:
+        with TaskBridge(short / "sock" / "bridge.sock", tmp_path / "state") as server:
+            assert stat.S_IMODE(server.socket_path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(server.socket_path.parent.stat().st_mode) == 0o700
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_client_reports_metrics_and_announces_files(bridge: TaskBridge, task: Path) -> None:

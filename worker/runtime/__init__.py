@@ -8,6 +8,7 @@ over the `RuntimeBase` skeleton, and `RecordingRuntime` (no execution) implement
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,7 +59,9 @@ def start_runtime(
     fields (max_restarts, shm_size, gpu_ids, p2p_seed, ...). With `adopt`, a task left running by a
     previous worker process is taken over (see `runtime.desired` / `runtime.status()`).
     `runtime.close()` stops the bridge; the task keeps running."""
-    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge").start()
+    confines = os.geteuid() == 0 and options.get("task_isolation", "auto") != "off"
+    task_gid = options.get("task_gid", RuntimeConfig.model_fields["task_gid"].default) if confines else None
+    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge", task_gid).start()
     config = RuntimeConfig(
         node_address=node_address,
         storage_root=storage_root or state_dir / "storage",

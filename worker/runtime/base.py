@@ -60,6 +60,11 @@ class RuntimeConfig(BaseModel):
     task_env: dict[str, str] = Field(default_factory=dict, description="operator's extra task env")
     task_network: str | None = Field(default=None, description="Docker network of task containers "
                                      "(None: the engine's default bridge; 'host' to reach loopback services)")
+    task_isolation: Literal["auto", "require", "off"] = Field(
+        default="auto", description="process runtime: confine tasks (own namespaces, own root, the task "
+        "user) when the worker is root; 'require' fails a task that cannot be, 'off' never confines")
+    task_uid: int = Field(default=65534, ge=1, description="user a confined task runs as (nobody)")
+    task_gid: int = Field(default=65534, ge=1, description="group a confined task runs as (nogroup)")
     orphan_ttl: float = Field(default=15.0, gt=0, description="a task outlives a dead worker by at most "
                               "this (process runtime; the orchestrator's heartbeat TTL by default)")
 

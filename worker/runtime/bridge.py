@@ -1,7 +1,8 @@
 """The task bridge: a unix socket through which a running task talks to its worker.
 
 One socket per worker (file mode 0600 in a 0700 directory that holds nothing else; that directory
-is mounted into containers at /run/intellect). Newline-delimited JSON, validated with
+is mounted into containers at /run/intellect). A root worker that confines process tasks as another
+user opens both to that user's group alone (0660 in 0710). Newline-delimited JSON, validated with
 `intellect.wire.bridge`; every line gets one `BridgeReply` line back:
 - `metrics`: latest value per label per task, read by the worker for its next heartbeat;
 - `file_ready`: a finished file in the task's data dir, checked (inside the dir, exists, sha256
@@ -173,13 +174,16 @@ def describe(error: ValidationError) -> str:
 
 
 class TaskBridge:
-    def __init__(self, socket_path: Path, state_dir: Path) -> None:
+    def __init__(self, socket_path: Path, state_dir: Path, task_gid: int | None = None) -> None:
+        """`task_gid`: the group confined tasks run as; it alone (with this user) may reach the socket
+        (folder 0710, socket 0660). None keeps both private to this user (0700, 0600)."""
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
             raise ValueError(
                 f"bridge socket path {socket_path} is longer than {MAX_SOCKET_PATH} bytes "
                 "(a unix socket limit): choose a shorter worker state directory"
             )
         self.socket_path = socket_path
+        self.task_gid = task_gid
         self.queue = FileQueue(state_dir / "files.sqlite")
         self._tasks: dict[str, TaskEntry] = {}
         self._metrics: dict[str, dict[str, float]] = {}
@@ -337,7 +341,11 @@ class TaskBridge:
                 f"{directory} is not a directory owned by this user; remove it or choose "
                 "another state directory"
             )
-        os.chmod(directory, 0o700)
+        if self.task_gid is None:
+            os.chmod(directory, 0o700)
+        else:
+            os.chown(directory, -1, self.task_gid)
+            os.chmod(directory, 0o710)
         if self.socket_path.exists() or self.socket_path.is_symlink():
             if not stat.S_ISSOCK(self.socket_path.lstat().st_mode):
                 raise FileExistsError(
@@ -349,7 +357,11 @@ class TaskBridge:
         self._server = await asyncio.start_unix_server(
             self._serve_client, path=str(self.socket_path), limit=MAX_LINE
         )
-        os.chmod(self.socket_path, 0o600)
+        if self.task_gid is None:
+            os.chmod(self.socket_path, 0o600)
+        else:
+            os.chown(self.socket_path, -1, self.task_gid)
+            os.chmod(self.socket_path, 0o660)
 
     def start(self) -> TaskBridge:
         self._prepare_socket_dir()

@@ -38,12 +38,14 @@ from worker.runtime.base import (
     PreparedTask,
     RuntimeBase,
     RuntimeConfig,
+    TaskSetupError,
     make_dirs,
     prepare,
     resolve_mounts,
     tail_lines,
 )
 from worker.runtime.bridge import TaskBridge
+from worker.runtime.confinement import Jail, hand_over, size_bytes, unavailable_reason
 from worker.runtime.supervise import write_owner
 
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -191,7 +193,30 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
             desired, self.config, socket_path, str(self.config.data_dir(desired.task.id)), translate
         )
         prepared.env["INTELLECT_SHARED_DIR"] = str(self.config.shared_dir)
+        if self.config.task_isolation == "require" and (reason := unavailable_reason()):
+            raise TaskSetupError(
+                f"this worker cannot confine the task: {reason} (INTELLECT_WORKER_TASK_ISOLATION=require)"
+            )
         return prepared
+
+    def _confine(self, prepared: PreparedTask, desired: AssignedTask, run_dir: Path) -> Jail | None:
+        """The task's jail, or None (isolation off, or `auto` on a host that cannot confine: said in
+        the task's log)."""
+        if self.config.task_isolation == "off":
+            return None
+        reason = unavailable_reason()
+        if reason is not None:
+            with (run_dir / "output.log").open("a") as log:
+                log.write(f"[worker] WARNING: the task runs unconfined, as the worker's user: {reason}\n")
+            return None
+        uid, gid = self.config.task_uid, self.config.task_gid
+        writable = [prepared.data_dir, self.config.shared_dir,
+                    *(host for host, _ in resolve_mounts(desired, self.config))]
+        hand_over(writable, uid, gid)
+        if self.config.socket_path is not None:
+            writable.append(self.config.socket_path.parent)
+        return Jail.for_task(uid, gid, run_dir, prepared.data_dir, writable,
+                             [self._python_launchers()], size_bytes(self.config.shm_size))
 
     def _spawn(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool = True) -> RunRecord:
         make_dirs(prepared)
@@ -221,6 +246,10 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
         env["PATH"] = os.pathsep.join([str(self._python_launchers()), env.get("PATH", os.defpath)])
         if self.config.gpu_ids:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(self.config.gpu_ids))
+        jail = self._confine(prepared, desired, run_dir) if argv else None
+        if jail is not None:
+            argv = jail.command(argv)
+            env |= {"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "nobody"}
         command = [
             sys.executable,
             str(SUPERVISOR),
