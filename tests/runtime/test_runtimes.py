@@ -210,6 +210,19 @@ def test_a_new_worker_adopts_the_running_task_without_duplicating_it(harness: Ha
     assert second.restart().task_id == desired.task.id  # restart works on an adopted task
 
 
+def test_a_restarted_worker_runs_its_task_again_when_it_failed_meanwhile(harness: Harness) -> None:
+    """Issue 19.5: the task failed while no worker was there; the next worker runs it, not its ghost."""
+    first = harness.runtime(max_restarts=0)
+    desired = harness.assign(harness.spec("count:starts", "exit:1"))
+    assert wait_for(first, desired, FINISHED).state == TaskState.FAILED
+    first.close()
+    second = harness.runtime(max_restarts=0)
+    adopted = second.adopt()
+    assert adopted is not None and adopted.state != TaskState.FAILED, adopted
+    wait_for(second, desired, FINISHED)
+    assert count_lines(harness.data_dir(desired) / "starts") == 2  # run once more, data kept
+
+
 def test_stale_tasks_are_removed(harness: Harness) -> None:
     old_worker = harness.runtime()
     old = harness.assign(harness.spec("sleep:60"))

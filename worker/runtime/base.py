@@ -310,7 +310,11 @@ class RuntimeBase(ABC, Generic[H]):
 
     def adopt(self) -> TaskStatus | None:
         """On worker start: take over the task a previous worker process left running (the newest of
-        the runs this node owns; the first apply() removes the others)."""
+        the runs this node owns; the first apply() removes the others).
+
+        A run found failed is started again (its data kept, its restart budget new): it may have
+        failed because no worker was there (its bridge gone, or stopped as an orphan), and a worker
+        that reports Healthy with a task assigned must be running it, not showing an old failure."""
         with self._lock:
             newest = self._newest_run()
             if newest is None:
@@ -318,7 +322,12 @@ class RuntimeBase(ABC, Generic[H]):
             assigned, run = newest
             self.desired = assigned
             self._register_with_bridge(assigned.task.id, self.task_data_dir)
-            return self._status_of(run)
+            status = self._status_of(run)
+            if status.state != TaskState.FAILED:
+                return status
+            log.info("adopted a failed task: running it again", task_id=assigned.task.id,
+                     was=status.detail)
+            return self._restart()
 
     def cleanup_stale(self) -> list[str]:
         """Stop and remove everything this runtime owns except the current task; return the names."""

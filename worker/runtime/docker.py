@@ -196,7 +196,12 @@ class DockerRuntime(RuntimeBase[Container]):
                 # docker-init as PID 1: signals reach the task and zombies are reaped.
                 init=True,
                 stop_signal="SIGTERM",
-                restart_policy={"Name": "on-failure", "MaximumRetryCount": self.config.max_restarts},
+                # Docker reads MaximumRetryCount 0 as "no limit": no restarts is policy "no".
+                restart_policy=(
+                    {"Name": "on-failure", "MaximumRetryCount": self.config.max_restarts}
+                    if self.config.max_restarts > 0
+                    else {"Name": "no"}
+                ),
             )
         except (APIError, DockerException) as exc:
             return TaskStatus(
