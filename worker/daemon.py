@@ -20,6 +20,7 @@ from intellect.errors import PeerRefused
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
+from intellect.wire.tasks import TaskState
 from worker import __version__
 from worker.api import ApiContext, Authorizer, InviteRejected, create_app
 from worker.chain import Chain, ContractRevert, LedgerError
@@ -193,7 +194,23 @@ class WorkerDaemon:
             return
         if membership.reason is not None:
             log.warning("heartbeats stopped", reason=membership.reason)
-            self._set_membership(False, None)
+            await self._leave_pool(membership.reason)
+
+    async def _leave_pool(self, reason: str) -> None:
+        """Out of the pool (ejected, deregistered, blacklisted): whatever the task makes now can never
+        be submitted, so it stops at once, and the state file says why."""
+        self._set_membership(False, None)
+        status = self.heartbeater.status
+        await self.heartbeater.apply(None)
+        self.heartbeater.status = None
+        if status is not None:
+            stopped = status.model_copy(update={"state": TaskState.FAILED,
+                                                "detail": f"stopped by the worker: {reason}"})
+            log.error("task stopped: this node can no longer work in the pool", task_id=status.task_id,
+                      reason=reason)
+            with self._lock:
+                self.state.last_task = stopped
+                self.store.save(self.state)
 
     async def _heartbeat_loop(self) -> None:
         while not self._stop.is_set():
@@ -251,7 +268,7 @@ class WorkerDaemon:
                      pool_id=self.settings.pool_id)
         else:
             log.info("no longer in the pool on chain; waiting for an invite", pool_id=self.settings.pool_id)
-            self._set_membership(False, None)
+            await self._leave_pool(f"the node is not in pool {self.settings.pool_id} on chain")
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -176,3 +176,38 @@ def test_daemon_says_once_that_its_node_left_the_registry_and_backs_off(
     assert 3 <= len(attempts) <= 5
     gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
     assert all(later > earlier * 1.5 for earlier, later in zip(gaps, gaps[1:], strict=False))
+
+
+def test_an_ejected_node_stops_its_task_at_once_and_says_why(devnet: Devnet, tmp_path: Path) -> None:
+    """Issue 19.4: out of the pool, nothing the task makes can be submitted: it stops, with the reason."""
+    from datetime import UTC, datetime
+
+    from intellect.wire.tasks import AssignedTask, Task, TaskSpec, TaskState
+
+    chain = make_chain(devnet, devnet.fresh_provider())
+    chain.ensure_registered(1, None, lambda plan: True)
+    join(devnet, chain)
+    settings = WorkerSettings(rpc_url=devnet.rpc_url, deployment=devnet.deployment_path,
+                              pool_id=devnet.pool_id, state_dir=tmp_path)
+    store = StateStore(settings.state_file)
+    store.update(pool_joined=True, orchestrator_url="http://127.0.0.1:9", pool_id=devnet.pool_id)
+    runtime = RecordingRuntime()
+    daemon = WorkerDaemon(settings, chain.keys, chain, runtime, detect(tmp_path / "d"), store,
+                          ChainAuthorizer(chain, devnet.pool_id))
+    task = AssignedTask(task=Task(id="t-1", spec=TaskSpec(name="gen", image="img", cmd=["run"]),
+                                  created_at=datetime.now(UTC)))
+    asyncio.run(daemon.heartbeater._apply_and_record(task))
+    assert runtime.desired == task and daemon.heartbeater.status is not None
+
+    asyncio.run(daemon._check_membership())  # still in the pool: nothing changes
+    assert runtime.desired == task and store.load().pool_joined
+
+    chain.deregister(devnet.pool_id)  # gone behind the daemon's back (as an ejection would)
+    with structlog.testing.capture_logs() as logs:
+        asyncio.run(daemon._check_membership())
+    assert runtime.desired is None and daemon.heartbeater.status is None
+    state = store.load()
+    assert state.pool_joined is False and state.last_task is not None
+    assert state.last_task.state == TaskState.FAILED
+    assert state.last_task.detail is not None and "not registered on chain" in state.last_task.detail
+    assert any(e["event"].startswith("task stopped") and e["task_id"] == "t-1" for e in logs)
