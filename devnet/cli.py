@@ -192,7 +192,7 @@ def _watch_demo(state, plan, trainer, vals, cheater, quiet):  # noqa: ANN001, AN
             return demo_mod.watch(state, plan, trainer, vals, cheater, on_step, bar.console.print)
         except demo_mod.DemoError as exc:
             err.print(f"[red]demo failed:[/red] {exc}")
-            raise typer.Exit(1) from None
+            return exc.report or demo_mod.DemoReport(cheater="")
 
 
 def _print_report(report: demo_mod.DemoReport) -> None:

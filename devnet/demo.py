@@ -50,10 +50,18 @@ VALIDATOR_ROLES = ("validator", "validator-2", "validator-3")
 DEMO_REWARD_LOCK_SECONDS = 300
 DEMO_INVALIDATION_WINDOW_SECONDS = 300
 DEMO_SLASH_TOKENS = 50
+# A process of the run found dead counts as exited only after this long: `devnet restart` stops it
+# (SIGTERM, up to 10 s) before it saves the new one, which the watch then follows.
+RESTART_GRACE = 30.0
 
 
 class DemoError(RuntimeError):
-    """The demo could not be set up or did not reach its goal; the message says which part."""
+    """The demo could not be set up or did not reach its goal; the message says which part. `report`:
+    what the run had reached when it failed (printed, so a failure still shows its table)."""
+
+    def __init__(self, message: str, report: DemoReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass
@@ -273,13 +281,17 @@ def watch(
     joined = False
     last_step = -1
     checkpoints = CheckpointDir(Path(state.directory) / "trainer")
+    down_since: dict[str, float] = {}  # a process found dead, since when (a restart replaces it)
     while time.monotonic() - started < plan.timeout:
         history = checkpoints.history()  # from disk: the trainer stops by itself after the last step
         report.curve = [float(item.get("task_reward_mean", 0.0)) for item in history]
         report.steps = len(report.curve)
+        trainer, validators = _followed(state, trainer, validators)
         for proc in (trainer, *validators):
-            if not proc.alive() and (proc is not trainer or report.steps < plan.steps):
-                raise DemoError(f"{proc.name} exited; see {proc.log}")
+            if proc.alive() or (proc is trainer and report.steps >= plan.steps):
+                down_since.pop(proc.name, None)
+            elif time.monotonic() - down_since.setdefault(proc.name, time.monotonic()) > RESTART_GRACE:
+                raise DemoError(f"{proc.name} exited; see {proc.log}", report)
         if report.steps != last_step:
             last_step = report.steps
             on_step(report.steps, report.curve[-1] if report.curve else None)
@@ -303,6 +315,17 @@ def watch(
             report.claimable[account.address] = ledger.claimable_rewards(account.address)
             report.pending[account.address] = ledger.pending_rewards(account.address)
     return report
+
+
+def _followed(
+    state: DevnetState, trainer: ManagedProcess, validators: list[ManagedProcess]
+) -> tuple[ManagedProcess, list[ManagedProcess]]:
+    """The processes as the devnet's state file records them now: `devnet restart` saves the new pid."""
+    current = DevnetState.load(Path(state.directory))
+    if current is None:
+        return trainer, validators
+    return (current.process(trainer.name) or trainer,
+            [current.process(v.name) or v for v in validators])
 
 
 def _all_verdicts(validator: ManagedProcess) -> list[dict[str, Any]]:

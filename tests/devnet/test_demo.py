@@ -2,7 +2,8 @@
 trainer, two validators with a 2-of-2 quorum on chain, three workers of which the last forges its
 rewards. Without anyone acting, the RL task posted with the SDK runs: the trainer takes its steps
 on validated rollouts only, the cheater is slashed and ejected by the quorum, honest nodes earn
-rewards; `devnet down` leaves no process behind. (The reward's rise over many steps is asserted in
+rewards; a validator killed mid-run and restarted with `devnet restart` is followed by the demo (and
+still votes); `devnet down` leaves no process behind. (The reward's rise over many steps is asserted in
 tests/trainer/test_rl_loop.py; here the run is kept short.)"""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -23,16 +25,41 @@ INTELLECT = str(Path(sys.executable).parent / "intellect")
 STEPS = 3
 
 
+def crash_and_restart(
+    directory: Path, name: str, demo: subprocess.Popen[str]
+) -> subprocess.CompletedProcess[str]:
+    """Once `name` has run for a while, kill it as a crash would and restart it with `devnet restart`,
+    while the demo is still running."""
+    deadline = time.monotonic() + 900
+    seen_since = None
+    while time.monotonic() < deadline and demo.poll() is None:
+        state = DevnetState.load(directory) if (directory / "devnet.json").exists() else None
+        proc = state.process(name) if state else None
+        if proc is not None and proc.alive():
+            seen_since = seen_since or time.monotonic()
+            if time.monotonic() - seen_since > 15:
+                restart = [INTELLECT, "devnet", "restart", name, "--kill", "--dir", str(directory)]
+                return subprocess.run(restart, capture_output=True, text=True, timeout=300)
+        time.sleep(1)
+    raise AssertionError(f"{name} never ran for 15 s while the demo was running")
+
+
 def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     argv = [INTELLECT, "devnet", "up", "--demo", "--dir", str(directory), "--workers", "3", "--validators",
             "2", "--quorum", "2", "--steps", str(STEPS), "--timeout", "1200", "--json"]  # fmt: skip
     try:
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
+        with (tmp_path / "out").open("w") as out, (tmp_path / "err").open("w") as err:
+            demo = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+            # Issue 19.3: a restart is a normal event; the demo follows the new process.
+            restarted = crash_and_restart(directory, "validator-2", demo)
+            returncode = demo.wait(timeout=1500)
+        stderr = (tmp_path / "err").read_text()[-3000:]
         state = DevnetState.load(directory)
-        assert state is not None, run.stderr[-3000:]
-        assert run.returncode == 0, run.stderr[-3000:]
-        report = json.loads(run.stdout)
+        assert state is not None, stderr
+        assert returncode == 0, stderr
+        assert restarted.returncode == 0, restarted.stderr
+        report = json.loads((tmp_path / "out").read_text())
 
         assert report["steps"] >= STEPS and len(report["curve"]) == report["steps"]
         assert all(0.0 <= r <= 1.0 for r in report["curve"])
