@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from eth_utils import to_checksum_address
 from pydantic import BaseModel, Field
+from web3.exceptions import Web3Exception
 
 from ledger.client import LedgerClient
 
@@ -65,6 +66,8 @@ class Audit(BaseModel):
     node: str
     payouts: list[Payout]
     unpaid: list[AuditedWork] = Field(description="work not (yet) paid: locked, dropped or claimable")
+    notes: list[str] = Field(default_factory=list, description="what the chain node could not show, and "
+                             "what the audit read instead")
 
 
 def _hex(value: Any) -> str:
@@ -81,21 +84,47 @@ class Auditor:
         self.validator_urls = [u.rstrip("/") for u in validator_urls]
         self.timeout = timeout
         self._times: dict[int, int] = {}
+        self._stateless: set[int] = set()  # blocks whose state the node no longer holds
+        self._notes_missing = ""
 
     def _timestamp(self, block: int) -> int:
         if block not in self._times:
             self._times[block] = int(self.c.w3.eth.get_block(block)["timestamp"])
         return self._times[block]
 
+    def _at(self, call: Any, block: int) -> Any:
+        """`call` as of `block`; the latest value when the node holds no state for that block (a node
+        restarted from a state file, or a pruned one keeps logs but not old state): said in the notes."""
+        try:
+            return call.call(block_identifier=block)
+        except (Web3Exception, ValueError) as exc:
+            if block not in self._stateless:
+                self._stateless.add(block)
+                self._notes_missing = f"{exc}"[:200]
+            return call.call(block_identifier="latest")
+
     def _param(self, name: str, block: int) -> int:
-        return int(getattr(self.c.pools.functions, name)().call(block_identifier=block))
+        return int(self._at(getattr(self.c.pools.functions, name)(), block))
 
     def _lock(self, pool_id: int, block: int) -> int:
         """How long a reward submitted at `block` stays locked: the lock period, or the pool's voting
         window if that is longer (the contract never unlocks a reward before its window closes)."""
-        policy = self.c.pools.functions.slashingPolicies(pool_id).call(block_identifier=block)
+        policy = self._at(self.c.pools.functions.slashingPolicies(pool_id), block)
         window = int(policy[1]) or self._param("invalidationWindow", block)
         return max(self._param("rewardLockPeriod", block), window)
+
+    def _notes(self) -> list[str]:
+        if not self._stateless:
+            return []
+        blocks = sorted(self._stateless)
+        shown = ", ".join(str(b) for b in blocks[:5])
+        if len(blocks) > 5:
+            shown += f" and {len(blocks) - 5} more"
+        return [
+            f"the chain node holds no state for block(s) {shown} (restarted from a state file, or pruned): "
+            "rewards per unit, lock periods and voting windows were read at the latest block instead, which "
+            f"is exact unless the pool's parameters changed since ({self._notes_missing})"
+        ]
 
     def node(self, node: str) -> Audit:
         node = to_checksum_address(node)
@@ -165,7 +194,8 @@ class Auditor:
                 )
         self._attach_votes(order)
         self._attach_verdicts(order, node)
-        return Audit(node=node, payouts=payouts, unpaid=[w for w in order if w.status != "paid"])
+        return Audit(node=node, payouts=payouts, unpaid=[w for w in order if w.status != "paid"],
+                     notes=self._notes())
 
     def work_key(self, work_key: str) -> tuple[Audit, AuditedWork]:
         """The audit of the node that submitted `work_key`, and that work's own entry."""

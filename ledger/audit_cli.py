@@ -80,3 +80,5 @@ def audit(
         )
     if not result.payouts and not result.unpaid:
         out.print(f"no work recorded for {result.node}")
+    for note in result.notes:
+        out.print(f"[yellow]note:[/yellow] {note}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from intellect.identity import Wallet
 from ledger.client import LedgerClient
-from ledger.deploy import Deployment
+from ledger.deploy import Deployment, DeployParams, deploy_all
 from ledger.dev.anvil import Anvil
 from ledger.invites import Invite, sign_invite
 from ledger.models import ONE_TOKEN
@@ -51,3 +51,30 @@ class World:
             provider.register_provider(stake)
         provider.add_node(node, units)
         provider.join_pool(self.pool_id, node.address, self.invite(node.address, nonce))
+
+
+def build_world(chain: Anvil) -> World:
+    """Contracts deployed on `chain`, actors funded, a domain and a started pool."""
+    keys = chain.dev_keys
+    admin_w, provider_w, validator_w, provider2_w, manager_w, stranger_w = (
+        Wallet.from_key(k) for k in keys[:6]
+    )
+    params = DeployParams(stake_minimum=STAKE_MIN, validators=[validator_w.address])
+    deployment = deploy_all(chain.rpc_url, admin_w, params)
+    admin = LedgerClient(chain.rpc_url, deployment, admin_w)
+    for w in (provider_w, provider2_w, stranger_w):
+        admin.mint(w.address, 10_000 * ONE_TOKEN)
+    domain_id = admin.create_domain("math", "file:///domains/math.json")
+    pool_id = admin.create_pool(domain_id, manager_w.address, "pool-1", "file:///pool.json", 0)
+    admin.start_pool(pool_id)
+    node = Wallet.from_key("0x" + "11" * 32)
+    node2 = Wallet.from_key("0x" + "22" * 32)
+    for n in (node, node2):  # nodes pay gas when they submit work themselves
+        chain.rpc("anvil_setBalance", [n.address, hex(10**20)])
+    world = World(
+        chain=chain, deployment=deployment, admin=admin, manager=manager_w,
+        provider=admin.with_wallet(provider_w), provider2=admin.with_wallet(provider2_w),
+        validator=admin.with_wallet(validator_w), stranger=admin.with_wallet(stranger_w),
+        node=node, node2=node2, domain_id=domain_id, pool_id=pool_id,
+    )  # fmt: skip
+    return world
