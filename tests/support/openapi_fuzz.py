@@ -89,13 +89,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_fuzz(base_url: str, *, headers: dict[str, str] | None = None, sign_key: str | None = None,
-             examples: int = 25, timeout: float = 900) -> list[str]:  # fmt: skip
+             examples: int = 25, timeout: float = 900, request_timeout: float | None = None,
+             ) -> list[str]:  # fmt: skip
     """Fuzz the server at `base_url` in a fresh interpreter; the operations run (raises on a finding)."""
     argv = [sys.executable, "-m", "tests.support.openapi_fuzz", base_url, "--examples", str(examples)]
     for name, value in (headers or {}).items():
         argv += ["--header", f"{name}: {value}"]
     if sign_key:
         argv += ["--sign-key", sign_key]
+    if request_timeout:
+        argv += ["--request-timeout", str(request_timeout)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     found = f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     assert done.returncode == 0, f"schemathesis found a problem:\n{found}"
@@ -109,12 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--header", action="append", default=[], help="'Name: value', repeatable")
     parser.add_argument("--sign-key", help="sign every request with this private key (X-Intellect-*)")
     parser.add_argument("--examples", type=int, default=25, help="inputs per operation and mode")
+    parser.add_argument("--request-timeout", type=float, help="seconds per request (long-polls wait longer "
+                        "than the default 10 s)")
     args = parser.parse_args(argv)
     kwargs: dict[str, Any] = {}
     if args.header:
         kwargs["headers"] = dict(h.split(": ", 1) for h in args.header)
     if args.sign_key:
         kwargs["auth"] = NodeSignature(Wallet.from_key(args.sign_key))
+    if args.request_timeout:
+        kwargs["timeout"] = args.request_timeout
     ran = fuzz(f"{args.url}/openapi.json", validated(args.url, **kwargs), args.examples)
     print(json.dumps({"ran": ran}))
     return 0

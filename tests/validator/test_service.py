@@ -229,6 +229,21 @@ def test_cursors_and_pools_too_large_for_sql_are_a_422_not_a_500(world) -> None:
         service.stop()
 
 
+@pytest.mark.slow
+def test_the_validator_api_survives_the_fuzzer(world) -> None:  # noqa: ANN001
+    """schemathesis over every operation of the validator's OpenAPI document (issue 19.7): no 5xx,
+    every answer documented (with the verdicts the tests before it left, when run with them)."""
+    from tests.support.openapi_fuzz import run_fuzz
+
+    service, api = start_service(world)
+    try:
+        ran = run_fuzz(api.url)
+        assert {"GET /verdicts", "GET /accepted", "GET /health"} <= set(ran), ran
+    finally:
+        api.stop()
+        service.stop()
+
+
 def test_restart_mid_stream_loses_and_repeats_nothing(devnet, world) -> None:  # noqa: ANN001
     orch, honest, task = world["orch"], world["honest"], world["task"]
     service, api = start_service(world)

@@ -147,7 +147,9 @@ def create_app(
             raise HTTPException(404, f"version {version} is not held here (held: {store.versions()})")
         return Response(found.model_dump_json(), media_type="application/json")
 
-    @app.get("/v{version}/{name}", summary="one shard (Range supported)", response_class=FileResponse)
+    @app.get("/v{version}/{name}", summary="one shard (Range supported)", response_class=FileResponse,
+             responses={200: {"content": {"application/octet-stream": {}}}, 206: {"description": "a range",
+                        "content": {"application/octet-stream": {}}}})
     async def shard(version: int, name: str, request: Request) -> Response:
         index = parse_shard_name(name)
         found = store.manifest(version)
@@ -171,7 +173,8 @@ def create_app(
     def distribution() -> str:
         return distribution_text(store)
 
-    @app.get("/data1.bin", summary="shardcast 0.3.2 clients' speed probe")
+    @app.get("/data1.bin", summary="shardcast 0.3.2 clients' speed probe", response_class=Response,
+             responses={200: {"content": {"application/octet-stream": {}}}})
     def data1() -> Response:
         return Response(probe, media_type="application/octet-stream")
 
