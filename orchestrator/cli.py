@@ -78,6 +78,11 @@ def serve(
         check_interval_seconds=check_interval, miss_threshold=miss_threshold,
         eject_dead_nodes=eject_dead_nodes,
     )
+    if settings.manager_key is None and settings.manager_keystore is None:
+        # Before anything starts (Redis, the database): one line, not a traceback out of the lifespan.
+        Console(stderr=True).print("[red]no pool manager key:[/red] set INTELLECT_ORCH_MANAGER_KEY "
+                                   "(the key, or file:PATH) or pass --manager-keystore")
+        raise typer.Exit(2)
     _configure_logging(log_level)
     console.print(f"orchestrator for pool {settings.pool_id} on http://{settings.host}:{settings.port} "
                   f"(admin token in {settings.admin_token_file})")

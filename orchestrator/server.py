@@ -86,53 +86,56 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """
     state = app.state
     settings: OrchestratorSettings = state.settings
-    engine = make_engine(settings.effective_database_url)
-    await run_in_threadpool(migrate, engine)
-    url, embedded = redis_url_or_embedded(settings.redis_url, settings.state_dir)
-    redis = Redis.from_url(url)
-    key: Wallet = state.manager or load_manager(settings)
-    state.admin.allow(key.address)
-    pool_chain: PoolChain = state.chain or await run_in_threadpool(ledger_pool_chain, settings, key)
-    sessions = session_factory(engine)
-    live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
-    keeper = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
-                         settings.effective_groups_interval)
-    ctx = Context(settings=settings, redis=redis, sessions=sessions, live=live,
-                  book=NodeBook(sessions, live), tasks=TaskStore(sessions, TaskChanges(live, keeper)),
-                  plans=PlanCache(state.scheduler or GroupScheduler(), sessions), chain=pool_chain,
-                  peers=SignedClient(key, settings.http_timeout_seconds, settings.http_retries),
-                  metrics=Metrics())
-    state.ctx = ctx
-    state.heartbeat = HeartbeatHandler(ctx)
-    state.groups = keeper
-    await ctx.book.rebuild_mirror()
-    await live.bump_version()  # every replica reloads its plan from SQL
-    lease = LeaderLease(redis, live.leader_key, secrets.token_hex(8),
-                        3 * max(settings.check_interval_seconds, settings.invite_interval_seconds))
-    loops = []
-    if settings.run_background_loops:
-        loops = [asyncio.create_task(invite_loop(ctx, lease.hold), name="invites"),
-                 asyncio.create_task(monitor_loop(ctx, lease.hold), name="liveness"),
-                 asyncio.create_task(keeper.loop(lease.hold), name="groups")]
-    log.info("orchestrator started", pool=settings.pool_id, manager=key.address,
-             database=settings.effective_database_url.split("@")[-1], redis=url)
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.cancel()
-        # Bounded: a loop that does not end on cancel must not hold the shutdown (and the replica's
-        # lease, Redis and database connections) forever; say which one it was.
-        _, stuck = await asyncio.wait(loops, timeout=10) if loops else (set(), set())
-        for loop in stuck:
-            log.error("background loop ignored its cancellation", loop=loop.get_name())
-        with contextlib.suppress(Exception):
-            await lease.release()
-        await ctx.peers.aclose()
-        await redis.aclose()
-        engine.dispose()
+    # Each resource is released however far the start got: a start that fails after the embedded
+    # Redis came up (no manager key, chain unreachable) must not leave a redis-server behind.
+    async with contextlib.AsyncExitStack() as resources:
+        engine = make_engine(settings.effective_database_url)
+        resources.callback(engine.dispose)
+        await run_in_threadpool(migrate, engine)
+        url, embedded = redis_url_or_embedded(settings.redis_url, settings.state_dir)
         if embedded:
-            embedded.stop()
+            resources.callback(embedded.stop)
+        redis = Redis.from_url(url)
+        resources.push_async_callback(redis.aclose)
+        key: Wallet = state.manager or load_manager(settings)
+        state.admin.allow(key.address)
+        pool_chain: PoolChain = state.chain or await run_in_threadpool(ledger_pool_chain, settings, key)
+        sessions = session_factory(engine)
+        live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
+        keeper = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
+                             settings.effective_groups_interval)
+        ctx = Context(settings=settings, redis=redis, sessions=sessions, live=live,
+                      book=NodeBook(sessions, live), tasks=TaskStore(sessions, TaskChanges(live, keeper)),
+                      plans=PlanCache(state.scheduler or GroupScheduler(), sessions), chain=pool_chain,
+                      peers=SignedClient(key, settings.http_timeout_seconds, settings.http_retries),
+                      metrics=Metrics())
+        resources.push_async_callback(ctx.peers.aclose)
+        state.ctx = ctx
+        state.heartbeat = HeartbeatHandler(ctx)
+        state.groups = keeper
+        await ctx.book.rebuild_mirror()
+        await live.bump_version()  # every replica reloads its plan from SQL
+        lease = LeaderLease(redis, live.leader_key, secrets.token_hex(8),
+                            3 * max(settings.check_interval_seconds, settings.invite_interval_seconds))
+        loops = []
+        if settings.run_background_loops:
+            loops = [asyncio.create_task(invite_loop(ctx, lease.hold), name="invites"),
+                     asyncio.create_task(monitor_loop(ctx, lease.hold), name="liveness"),
+                     asyncio.create_task(keeper.loop(lease.hold), name="groups")]
+        log.info("orchestrator started", pool=settings.pool_id, manager=key.address,
+                 database=settings.effective_database_url.split("@")[-1], redis=url)
+        try:
+            yield
+        finally:
+            for loop in loops:
+                loop.cancel()
+            # Bounded: a loop that does not end on cancel must not hold the shutdown (and the replica's
+            # lease, Redis and database connections) forever; say which one it was.
+            _, stuck = await asyncio.wait(loops, timeout=10) if loops else (set(), set())
+            for loop in stuck:
+                log.error("background loop ignored its cancellation", loop=loop.get_name())
+            with contextlib.suppress(Exception):
+                await lease.release()
 
 
 def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
