@@ -1,6 +1,8 @@
 """Checkpoints as the trainer publishes them: its step counter (`GET /step`) lists, for each step a
 worker may still use, the checkpoint's URL and sha256; step 0 is the base model. Files are fetched
-once, verified, and cached by sha256."""
+once, verified, and cached by sha256: the newest `keep` steps' files (default 8; the trainer keeps 5
+on disk and lists only those its async level still allows, so an older one could not be fetched again
+anyway), so a long run does not fill the validator's disk with every checkpoint it ever saw."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from validator.memory import LocalCheckpoints
 
 
 class TrainerCheckpoints:
-    def __init__(self, step_url: str, cache_dir: Path, model: str = "tiny", timeout: float = 60.0) -> None:
+    def __init__(self, step_url: str, cache_dir: Path, model: str = "tiny", timeout: float = 60.0,
+                 keep: int = 8) -> None:
         self.step_url = step_url
+        self.keep = max(1, keep)
         self.cache_dir = cache_dir
         self.timeout = timeout
         self.base = LocalCheckpoints(model)
@@ -54,4 +58,13 @@ class TrainerCheckpoints:
                 part.unlink(missing_ok=True)
                 return None
             part.replace(target)
+            self._prune()
         return target, sha
+
+    def _prune(self) -> None:
+        """Drop cached files that belong to none of the newest `keep` known steps."""
+        newest = sorted(self.known, reverse=True)[: self.keep]
+        wanted = {f"{self.known[step][1]}.safetensors" for step in newest}
+        for cached in self.cache_dir.glob("*.safetensors"):
+            if cached.name not in wanted:
+                cached.unlink(missing_ok=True)
