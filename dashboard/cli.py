@@ -9,6 +9,7 @@ import uvicorn
 
 from dashboard.server import create_app
 from dashboard.settings import DashboardSettings
+from intellect.http_server import server_options
 from intellect.logs import configure_logging
 
 app = typer.Typer(help="A read-only web dashboard of one pool.", no_args_is_help=True)
@@ -35,4 +36,5 @@ def serve(
     overrides = {k: v for k, v in locals().items() if v is not None}
     settings = DashboardSettings(**overrides)
     configure_logging()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                **server_options())

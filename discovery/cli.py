@@ -39,6 +39,7 @@ def serve(
     import uvicorn
 
     from discovery.app import create_app
+    from intellect.http_server import server_options
 
     settings = _settings(host=host, port=port, redis_url=redis_url, rpc_url=rpc_url, deployment=deployment,
                          state_dir=state_dir, pool_id=pool_id, max_nodes_per_ip=max_nodes_per_ip,
@@ -47,7 +48,8 @@ def serve(
     setup_logging(log_level)
     console.print(f"discovery on http://{settings.host}:{settings.port} "
                   f"(admin token in {settings.admin_token_file})")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
+                **server_options())
 
 
 add_settings_commands(app, DiscoverySettings, "discovery", lambda s: s.admin_token_file)

@@ -68,6 +68,7 @@ def serve(
     """Serve the orchestrator API and run the invite and liveness loops."""
     import uvicorn
 
+    from intellect.http_server import server_options as http_server_options
     from orchestrator.app import create_app
 
     settings = _settings(
@@ -88,7 +89,8 @@ def serve(
                   f"(admin token in {settings.admin_token_file})")
     # uvloop and httptools are installed, so uvicorn's "auto" picks them (about 2x the asyncio/h11 pair).
     server_options = dict(host=settings.host, port=settings.port, log_level=log_level,
-                          timeout_keep_alive=keep_alive, backlog=4096, access_log=access_log)
+                          timeout_keep_alive=keep_alive, backlog=4096, access_log=access_log,
+                          **http_server_options())
     if workers == 1:
         uvicorn.run(create_app(settings), **server_options)  # type: ignore[arg-type]
         return

@@ -199,8 +199,11 @@ def run(
     configure_logging()
     import uvicorn
 
+    from intellect.http_server import server_options
+
     service.start()
     try:
-        uvicorn.run(create_app(service), host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.run(create_app(service), host=settings.host, port=settings.port, log_level="warning",
+                    **server_options())
     finally:
         service.stop()

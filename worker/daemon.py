@@ -17,6 +17,7 @@ import structlog
 import uvicorn
 
 from intellect.errors import PeerRefused
+from intellect.http_server import server_options
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
@@ -281,7 +282,7 @@ class WorkerDaemon:
             max_skew_seconds=self.settings.max_skew_seconds,
         )
         config = uvicorn.Config(create_app(ctx), host=self.settings.api_host, port=self.port,
-                                log_level="warning", access_log=False)
+                                log_level="warning", access_log=False, **server_options())
         server = _QuietServer(config)
         server_task = asyncio.create_task(server.serve())
         while not server.started and not server_task.done():

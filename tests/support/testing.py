@@ -15,6 +15,8 @@ from typing import Any
 
 import uvicorn
 
+from intellect.http_server import server_options
+
 from intellect.identity import Wallet
 from intellect.net import free_port
 
@@ -25,7 +27,7 @@ class ServerThread:
     def __init__(self, app: Any, port: int | None = None) -> None:
         self.port = port or free_port()
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-                                timeout_graceful_shutdown=10)
+                                timeout_graceful_shutdown=10, **server_options())  # as the services run
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
 

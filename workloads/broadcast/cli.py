@@ -62,6 +62,7 @@ def origin(
                                "trainer first, it creates it)"), 2)  # fmt: skip
     import uvicorn
 
+    from intellect.http_server import server_options
     from workloads.broadcast.origin import create_origin_app
     from workloads.broadcast.store import VersionStore
 
@@ -70,7 +71,7 @@ def origin(
         store, watch=watch, shard_size=shard_size, poll_seconds=defaults.poll_seconds,
         probe_size=defaults.probe_size,
     )  # fmt: skip
-    uvicorn.run(api, host=host, port=port, log_config=None, access_log=False)
+    uvicorn.run(api, host=host, port=port, log_config=None, access_log=False, **server_options())
 
 
 @app.command()
@@ -90,6 +91,7 @@ def relay(
                                "e.g. http://127.0.0.1:8093"), 2)  # fmt: skip
     import uvicorn
 
+    from intellect.http_server import server_options
     from workloads.broadcast.relay import create_relay_app
     from workloads.broadcast.store import VersionStore
 
@@ -99,7 +101,7 @@ def relay(
         shard_wait=defaults.shard_wait_seconds, timeout=defaults.timeout_seconds,
         probe_size=defaults.probe_size,
     )  # fmt: skip
-    uvicorn.run(api, host=host, port=port, log_config=None, access_log=False)
+    uvicorn.run(api, host=host, port=port, log_config=None, access_log=False, **server_options())
 
 
 @app.command()

@@ -20,6 +20,7 @@ import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import CliApp
 
+from intellect.http_server import server_options
 from intellect.logs import configure_logging
 from workloads.trainer.loop import Trainer
 from workloads.trainer.settings import TrainerSettings
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     trainer = Trainer(settings, source)
     server = uvicorn.Server(uvicorn.Config(create_app(trainer), host=settings.host, port=settings.port,
-                                           log_level="warning"))  # fmt: skip
+                                           log_level="warning", **server_options()))  # fmt: skip
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True,
                               name="step-counter")  # fmt: skip
     thread.start()

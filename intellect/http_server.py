@@ -1,0 +1,59 @@
+"""How every service's uvicorn speaks HTTP: httptools, plus a deadline for a request's head.
+
+uvicorn closes a keep-alive connection that idles after a response, but a connection that never
+sends a request, or sends its headers a byte at a time, is held open forever: enough of them (one
+small process each) exhaust the server's descriptors. `HeaderTimeoutProtocol` closes a connection
+whose request line and headers are not complete `HEADER_TIMEOUT` seconds after it opened (or after
+its previous response). Bodies and long-polls are not affected: the deadline ends at the headers.
+Every entry point passes `**server_options()` to `uvicorn.run` / `uvicorn.Config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+HEADER_TIMEOUT = 15.0
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    header_timeout = HEADER_TIMEOUT
+    _header_deadline: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_deadline = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _disarm(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._header_deadline is None:  # the next request on a kept-alive connection
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+
+def server_options() -> dict[str, Any]:
+    """What every service gives uvicorn, beside its host and port."""
+    return {"http": HeaderTimeoutProtocol}
