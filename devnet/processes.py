@@ -9,10 +9,12 @@ Each service is its own process (its console script, configured through its envi
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psutil
@@ -83,6 +85,28 @@ def _answers(name: str, url: str) -> bool:
         return False
 
 
+def _wait_port_free(url: str, timeout: float) -> None:
+    """Until the old process's port can be bound again, so the new one does not die on "Address already
+    in use"; a port still held after `timeout` is named with its holder."""
+    parsed = urlsplit(url)
+    if parsed.port is None:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((parsed.hostname or "127.0.0.1", parsed.port))
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    holders = [c.pid for c in psutil.net_connections("tcp")
+                               if c.laddr and c.laddr.port == parsed.port and c.status == "LISTEN"]
+                    raise RestartError(f"port {parsed.port} is still held (pid {holders or 'unknown'}) "
+                                       f"{timeout:.0f} s after the old process stopped") from None
+        time.sleep(0.1)
+
+
 def restart(state: DevnetState, name: str, *, kill: bool = False, timeout: float = 180.0) -> ManagedProcess:
     """Stop process `name` (SIGTERM, or SIGKILL with `kill`, as a crash would) and start it again with
     the command and settings `up` gave it; waits until it answers. Returns the new record (saved)."""
@@ -98,6 +122,8 @@ def restart(state: DevnetState, name: str, *, kill: bool = False, timeout: float
         old.stop()
     directory = Path(state.directory)
     env = base_env(directory) | old.env
+    if old.url:
+        _wait_port_free(old.url, timeout=min(timeout, 15.0))
     new = spawn(name, old.cmd, env, directory, old.url)
     state.processes = [new if p.name == name else p for p in state.processes]
     state.save()

@@ -32,8 +32,19 @@ class ManagedProcess(BaseModel):
             return False
 
     def _signal_and_wait(self, sig: signal.Signals, timeout: float) -> bool:
-        """Send `sig` and wait up to `timeout` for the process to go; True if it is gone."""
-        os.kill(self.pid, sig)
+        """Send `sig` to the process and whatever it forked in its session (spawned processes lead
+        their own: a redis-server's AOF-rewrite child would otherwise keep its port and the restarted
+        one would fail with "Address already in use"), and wait up to `timeout` for it to go; True if
+        it is gone. Processes that started sessions of their own (a worker's task supervisors) are
+        not touched."""
+        try:
+            leads_group = os.getpgid(self.pid) == self.pid
+        except ProcessLookupError:
+            return True
+        if leads_group:
+            os.killpg(self.pid, sig)
+        else:
+            os.kill(self.pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.alive():
             time.sleep(0.05)

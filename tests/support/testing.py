@@ -16,7 +16,6 @@ from typing import Any
 import uvicorn
 
 from intellect.http_server import server_options
-
 from intellect.identity import Wallet
 from intellect.net import free_port
 
