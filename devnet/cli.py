@@ -117,31 +117,29 @@ def up(
     plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout)
     count = workers if workers is not None else (4 if demo else 2)
     worker_env: dict[int, dict[str, str]] = {}
+    was_running = False  # a devnet already ran here before this `up` (a failure then stops nothing)
     try:
         if demo:
             plan.check()
             if count < 2:
                 raise demo_mod.DemoError("--demo needs at least 2 workers (one of them cheats)")
-            running = DevnetState.load(directory.resolve())
-            if running is not None and any(p.name != "anvil" and p.alive() for p in running.processes):
-                raise demo_mod.DemoError(
-                    f"a devnet is already running in {directory}: `intellect devnet down` first "
-                    "(the demo starts its own workers, one of them cheating)"
-                )
+            if DevnetState.load(directory.resolve()) is not None or network.strays(directory):
+                # Every demo is a new run: a new chain, a new RL task, the trainer from its base model.
+                # (`intellect devnet up` without --demo resumes a devnet.)
+                console.print(f"a new demo run: stopping the devnet in {directory} and removing its state")
+                network.down(directory, purge=True, progress=lambda msg: None)
             if plan.cheat != "none":
                 worker_env[count] = {
                     "INTELLECT_WORKER_TASK_ENV": json.dumps({"INTELLECT_INFER_CHEAT": plan.cheat})
                 }
+        previous = DevnetState.load(directory.resolve())
+        was_running = previous is not None and any(p.alive() for p in previous.processes)
         with console.status("bringing the devnet up") as status:
             state = network.up(
                 directory, port, progress=lambda msg: status.update(msg), workers=count, runtime=runtime,
                 worker_env=worker_env,
             )  # fmt: skip
             if demo:
-                if state.process("trainer") is not None:
-                    raise demo_mod.DemoError(
-                        f"a demo already ran in {directory}: `intellect devnet down --purge` first"
-                    )
                 status.update("recording the validators and the slashing quorum on chain")
                 demo_mod.configure_chain(state, plan)
                 trainer, broadcast, vals, task_file = demo_mod.start_learning_services(
@@ -153,6 +151,11 @@ def up(
                 task_id = demo_mod.submit(state, task_file)
     except Exception as exc:  # one clean line for the user; details are in the logs
         err.print(f"[red]devnet up failed:[/red] {exc}")
+        if not was_running:
+            # Nothing ran before this `up`: stop what it started (the state and logs stay to read).
+            stopped = network.down(directory, purge=False, progress=lambda msg: None)
+            if stopped:
+                err.print(f"stopped what it had started: {', '.join(stopped)} (logs in {directory})")
         raise typer.Exit(1) from None
     if not demo:
         _print(state, as_json)

@@ -5,6 +5,8 @@ Later stages (discovery, orchestrator, workers, validator, trainer) are appended
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,7 +139,32 @@ def down(directory: Path, purge: bool = False, progress: Progress = print) -> li
                 stopped.append(proc.name)
         state.processes = []
         state.save()
+    for proc in strays(directory):
+        name = " ".join(proc.cmdline()[:2]) if proc.is_running() else str(proc.pid)
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+        gone, alive = psutil.wait_procs([proc], timeout=10)
+        for left in alive:
+            with contextlib.suppress(psutil.Error):
+                left.kill()
+        progress(f"stopped {name} (pid {proc.pid}, started by this devnet but not recorded)")
+        stopped.append(name)
     if purge and directory.exists():
         shutil.rmtree(directory)
         progress(f"removed {directory}")
     return stopped
+
+
+def strays(directory: Path) -> list[psutil.Process]:
+    """Processes this devnet started that its state does not record (an `up` that failed half-way):
+    every service it spawns runs with INTELLECT_HOME=<directory>/home."""
+    home = str(directory.resolve() / "home")
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid not in mine and proc.environ().get("INTELLECT_HOME") == home:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found

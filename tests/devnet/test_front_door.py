@@ -1,0 +1,56 @@
+"""The main command works every time (issue 24): a second `devnet up --demo` after `down` is a new run
+as good as the first, and an `up` that fails stops what it started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devnet.network import strays
+from devnet.state import DevnetState
+
+INTELLECT = str(Path(sys.executable).parent / "intellect")
+
+
+def intellect(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([INTELLECT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_failed_up_stops_what_it_started(tmp_path: Path) -> None:
+    directory = tmp_path / "devnet"
+    directory.mkdir()
+    (directory / "worker-1").write_text("a file where worker-1's state folder goes: the worker cannot start")
+    failed = intellect("devnet", "up", "--dir", str(directory), "--workers", "1")
+    try:
+        assert failed.returncode == 1
+        assert "devnet up failed" in failed.stderr and "worker-1" in failed.stderr, failed.stderr
+        assert "stopped what it had started" in failed.stderr, failed.stderr
+        state = DevnetState.load(directory)
+        assert state is not None and not any(p.alive() for p in state.processes)
+        assert strays(directory) == []
+    finally:
+        intellect("devnet", "down", "--dir", str(directory))
+
+
+@pytest.mark.slow
+def test_the_demo_runs_again_after_down(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    argv = ["devnet", "up", "--demo", "--dir", str(directory), "--workers", "2", "--validators", "1",
+            "--quorum", "1", "--cheat", "none", "--steps", "2", "--timeout", "900", "--json"]  # fmt: skip
+    try:
+        for run in (1, 2):
+            done = intellect(*argv, timeout=1200)
+            assert done.returncode == 0, (run, done.stderr[-3000:])
+            report = json.loads(done.stdout)
+            assert report["steps"] >= 2 and report["files_accepted"] > 0, (run, report)
+            down = intellect("devnet", "down", "--dir", str(directory))
+            assert down.returncode == 0, down.stderr
+            assert strays(directory) == []
+            if run == 2:
+                assert "a new demo run" in done.stdout + done.stderr
+    finally:
+        intellect("devnet", "down", "--dir", str(directory))
