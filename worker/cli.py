@@ -130,7 +130,9 @@ def start(
     stake: Annotated[int | None, typer.Option(help="stake in token base units (default: minimum)")] = None,
     heartbeat_interval: Annotated[float | None, typer.Option(help="seconds between heartbeats")] = None,
     metadata_refresh: Annotated[float | None, typer.Option(help="seconds between discovery uploads")] = None,
-    runtime: Annotated[str, typer.Option(help="auto | docker | process | recording")] = "recording",
+    runtime: Annotated[str, typer.Option(
+        help="where tasks run: auto (Docker when an engine answers, else processes), docker, process; "
+        "`recording` (a test tool) only records the task and runs nothing")] = "auto",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="stake without asking")] = False,
     log_level: Annotated[str, typer.Option(help="debug | info | warning")] = "info",
 ) -> None:

@@ -188,7 +188,8 @@ class Cluster:
             "INTELLECT_WORKER_METADATA_REFRESH": "2",
             "INTELLECT_WORKER_MIN_DISK_MB": "0",
         }
-        argv = [*script("worker.cli"), "start", "--yes", "--api-port", str(port)]
+        # The control plane only: tasks are recorded, not run (the default, auto, would run them).
+        argv = [*script("worker.cli"), "start", "--yes", "--api-port", str(port), "--runtime", "recording"]
         return Service(f"worker{index}", argv, env, self.tmp / f"worker{index}.log", port)
 
     # ---- orchestrator admin API ----
