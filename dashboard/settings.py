@@ -11,7 +11,11 @@ from intellect.settings import IntellectSettings
 
 
 class DashboardSettings(IntellectSettings):
-    model_config = SettingsConfigDict(env_prefix="INTELLECT_DASHBOARD_", env_file=".env", extra="ignore")
+    # Next to a devnet, its settings (written by `intellect devnet up`) fill in what is unset; `.env`
+    # (read after it) and the environment win.
+    model_config = SettingsConfigDict(
+        env_prefix="INTELLECT_DASHBOARD_", env_file=(".devnet/dashboard.env", ".env"), extra="ignore"
+    )
 
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8095, ge=0, le=65535, description="port (0: a free one)")

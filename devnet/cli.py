@@ -14,6 +14,7 @@ from rich.table import Table
 from devnet import demo as demo_mod
 from devnet import network
 from devnet.compose_cli import app as compose_app
+from devnet.dashboard import start_dashboard, write_dashboard_env
 from devnet.state import DevnetState
 from devnet.task_cli import app as task_app
 from intellect.cli import service_app
@@ -147,8 +148,12 @@ def up(
                 )
                 state.processes.extend([trainer, *broadcast, *vals])
                 state.save()
+                status.update("starting the dashboard")
+                state.processes.append(start_dashboard(state))
+                state.save()
                 status.update("posting the RL task with the Python SDK")
                 task_id = demo_mod.submit(state, task_file)
+            write_dashboard_env(state)
     except Exception as exc:  # one clean line for the user; details are in the logs
         err.print(f"[red]devnet up failed:[/red] {exc}")
         if not was_running:
@@ -165,7 +170,12 @@ def up(
     if not as_json:
         _print(state, False)
         console.print(f"RL task [bold]{task_id}[/bold] posted; workers pick it up at their next heartbeat.")
+        dashboard = state.process("dashboard")
+        if dashboard is not None:
+            console.print(f"Dashboard: [bold]{dashboard.url}[/bold] (reward curve, nodes, payouts, verdicts)")
     report = _watch_demo(state, plan, trainer, vals, count if plan.cheat != "none" else None, as_json)
+    dashboard = state.process("dashboard")
+    report.dashboard_url = (dashboard.url or "") if dashboard else ""
     try:
         demo_mod.finish(state, task_id)
     except Exception as exc:  # the report matters more; say what is left behind

@@ -104,6 +104,7 @@ class DemoReport:
     wall_seconds: float = 0.0
     curve_csv: str = ""
     curve_png: str = ""
+    dashboard_url: str = ""
 
     @property
     def rise(self) -> float:

@@ -28,7 +28,7 @@ from intellect.http_guard import guard
 from intellect.identity import Wallet
 from intellect.redis_server import redis_url_or_embedded
 from orchestrator.access import AdminAccess
-from orchestrator.api.routes import admin, health, heartbeat, nodes, storage, tasks
+from orchestrator.api.routes import admin, groups, health, heartbeat, nodes, storage, tasks
 from orchestrator.chain import LedgerPoolChain, PoolChain
 from orchestrator.clients import SignedClient
 from orchestrator.context import Context, Metrics
@@ -160,7 +160,7 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
     app.include_router(storage.router)
     if isinstance(state.storage, LocalDiskStorage):  # embedded default: this service serves the signed URLs
         app.include_router(storage_router(state.storage, state.uploads.on_complete))
-    for module in (health, heartbeat, tasks, nodes, admin):
+    for module in (health, heartbeat, tasks, nodes, groups, admin):
         app.include_router(module.router)
     # Served by a raw ASGI route placed first (skips routing and dependency solving); the FastAPI
     # route of the same path stays for the OpenAPI document.

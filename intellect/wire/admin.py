@@ -42,3 +42,17 @@ class NodeActionResult(WireModel):
     ok: bool
     detail: str | None = None
     tx_hash: str | None = None
+
+
+class GroupRecord(WireModel):
+    """One node group as the orchestrator formed it: its members in pipeline order."""
+
+    id: str
+    topology: str
+    task_id: str | None = None
+    nodes: list[str] = Field(default_factory=list, description="member addresses, position order")
+    created_at: datetime
+
+
+class GroupList(WireModel):
+    groups: list[GroupRecord]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "uploads"))
 
+import httpx  # noqa: E402
 import pytest  # noqa: E402
 from uploads_world import Heartbeats, Orchestrator, joined_nodes, make_healthy, wait_for  # noqa: E402
 
@@ -67,6 +68,15 @@ def test_groups_form_dissolve_reform_and_survive_restart(orch, devnet) -> None:
         for members in groups.values():
             assert sorted((i, size) for i, size, _ in members) == [(0, 2), (1, 2)]
         assert {task_of(beats, n.address) for n in nodes} == {grouped}  # the plain task waits
+        # GET /groups (the dashboard's Groups panel) lists the same groups, members in position order
+        listed = orch.admin("GET", "/groups")
+        assert listed.status_code == 200, listed.text
+        by_id = {g["id"]: g for g in listed.json()["groups"]}
+        assert set(by_id) == set(groups)
+        for gid, members in groups.items():
+            assert by_id[gid]["nodes"] == [a for _, _, a in sorted(members)]
+            assert by_id[gid]["task_id"] == grouped and by_id[gid]["topology"] == "2x0GB"
+        assert httpx.get(orch.url + "/groups", timeout=10).status_code == 401  # admin only
         # file names from the group placement
         member = nodes[0]
         mine = group_of(beats, member.address)
