@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 from pathlib import Path
+from textwrap import shorten
 
 import typer
 from rich.console import Console
@@ -229,7 +230,7 @@ def _print_report(report: demo_mod.DemoReport) -> None:
         before, after = report.cheater_stake_before / 1e18, report.cheater_stake_after / 1e18
         table.add_row("cheater's stake", f"{before:g} → {after:g} tokens")
         for vote in report.slash_votes[:6]:
-            reasons = "; ".join(vote["reasons"])[:80]
+            reasons = shorten("; ".join(vote["reasons"]), width=80, placeholder=" …")  # at a word, marked
             table.add_row(f"vote by {vote['validator']}", f"{vote['tx_hash']}  ({reasons})")
     for node, amount in report.claimable.items():
         locked = report.pending.get(node, 0)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -364,6 +365,8 @@ def write_curve(report: DemoReport, out_dir: Path) -> None:
         writer.writerow(["step", "task_reward_mean"])
         writer.writerows((i + 1, r) for i, r in enumerate(report.curve))
     report.curve_csv = str(csv_path)
+    # matplotlib logs its font-cache build at INFO: a raw log line in the middle of the result table.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     try:
         import matplotlib
 
