@@ -339,6 +339,40 @@ def status(directory: Path = DirOption, as_json: bool = typer.Option(False, "--j
     _print(state, as_json)
 
 
+@devnet_app.command("fund")
+def fund(
+    address: str = typer.Argument(..., help="the address to fund, e.g. a new worker's provider"),
+    tokens: int = typer.Option(1000, min=0, help="pool tokens to mint to it (whole tokens)"),
+    eth: float = typer.Option(10.0, min=0, help="ETH for gas to give it"),
+    directory: Path = DirOption,
+) -> None:
+    """Give an address of this devnet's chain ETH for gas and pool tokens for its stake: what a
+    contributor's new wallet needs before `intellect-worker start`."""
+    from eth_utils import is_address, to_checksum_address
+    from web3.types import RPCEndpoint
+
+    from intellect.identity import Wallet
+    from ledger.client import LedgerClient
+    from ledger.models import ONE_TOKEN
+
+    if not is_address(address):
+        err.print(f"error: {address!r} is not an Ethereum address (0x and 40 hex digits)", markup=False)
+        raise typer.Exit(2)
+    state = DevnetState.load(directory.resolve())
+    anvil = state.process("anvil") if state else None
+    if state is None or anvil is None or not anvil.alive():
+        err.print(f"no running devnet in {directory}: start one with `intellect devnet up`")
+        raise typer.Exit(1)
+    address = to_checksum_address(address)
+    admin = LedgerClient(state.rpc_url, Path(state.deployment_path),
+                         Wallet.from_key(state.account("deployer").private_key))
+    wei = int(eth * 10**18)
+    admin.w3.provider.make_request(RPCEndpoint("anvil_setBalance"), [address, hex(wei)])
+    if tokens:
+        admin.mint(address, tokens * ONE_TOKEN)
+    console.print(f"{address}: {eth:g} ETH for gas, {admin.balance_of(address) / ONE_TOKEN:g} tokens")
+
+
 @devnet_app.command("env")
 def env(directory: Path = DirOption) -> None:
     """Shell `export` lines for the running devnet in --dir: `eval "$(intellect devnet env)"`.

@@ -20,6 +20,10 @@ class LedgerConfigError(LedgerError):
     """Wrong chain, no code at a deployed address, missing deployment file or key."""
 
 
+class InsufficientFunds(LedgerError):
+    """The sender cannot pay the gas (or value) of a transaction; the message names the address."""
+
+
 class LedgerTimeout(LedgerError):
     """A transaction was sent but no receipt arrived in time."""
 

@@ -18,7 +18,7 @@ from web3.types import TxParams, TxReceipt, Wei
 
 from intellect.identity import Wallet
 from ledger.artifacts import decode_error
-from ledger.errors import ContractRevert, LedgerError, LedgerTimeout
+from ledger.errors import ContractRevert, InsufficientFunds, LedgerError, LedgerTimeout
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
@@ -101,11 +101,23 @@ class TxSender:
             tx["to"] = to
         return tx
 
-    def estimate(self, to: str, data: str, value: int = 0) -> int:
+    def estimate(self, to: str | None, data: str, value: int = 0) -> int:
         try:
             return int(self.w3.eth.estimate_gas(self._request(to, data, value)))
         except ContractLogicError as exc:
             raise revert_from(exc) from None
+        except Web3RPCError as exc:
+            raise self._funds_error(exc) or exc from None
+
+    def _funds_error(self, exc: Exception) -> InsufficientFunds | None:
+        """The node's "insufficient funds for gas * price + value", said in words, or None."""
+        if "insufficient funds" not in str(exc).lower():
+            return None
+        balance = self.w3.eth.get_balance(self.address)
+        return InsufficientFunds(
+            f"{self.address} cannot pay for gas: it holds {balance / 10**18:.6f} ETH. Send it some ETH "
+            f"(on a devnet: `intellect devnet fund {self.address}`)"
+        )
 
     def send(
         self, to: str | None, data: str, value: int = 0, gas: int | None = None, min_gas: int | None = None
@@ -113,10 +125,7 @@ class TxSender:
         """Send and wait for the receipt; raises ContractRevert if it reverts (before or after mining).
         `min_gas`: estimate as usual (a revert still names its error), but send at least this much."""
         if gas is None:
-            if to is None:
-                gas = int(self.w3.eth.estimate_gas(self._request(None, data, value)))
-            else:
-                gas = self.estimate(to, data, value)
+            gas = self.estimate(to, data, value)
             gas = int(gas * 1.2) + 10_000
             if min_gas is not None:
                 gas = max(gas, min_gas)
@@ -146,7 +155,7 @@ class TxSender:
                             "retrying nonce", nonce=tx["nonce"], sender=self.wallet.address, error=str(exc)
                         )
                         raise _Retry(str(exc)) from exc
-                    raise LedgerError(f"transaction rejected: {exc}") from None
+                    raise self._funds_error(exc) or LedgerError(f"transaction rejected: {exc}") from None
 
         retrying = Retrying(
             retry=retry_if_exception_type(_Retry),

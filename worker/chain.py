@@ -278,7 +278,7 @@ class WorkerChain:
             if balance < plan.spend:
                 raise RegistrationDeclined(
                     f"provider {self.provider} holds {tokens(balance)} tokens but needs {tokens(plan.spend)} "
-                    "to stake: fund it first (on a devnet: `intellect-pool mint`)")
+                    f"to stake: fund it first (on a devnet: `intellect devnet fund {self.provider}`)")
             if not confirm(plan):
                 raise RegistrationDeclined(
                     "stake not approved: nothing was spent (pass --yes to skip the prompt)")

@@ -27,6 +27,7 @@ from ledger.errors import LedgerError
 from worker import __version__
 from worker.chain import ChainAuthorizer, RegistrationDeclined, RegistrationPlan, WorkerChain, tokens, when
 from worker.daemon import WorkerDaemon
+from worker.funding import funding_checks, provider_address
 from worker.hardware import Check, blocking_failures, detect, run_checks
 from worker.keys import WorkerKeys, keystore_path, load_key, load_keys
 from worker.pidfile import running_daemon, stop_daemon
@@ -212,9 +213,21 @@ def check(
             pool_check = Check("pool", True, f"pool {settings.pool_id}: requirements read")
         except Exception as exc:
             pool_check = Check("pool", False, f"pool {settings.pool_id} could not be checked: {exc}")
+        address = provider_address(settings)
+        if pool_check.ok and address is not None:
+            try:
+                money = funding_checks(client, address, settings.stake)
+            except Exception as exc:
+                money = [Check("provider", False, f"{address}: could not read its balances: {exc}")]
+        elif pool_check.ok:
+            money = [Check("provider", True, "no provider key yet: `intellect-worker wallet create` "
+                           "(then fund the address it prints)", blocking=False)]
+        else:
+            money = []
     checks = run_checks(specs, requirements, settings.min_disk_mb)
     if pool_check is not None:
         checks.append(pool_check)
+        checks.extend(money)
     failed = blocking_failures(checks)
     if json_out:
         _print_json({"ok": not failed, "specs": specs.model_dump(), "checks": [c.__dict__ for c in checks]})
@@ -511,7 +524,9 @@ def _show_rows(rows: list[dict[str, Any]], json_out: bool, title: str) -> None:
         return
     table = Table(title=title)
     for col in rows[0]:
-        table.add_column(col)
+        # Addresses print whole: they are what one copies to fund, whitelist or invite.
+        table.add_column(col, no_wrap=col == "address", min_width=42 if col == "address" else None,
+                         overflow="fold")
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     console.print(table)
