@@ -128,7 +128,7 @@ def up(
             if DevnetState.load(directory.resolve()) is not None or network.strays(directory):
                 # Every demo is a new run: a new chain, a new RL task, the trainer from its base model.
                 # (`intellect devnet up` without --demo resumes a devnet.)
-                console.print(f"a new demo run: stopping the devnet in {directory} and removing its state")
+                err.print(f"a new demo run: stopping the devnet in {directory} and removing its state")
                 network.down(directory, purge=True, progress=lambda msg: None)
             if plan.cheat != "none":
                 worker_env[count] = {
