@@ -377,7 +377,7 @@ def fund(
 def env(directory: Path = DirOption) -> None:
     """Shell `export` lines for the running devnet in --dir: `eval "$(intellect devnet env)"`.
 
-    RPC_URL, DEPLOYMENT, POOL_ID, ORCH (the orchestrator), INTELLECT_ADMIN_TOKEN (its admin token,
+    RPC_URL, DEPLOYMENT, POOL_ID, ORCH (the orchestrator), DISCOVERY, INTELLECT_ADMIN_TOKEN (its admin token,
     which `intellect task` reads), VALIDATOR_KEY (the devnet's validator account, holding the on-chain
     validator role: one of anvil's public dev keys) and INTELLECT_DEVNET_DIR. For the commands of the
     README's RL loop, run next to a devnet."""
@@ -387,12 +387,14 @@ def env(directory: Path = DirOption) -> None:
         err.print(f"no running devnet in {directory}: start one with `intellect devnet up`")
         raise typer.Exit(1)
     token = (Path(state.directory) / "orchestrator" / "admin-token").read_text().strip()
+    discovery = state.process("discovery")
     values = {
         "INTELLECT_DEVNET_DIR": state.directory,
         "RPC_URL": state.rpc_url,
         "DEPLOYMENT": state.deployment_path,
         "POOL_ID": str(state.pool_id),
         "ORCH": orchestrator.url,
+        "DISCOVERY": discovery.url if discovery is not None and discovery.url else "",
         "INTELLECT_ADMIN_TOKEN": token,
         "VALIDATOR_KEY": state.account("validator").private_key,
     }
