@@ -344,10 +344,12 @@ def fund(
     address: str = typer.Argument(..., help="the address to fund, e.g. a new worker's provider"),
     tokens: int = typer.Option(1000, min=0, help="pool tokens to mint to it (whole tokens)"),
     eth: float = typer.Option(10.0, min=0, help="ETH for gas to give it"),
+    whitelist: bool = typer.Option(True, help="whitelist it as a provider, as the pool owner would "
+                                   "(`intellect-pool whitelist-provider`): discovery refuses others' nodes"),
     directory: Path = DirOption,
 ) -> None:
-    """Give an address of this devnet's chain ETH for gas and pool tokens for its stake: what a
-    contributor's new wallet needs before `intellect-worker start`."""
+    """Give an address of this devnet's chain ETH for gas and pool tokens for its stake, and whitelist
+    it as a provider: what a contributor's new wallet needs before `intellect-worker start`."""
     from eth_utils import is_address, to_checksum_address
     from web3.types import RPCEndpoint
 
@@ -370,7 +372,10 @@ def fund(
     admin.w3.provider.make_request(RPCEndpoint("anvil_setBalance"), [address, hex(wei)])
     if tokens:
         admin.mint(address, tokens * ONE_TOKEN)
-    console.print(f"{address}: {eth:g} ETH for gas, {admin.balance_of(address) / ONE_TOKEN:g} tokens")
+    if whitelist:
+        admin.whitelist_provider(address)
+    listed = ", whitelisted" if admin.get_provider(address).whitelisted else ""
+    console.print(f"{address}: {eth:g} ETH for gas, {admin.balance_of(address) / ONE_TOKEN:g} tokens{listed}")
 
 
 @devnet_app.command("env")

@@ -49,11 +49,13 @@ def test_a_new_wallet_is_told_how_to_get_funded(devnet: tuple[Path, dict], tmp_p
     rows = {c["name"]: c for c in json.loads(check.stdout)["checks"]}
     assert not rows["gas"]["ok"] and f"intellect devnet fund {provider}" in rows["gas"]["detail"]
     assert not rows["stake"]["ok"] and "the registry asks a stake of" in rows["stake"]["detail"]
+    assert not rows["whitelist"]["ok"] and "whitelist-provider" in rows["whitelist"]["detail"]
 
     start = run("intellect-worker", "start", "--yes", "--api-port", "0", env=env, timeout=120)
     assert start.returncode != 0
     assert f"intellect devnet fund {provider}" in start.stdout + start.stderr  # no tokens: says how
-    tokens_only = run("intellect", "devnet", "fund", provider, "--eth", "0", "--dir", str(directory))
+    tokens_only = run("intellect", "devnet", "fund", provider, "--eth", "0", "--no-whitelist",
+                      "--dir", str(directory))
     assert tokens_only.returncode == 0, tokens_only.stderr
     start = run("intellect-worker", "start", "--yes", "--api-port", "0", env=env, timeout=120)
     assert start.returncode != 0
@@ -66,4 +68,4 @@ def test_a_new_wallet_is_told_how_to_get_funded(devnet: tuple[Path, dict], tmp_p
     check = run("intellect-worker", "check", "--json", env=env)
     assert check.returncode == 0, check.stdout
     rows = {c["name"]: c for c in json.loads(check.stdout)["checks"]}
-    assert rows["gas"]["ok"] and rows["stake"]["ok"]
+    assert rows["gas"]["ok"] and rows["stake"]["ok"] and rows["whitelist"]["ok"]

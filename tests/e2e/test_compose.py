@@ -2,7 +2,8 @@
 `docker-compose up -d` with the locally built images (`make images`). The chain is deployed by the
 compose job, both workers join the pool, validator, trainer and broadcast origin answer, a task
 posted with the SDK (the real inference workload, one batch) runs in a container started by each
-worker through the host's engine, its rollout files go on chain and the validator accepts them;
+worker through the host's engine, its rollout files go on chain and the validator accepts them; then
+the RL task file docs/compose.md prints runs until the trainer has taken two steps on accepted files;
 `docker-compose down -v` leaves no container, volume or task container behind.
 
 Needs a Docker engine, Debian's docker-compose (or `docker compose`) and the RL images; without them
@@ -10,6 +11,7 @@ the test skips with the reason, unless INTELLECT_REQUIRE_DOCKER=1 (CI), where it
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -78,7 +80,16 @@ def wait(what: str, predicate, timeout: float):  # noqa: ANN001, ANN201
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-@pytest.mark.timeout(900)
+def compose_doc_task(ports: dict[str, str]) -> dict:
+    """The RL task file of docs/compose.md, with this stack's trainer and broadcast ports."""
+    text = (REPO / "docs" / "compose.md").read_text()
+    block = text.split("```json\n", 1)[1].split("```", 1)[0]
+    block = block.replace("127.0.0.1:8092", f"127.0.0.1:{ports['TRAINER_PORT']}")
+    block = block.replace("127.0.0.1:8093", f"127.0.0.1:{ports['BROADCAST_PORT']}")
+    return json.loads(block)
+
+
+@pytest.mark.timeout(1500)
 def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_path: Path) -> None:
     env_file = tmp_path / "compose.env"
     intellect = str(Path(sys.executable).parent / "intellect")
@@ -126,6 +137,20 @@ def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_
 
         verdicts = wait("the validator's two verdicts", judged, 240)
         assert [v["verdict"] for v in verdicts] == ["accept", "accept"], verdicts
+
+        # A short RL run from the task file docs/compose.md prints (its ports made this stack's): the
+        # workers' task containers follow the trainer's step and fetch checkpoints from the broadcast,
+        # on loopback, and the trainer steps on the files the validator accepted.
+        with OrchestratorClient(orchestrator, token=token) as client:
+            client.delete(task_id)
+            rl_task = client.submit(compose_doc_task(ports))
+            task_id = rl_task.id
+            trainer = f"http://127.0.0.1:{ports['TRAINER_PORT']}"
+            stepped = lambda: httpx.get(f"{trainer}/step", timeout=5).json()["step"] >= 2  # noqa: E731
+            wait("the trainer's step 2", stepped, 600)
+            page = httpx.get(f"{validator}/verdicts", params={"limit": 1000}, timeout=5).json()
+            accepted = [v for v in page["items"] if v["verdict"] == "accept"]
+            assert len(accepted) > 2  # files of the RL task judged and accepted beyond the first batch
         for name in ("DASHBOARD", "VALIDATOR", "TRAINER", "BROADCAST"):  # the learning side is up too
             url = f"http://127.0.0.1:{ports[name + '_PORT']}/health"
             wait(name.lower(), lambda url=url: httpx.get(url, timeout=2).status_code == 200, 240)
