@@ -4,6 +4,7 @@ changes anything, and the orchestrator's admin token stays on the server."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 from dashboard.settings import DashboardSettings
@@ -33,7 +35,22 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+HEX = re.compile(r"^0x[0-9a-fA-F]{20,}$")
+
+
+def _cell(value: Any) -> Markup:
+    """A table cell's HTML: a long address, work key or tx hash is shown as 0x1234…abcd with the whole
+    value in its title (hover) and copied on click; everything else as text, escaped."""
+    text = _fmt(value)
+    if HEX.match(text):
+        return Markup('<span class="hex" title="{0}" data-copy="{0}">{1}…{2}</span>').format(
+            text, text[:8], text[-6:]
+        )
+    return Markup.escape(text)
+
+
 TEMPLATES.env.globals["fmt"] = _fmt
+TEMPLATES.env.globals["cell"] = _cell
 
 
 class Dashboard:

@@ -40,34 +40,48 @@ def take(sources: list[Source], pool_id: int) -> Snapshot:
     return Snapshot(pool_id=pool_id, panels=panels)
 
 
-def reward_svg(points: list[tuple[int, float]], width: int = 640, height: int = 220) -> str:
-    """A plain inline SVG line chart (no JS library, no build step): step on x, reward on y."""
+def reward_svg(points: list[tuple[int, float]], width: int = 640, height: int = 240) -> str:
+    """A plain inline SVG line chart (no JS library, no build step): trainer step on x, mean task
+    reward on y, with ticks and axis titles; it scales to the page's width (viewBox)."""
     if not points:
         return ""
-    pad = 36
+    left, right, top, bottom = 48, 16, 12, 40
     steps = [p[0] for p in points]
     rewards = [p[1] for p in points]
     x0, x1 = min(steps), max(steps)
     y0, y1 = min(0.0, min(rewards)), max(1.0, max(rewards))
-    sx = (width - 2 * pad) / max(1, x1 - x0)
-    sy = (height - 2 * pad) / ((y1 - y0) or 1.0)
+    sx = (width - left - right) / max(1, x1 - x0)
+    sy = (height - top - bottom) / ((y1 - y0) or 1.0)
 
-    def xy(step: int, reward: float) -> str:
-        return f"{pad + (step - x0) * sx:.1f},{height - pad - (reward - y0) * sy:.1f}"
+    def x_of(step: float) -> float:
+        return left + (step - x0) * sx
 
-    line = " ".join(xy(s, r) for s, r in points)
-    dots = ""
+    def y_of(reward: float) -> float:
+        return height - bottom - (reward - y0) * sy
+
+    parts = [
+        f'<svg id="reward-plot" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="mean task reward per trainer step">',
+        f'<line x1="{left}" y1="{y_of(y0):.1f}" x2="{width - right}" y2="{y_of(y0):.1f}" class="axis"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y_of(y0):.1f}" class="axis"/>',
+    ]
+    for i in range(5):  # y ticks: quarters of the range, with a faint grid line
+        value = y0 + (y1 - y0) * i / 4
+        y = y_of(value)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" class="grid"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{value:.2f}</text>')
+    ticks = sorted({round(x0 + (x1 - x0) * i / 4) for i in range(5)})
+    for step in ticks:
+        x = x_of(step)
+        parts.append(f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle">{step}</text>')
+    parts.append(f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6}" text-anchor="middle" '
+                 f'class="title">trainer step</text>')
+    parts.append(f'<text x="12" y="{(top + height - bottom) / 2:.1f}" text-anchor="middle" class="title" '
+                 f'transform="rotate(-90 12 {(top + height - bottom) / 2:.1f})">mean task reward</text>')
+    line = " ".join(f"{x_of(s):.1f},{y_of(r):.1f}" for s, r in points)
+    parts.append(f'<polyline points="{line}" class="curve"/>')
     for s, r in points:
-        cx, cy = xy(s, r).split(",")
-        dots += f'<circle cx="{cx}" cy="{cy}" r="2.5"><title>step {s}: {r:.3f}</title></circle>'
-
-    return (
-        f'<svg id="reward-plot" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-        f'aria-label="mean task reward per step">'
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" class="axis"/>'
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" class="axis"/>'
-        f'<text x="{pad}" y="{height - 8}">step {x0}</text>'
-        f'<text x="{width - pad}" y="{height - 8}" text-anchor="end">step {x1}</text>'
-        f'<text x="4" y="{pad}">{y1:.2f}</text><text x="4" y="{height - pad}">{y0:.2f}</text>'
-        f'<polyline points="{line}" class="curve"/>{dots}</svg>'
-    )
+        parts.append(f'<circle cx="{x_of(s):.1f}" cy="{y_of(r):.1f}" r="2.5"><title>step {s}: {r:.3f}</title>'
+                     "</circle>")
+    parts.append("</svg>")
+    return "".join(parts)

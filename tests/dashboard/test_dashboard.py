@@ -37,6 +37,11 @@ def upstream(world: dict) -> FastAPI:
         admin(authorization)
         return world["tasks"]
 
+    @app.get("/groups")  # the orchestrator's route, as GroupList answers it
+    def groups(authorization: str | None = Header(None)) -> dict:
+        admin(authorization)
+        return {"groups": world.get("groups", [])}
+
     @app.get("/verdicts")
     def verdicts(pool: int, limit: int = 100) -> dict:
         return {"items": world["verdicts"], "next": len(world["verdicts"])}
@@ -89,6 +94,8 @@ def world(tmp_path: Path):
             },
         ],
         "history": [{"step": s, "reward": 0.3 + 0.02 * s} for s in range(1, 6)],
+        "groups": [{"id": "g-1", "topology": "2x0GB", "task_id": "task-1", "nodes": [NODE_A, NODE_B],
+                    "created_at": "2026-11-25T12:00:00Z"}],
     }
     token_file = tmp_path / "admin-token"
     token_file.write_text(TOKEN)
@@ -115,7 +122,9 @@ def test_snapshot_json_has_every_panel(world) -> None:
     assert "the verifier gives 0.0" in panels["verdicts"]["rows"][1]["reasons"]
     assert [r["step"] for r in panels["rewards"]["rows"]] == [1, 2, 3, 4, 5]
     assert panels["payouts"]["error"] == "no source configured"
-    assert panels["groups"]["error"].startswith("groups: 404")  # this orchestrator serves no groups
+    assert panels["groups"]["error"] is None  # the orchestrator's GET /groups (was a 404)
+    assert panels["groups"]["rows"] == [{"id": "g-1", "topology": "2x0GB", "nodes": f"{NODE_A}, {NODE_B}",
+                                         "task": "task-1"}]
 
 
 def test_page_renders_panels_and_never_leaks_the_token(world) -> None:
@@ -203,5 +212,17 @@ def test_page_in_chromium_refreshes_itself(world) -> None:
         )
         assert len(texts("#reward-plot circle")) == 6
         driver.save_screenshot(str(Path("/tmp/intellect-dashboard.png")))
+        # Read at a glance (issue 24): titled axes, long hex values shortened with the whole value on
+        # hover, no error on the page, and no horizontal page scroll at 1280x900 nor at a phone's width.
+        assert {"trainer step", "mean task reward"} <= set(texts("#reward-plot text.title"))
+        titles = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#panel-nodes .hex')).map(e => e.title)")
+        assert NODE_A in titles
+        assert [e for e in texts(".error") if e != "no source configured"] == []  # (no chain in this world)
+        for width, height in ((1280, 900), (390, 844)):
+            driver.set_window_size(width, height)
+            overflow = driver.execute_script(
+                "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            assert overflow <= 0, (width, overflow)
     finally:
         driver.quit()
