@@ -70,7 +70,8 @@ def reward_svg(points: list[tuple[int, float]], width: int = 640, height: int = 
         y = y_of(value)
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" class="grid"/>')
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{value:.2f}</text>')
-    ticks = sorted({round(x0 + (x1 - x0) * i / 4) for i in range(5)})
+    span = x1 - x0
+    ticks = range(x0, x1 + 1) if span <= 8 else sorted({x0 + span * i // 4 for i in range(5)})
     for step in ticks:
         x = x_of(step)
         parts.append(f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle">{step}</text>')
