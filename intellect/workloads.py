@@ -78,6 +78,7 @@ class ValidatorEnv:
     step_url: str | None = None
     max_file_bytes: int = 256 * 1024 * 1024
     windows: NodeWindows | None = None  # None: the plug-in keeps them in memory
+    task_id: str = ""  # the task whose files this judge gets ("" when judging files outside a task)
 
 
 class FileJudge(Protocol):

@@ -46,8 +46,10 @@ class Pipeline:
         max_bytes: int = DEFAULT_MAX_BYTES,
         models_kept: int = 3,
         windows: NodeWindows | None = None,
+        task_id: str = "",
     ) -> None:
         self.task = task
+        self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
         self.checkpoints = checkpoints
         self.thresholds = thresholds or ValidationThresholds()
@@ -79,7 +81,7 @@ class Pipeline:
         ctx = FileContext(
             path=Path(path), submission=submission, task=self.task, thresholds=self.thresholds,
             records=self.records, tokenizer=self.tokenizer, seen=self.seen, checkpoints=self.checkpoints,
-            vocab_size=self.vocab_size,
+            vocab_size=self.vocab_size, task_id=self.task_id,
         )  # fmt: skip
         timings: dict[str, float] = {}
 

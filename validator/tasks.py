@@ -17,6 +17,7 @@ What can be pinned on the node is judged; what cannot never slashes:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -115,7 +116,7 @@ class TaskJudge:
             self._judges.move_to_end(key)
             return self._judges[key]
         plugin, settings = settings_for(task.spec)
-        judge = plugin.file_judge(settings, self.env)
+        judge = plugin.file_judge(settings, dataclasses.replace(self.env, task_id=task.id))
         self._judges[key] = judge
         while len(self._judges) > self.kept:
             self._judges.popitem(last=False)

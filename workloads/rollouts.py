@@ -194,6 +194,10 @@ class BatchInfo(BaseModel):
     # checks that it is one the step's async window allows.
     checkpoint_step: int | None = Field(default=None, ge=0)
     checkpoint_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # The task the batch was made for (the worker's INTELLECT_TASK_ID): it salts the batch's plan, so
+    # two tasks of one pool never plan the same prompts and seeds for a node's (step, counter), and a
+    # validator binds the file to the task it was uploaded for. "" outside a task (local runs, tests).
+    task_id: str = Field(default="", max_length=128)
 
 
 def to_table(rollouts: list[Rollout], info: BatchInfo) -> pa.Table:

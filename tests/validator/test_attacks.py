@@ -63,7 +63,7 @@ def follow_on(pipeline: Pipeline, path: Path, node: str) -> None:
         _, info = read_rollouts(path)
     except ValueError:
         return
-    key = f"{node.lower()}#step{info.step}"
+    key = f"{node.lower()}#{info.task_id}#step{info.step}"
     pipeline.windows.push(None, key, {"counter": info.batch_counter - 1}, keep=2)
 
 
@@ -401,3 +401,29 @@ def test_file_that_is_not_parquet(world) -> None:
 def test_sha256_not_the_work_key_is_soft(world) -> None:
     [v] = judge(world["honest"][0], work_key="0x" + "00" * 32)
     assert v.verdict == "soft_invalidate" and "work key" in v.reasons[0]
+
+
+def test_two_tasks_of_one_pool_never_collide_and_a_file_is_bound_to_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on compose: a node that ran a one-batch task and then the RL task of the same pool made
+    step 0, batch 1 twice; the validator called the second a duplicate and voted to slash an honest
+    node. The task id now salts every plan, and keys the duplicate and counter memories."""
+    files = {}
+    for task_id in ("task-a", "task-b"):
+        monkeypatch.setenv("INTELLECT_TASK_ID", task_id)
+        [files[task_id]] = generate(tmp_path / task_id)
+    infos = {t: read_rollouts(p)[1] for t, p in files.items()}
+    made = [(i.step, i.batch_counter, i.task_id) for i in infos.values()]
+    assert made == [(0, 1, "task-a"), (0, 1, "task-b")]
+    rows = {t: read_rollouts(p)[0] for t, p in files.items()}
+    assert [r.seed for r in rows["task-a"]] != [r.seed for r in rows["task-b"]]  # different plans
+    seen = MemorySeenStore()  # one validator's memory across both tasks
+    for task_id, path in files.items():
+        pipeline = Pipeline(TASK, seen, LocalCheckpoints(TASK.model), task_id=task_id)
+        verdict = pipeline.judge(path, Submission(node=NODE))
+        assert verdict.verdict == "accept", (task_id, verdict.reasons)
+    # A file of task-a uploaded for task-b (a node shopping among plans): bound to its own task.
+    pipeline = Pipeline(TASK, MemorySeenStore(), LocalCheckpoints(TASK.model), task_id="task-b")
+    verdict = pipeline.judge(files["task-a"], Submission(node=NODE))
+    assert_caught(verdict, "planned for task task-a, uploaded for task task-b")

@@ -25,6 +25,7 @@ class FileContext:
     seen: SeenStore
     checkpoints: CheckpointSource
     vocab_size: int
+    task_id: str = ""  # the task the file was uploaded for, "" when not known
     sha256: str = ""
     size: int = 0
     rows: list[Rollout] = field(default_factory=list)

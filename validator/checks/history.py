@@ -20,7 +20,9 @@ def duplicates(ctx: FileContext) -> list[str]:
     assert ctx.info is not None
     pool = ctx.submission.pool_id
     ctx.row_hashes = [row_hash(r.input_tokens, r.output_tokens, r.seed) for r in ctx.rows]
-    ctx.plan_key = f"plan:{ctx.info.node_address.lower()}:{ctx.info.step}:{ctx.info.batch_counter}"
+    # Per task: two tasks of one pool each have a step 0, batch 1 for the same node.
+    ctx.plan_key = (f"plan:{ctx.info.task_id}:{ctx.info.node_address.lower()}:{ctx.info.step}:"
+                    f"{ctx.info.batch_counter}")
     reasons = []
     if ctx.seen.file_seen(pool, ctx.sha256):
         reasons.append(f"duplicate: this file (sha256 {ctx.sha256[:16]}…) was already submitted in this pool")
@@ -46,6 +48,10 @@ def plan_derivation(ctx: FileContext) -> list[str]:
     submitter = (ctx.submission.node or info.node_address).lower()
     if info.node_address.lower() != submitter:
         reasons.append(f"plan: the file was planned for node {info.node_address}, submitted by {submitter}")
+    if ctx.task_id and info.task_id != ctx.task_id:
+        # The task id salts the plan: a file free to name any task could pick among plans (grinding).
+        reasons.append(f"plan: the file was planned for task {info.task_id or '(none)'}, uploaded for "
+                       f"task {ctx.task_id}")
     try:
         plan = plan_batch(
             submitter,
@@ -55,6 +61,7 @@ def plan_derivation(ctx: FileContext) -> list[str]:
             task.batch_size,
             task.n,
             task.target_lengths,
+            info.task_id,
         )
     except ValueError as exc:
         return reasons + [f"plan: {exc}"]
@@ -96,7 +103,7 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
     a node that abstains from a bad batch forfeits the next one as well."""
     assert ctx.info is not None
     node = (ctx.submission.node or ctx.info.node_address).lower()
-    key = f"{node}#step{ctx.info.step}"
+    key = f"{node}#{ctx.info.task_id}#step{ctx.info.step}"
     window = windows.push(ctx.submission.pool_id, key, {"counter": ctx.info.batch_counter}, keep=2)
     previous = int(window[-2]["counter"]) if len(window) > 1 else 0
     if ctx.info.batch_counter != previous + 1:

@@ -11,6 +11,8 @@ validator reproduces every prompt and seed from (node address, step, batch count
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -24,7 +26,7 @@ class BatchPlan(BaseModel):
     n: int = Field(ge=1)
 
 
-def batch_rng(node_address: str, batch_counter: int, step: int) -> np.random.Generator:
+def batch_rng(node_address: str, batch_counter: int, step: int, task_id: str = "") -> np.random.Generator:
     if batch_counter < 1:
         raise ValueError("batch_counter starts at 1")
     try:
@@ -33,7 +35,10 @@ def batch_rng(node_address: str, batch_counter: int, step: int) -> np.random.Gen
         raise ValueError(
             f"node address {node_address!r} is not hex (expected 0x followed by 40 hex digits)"
         ) from None
-    return np.random.default_rng(node * batch_counter + step)
+    if not task_id:
+        return np.random.default_rng(node * batch_counter + step)
+    salt = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:16], "big")
+    return np.random.default_rng([node * batch_counter + step, salt])
 
 
 def plan_batch(
@@ -44,10 +49,11 @@ def plan_batch(
     batch_size: int,
     n: int,
     target_lengths: list[int],
+    task_id: str = "",
 ) -> BatchPlan:
     if dataset_size < 1 or batch_size < 1 or n < 1 or not target_lengths:
         raise ValueError("dataset_size, batch_size, n and target_lengths must all be positive / non-empty")
-    rng = batch_rng(node_address, batch_counter, step)
+    rng = batch_rng(node_address, batch_counter, step, task_id)
     indexes = rng.integers(0, dataset_size, batch_size)
     seeds = rng.integers(0, SEED_HIGH, batch_size * n, dtype=np.int64)
     targets = rng.choice(np.asarray(target_lengths, dtype=np.int64), batch_size)

@@ -49,6 +49,8 @@ def bridge_enabled() -> bool:
 class InferenceWorkload:
     def __init__(self, settings: InferenceSettings):
         self.s = settings
+        # Set by the worker for every task it runs: salts each batch's plan (see BatchInfo.task_id).
+        self.task_id = os.environ.get("INTELLECT_TASK_ID", "")
         self.records = load_dataset(settings.dataset)
         self.tokenizer = load_tokenizer(settings.model)
         self.model = None
@@ -165,7 +167,7 @@ class InferenceWorkload:
         self.batch_counter += 1
         plan = plan_batch(
             self.s.node_address, step, self.batch_counter, len(self.records),
-            self.s.batch_size, self.s.n, self.s.target_lengths,
+            self.s.batch_size, self.s.n, self.s.target_lengths, self.task_id,
         )  # fmt: skip
         rollouts, timings = make_rollouts(
             self.backend, self.tokenizer, self.records, plan,
@@ -180,6 +182,7 @@ class InferenceWorkload:
             node_address=self.s.node_address, step=step, batch_counter=self.batch_counter,
             group_size=self.s.n, max_new_tokens=self.s.max_new_tokens, model=self.s.model,
             checkpoint_step=self.checkpoint_step, checkpoint_sha256=self.checkpoint_sha256,
+            task_id=self.task_id,
         )  # fmt: skip
         digest = write_rollouts(path, rollouts, info)
         tokens = claimed_units(sum(len(r.output_tokens) for r in rollouts), self.s.cheat)
