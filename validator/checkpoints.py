@@ -1,8 +1,9 @@
 """Checkpoints as the trainer publishes them: its step counter (`GET /step`) lists, for each step a
 worker may still use, the checkpoint's URL and sha256; step 0 is the base model. Files are fetched
-once, verified, and cached by sha256: the newest `keep` steps' files (default 8; the trainer keeps 5
+once, verified, and cached by sha256: the newest `keep` steps' files (default 16; the trainer keeps 5
 on disk and lists only those its async level still allows, so an older one could not be fetched again
-anyway), so a long run does not fill the validator's disk with every checkpoint it ever saw."""
+anyway, and a validator that lags more than that gives such files a soft verdict), so a long run does
+not fill the validator's disk with every checkpoint it ever saw."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from validator.memory import LocalCheckpoints
 
 class TrainerCheckpoints:
     def __init__(self, step_url: str, cache_dir: Path, model: str = "tiny", timeout: float = 60.0,
-                 keep: int = 8) -> None:
+                 keep: int = 16) -> None:
         self.step_url = step_url
         self.keep = max(1, keep)
         self.cache_dir = cache_dir

@@ -20,7 +20,13 @@ from transformers import PreTrainedModel
 from intellect.workloads import NodeWindows
 from validator.checks.basic import file_identity, schema_and_bounds, work_units
 from validator.checks.context import FileContext
-from validator.checks.history import counter_order, duplicates, freshness, plan_derivation
+from validator.checks.history import (
+    counter_order,
+    duplicates,
+    freshness,
+    plan_derivation,
+    unverifiable_freshness,
+)
 from validator.checks.model import FileStats, distribution_reasons, pooled, recompute
 from validator.checks.rewards import rewards_and_advantages
 from validator.memory import MemoryNodeWindows
@@ -112,13 +118,16 @@ class Pipeline:
         reasons += run("duplicates", lambda: duplicates(ctx))
         reasons += run("plan", lambda: plan_derivation(ctx))
         reasons += run("freshness", lambda: freshness(ctx))
-        if not reasons:
+        unverifiable = [] if reasons else run("window", lambda: unverifiable_freshness(ctx))
+        if not reasons and not unverifiable:
             reasons += run("rewards", lambda: rewards_and_advantages(ctx))
-        if not reasons:
+        if not reasons and not unverifiable:
             reasons += run("recompute", lambda: self._recompute(ctx))
         self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
         if reasons:
             return verdict("invalidate", reasons)
+        if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
+            return verdict("soft_invalidate", unverifiable)
         grinding = run("order", lambda: counter_order(ctx, self.windows))
         return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
 

@@ -328,9 +328,32 @@ def test_another_nodes_seeds(world) -> None:
     assert_caught(v, "seeds that are not the plan's")
 
 
-def test_stale_step_beyond_async_level(world) -> None:
+def test_stale_step_beyond_async_level_is_not_paid_but_not_slashed(world) -> None:
+    """The trainer's step is read when the validator sees the submission, which can be late: an honest
+    file can look stale. Not paid (soft), never slashed."""
     [v] = judge(world["honest"][0], trainer_step=TASK.async_level + 1)
-    assert_caught(v, "freshness")
+    assert v.verdict == "soft_invalidate" and any("behind the trainer's window" in r for r in v.reasons), v
+
+
+def test_a_step_ahead_of_the_trainer_is_slashed(world) -> None:
+    """The trainer's step only grows: a file for a step it had not reached at submission is the node's."""
+    ahead = rewrite(world["honest"][0], Path(world["root"]) / "ahead.parquet", step=5)
+    [v] = judge(ahead, trainer_step=1)
+    assert_caught(v, "is ahead of the trainer's step 1")
+
+
+def test_a_checkpoint_no_longer_to_be_had_is_soft(world) -> None:
+    """A validator that fell behind the trainer's listing cannot fetch the checkpoint: not the node's
+    fault (soft), where a checkpoint that does not match the trainer's file is (see below)."""
+    class Gone(LocalCheckpoints):
+        def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
+            return None  # the trainer's window moved on before this validator fetched it
+
+    path = world["honest"][0]
+    pipeline = Pipeline(TASK, MemorySeenStore(), Gone(TASK.model))
+    follow_on(pipeline, path, NODE)
+    v = pipeline.judge(path, Submission(node=NODE))
+    assert v.verdict == "soft_invalidate" and any("can be had" in r for r in v.reasons), v
 
 
 def test_unknown_checkpoint_claimed(world) -> None:

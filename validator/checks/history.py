@@ -113,15 +113,19 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
 
 
 def freshness(ctx: FileContext) -> list[str]:
-    """Check 6: the file's step is within the async level of the trainer's step at submission, and
-    the checkpoint it names is that window's and is the trainer's file for that step."""
+    """Check 6: the file's step is not ahead of the trainer's step at submission, and the checkpoint
+    it names is in that step's window and, when the trainer still has it, is the trainer's file.
+
+    Only what the node controls is judged here (these reasons slash). What depends on the validator's
+    own timing is `unverifiable_freshness`."""
     assert ctx.info is not None
     info, level, reasons = ctx.info, ctx.task.async_level, []
     trainer = ctx.submission.trainer_step
-    if trainer is not None and not trainer - level <= info.step <= trainer:
+    if trainer is not None and info.step > trainer:
+        # The trainer's step only grows: read late, it is still never behind a file's honest step.
         reasons.append(
-            f"freshness: step {info.step} is outside the trainer's window [{trainer - level}, {trainer}] "
-            f"(async level {level})"
+            f"freshness: step {info.step} is ahead of the trainer's step {trainer} at submission "
+            f"(window [{trainer - level}, {trainer}], async level {level})"
         )
     if info.checkpoint_step is None:
         return reasons + ["freshness: the file does not name the checkpoint that generated it"]
@@ -131,11 +135,29 @@ def freshness(ctx: FileContext) -> list[str]:
             f"[{info.step - level}, {info.step}]"
         )
     known = ctx.checkpoints.checkpoint_for(info.checkpoint_step)
-    if known is None:
-        reasons.append(f"freshness: no checkpoint of step {info.checkpoint_step} is known to the trainer")
-    elif info.checkpoint_sha256 is not None and info.checkpoint_sha256 != known[1]:
+    if known is not None and info.checkpoint_sha256 is not None and info.checkpoint_sha256 != known[1]:
         reasons.append(
             f"freshness: checkpoint sha256 {info.checkpoint_sha256[:16]}… is not step "
             f"{info.checkpoint_step}'s {known[1][:16]}…"
         )
+    return reasons
+
+
+def unverifiable_freshness(ctx: FileContext) -> list[str]:
+    """What makes a file unpayable without proving its node cheated (soft: not paid, never slashed):
+    - its step is behind the trainer's window as this validator read it. The watcher reads the trainer's
+      step when it sees the submission, which can be late (a restarted or busy validator), so an honest
+      file submitted in time can look stale;
+    - the checkpoint it names can no longer be had: the trainer lists only its window and keeps few
+      files, and a validator that fell behind may never have fetched it."""
+    assert ctx.info is not None
+    info, level, reasons = ctx.info, ctx.task.async_level, []
+    trainer = ctx.submission.trainer_step
+    if trainer is not None and info.step < trainer - level:
+        reasons.append(
+            f"freshness: step {info.step} is behind the trainer's window [{trainer - level}, {trainer}] "
+            f"as this validator read it (async level {level})"
+        )
+    if info.checkpoint_step is not None and ctx.checkpoints.checkpoint_for(info.checkpoint_step) is None:
+        reasons.append(f"freshness: no checkpoint of step {info.checkpoint_step} can be had from the trainer")
     return reasons
