@@ -21,22 +21,26 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from intellect.identity import Wallet
 from intellect.signing import sign_request
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+# schemathesis and Hypothesis are imported only in the fuzzing process (`main`): imported into a
+# pytest process after its first tests, Hypothesis's modules went through pytest's assertion
+# rewriting and hit the same CPython 3.11.7 "AST constructor recursion depth mismatch".
 Call = Callable[[Any], Any]
+
+
+def _checks() -> list[Any]:
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    return [not_a_server_error, status_code_conformance, content_type_conformance,
+            response_schema_conformance]
 
 
 class NodeSignature(requests.auth.AuthBase):
@@ -52,7 +56,9 @@ class NodeSignature(requests.auth.AuthBase):
         return request
 
 
-def _settings(examples: int) -> settings:
+def _settings(examples: int) -> Any:
+    from hypothesis import HealthCheck, settings
+
     return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))  # fmt: skip
 
@@ -60,6 +66,11 @@ def _settings(examples: int) -> settings:
 def fuzz(schema_url: str, call: Call, examples: int = 25) -> list[str]:
     """Every operation of the document at `schema_url`, valid and invalid inputs, sent by `call`
     (which validates the response); returns the operations run, so a test sees none was left out."""
+    import schemathesis
+    from hypothesis import given
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
     schema = schemathesis.openapi.from_url(schema_url)
     ran = []
     for result in schema.get_all_operations():
@@ -82,7 +93,8 @@ def fuzz(schema_url: str, call: Call, examples: int = 25) -> list[str]:
 
 def validated(base_url: str, **kwargs: Any) -> Call:
     """A `call` that sends the case to `base_url` (with `headers=`/`auth=`) and runs CHECKS."""
-    return lambda case: case.call_and_validate(base_url=base_url, checks=CHECKS, **kwargs)
+    checks = _checks()
+    return lambda case: case.call_and_validate(base_url=base_url, checks=checks, **kwargs)
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -40,8 +40,11 @@ REVERSE = {"dataset": "reverse", "batch_size": 2, "n": 2, "max_new_tokens": 12, 
 DEMO = {"dataset": "demo", "batch_size": 3, "n": 3, "max_new_tokens": 16}
 
 
-def rollout_file(node: Wallet, out: Path, settings: dict) -> tuple[Path, int]:
-    workload = InferenceWorkload(InferenceSettings(node_address=node.address, output_dir=out, **settings))
+def rollout_file(node: Wallet, out: Path, settings: dict, task_id: str) -> tuple[Path, int]:
+    """One batch as the worker would run it for `task_id` (its INTELLECT_TASK_ID salts the plan)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("INTELLECT_TASK_ID", task_id)
+        workload = InferenceWorkload(InferenceSettings(node_address=node.address, output_dir=out, **settings))
     report = workload.run_batch()
     assert report is not None
     rows, _ = read_rollouts(report.path)
@@ -92,14 +95,14 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
         # task 1: string reversal, 2×2 rows of at most 12 tokens
         inference = {"type": "inference", "settings": REVERSE}
         reverse = orch.create_task({"name": "reverse", "workload": inference})
-        path, units = rollout_file(honest_a, tmp_path / "a", REVERSE)
+        path, units = rollout_file(honest_a, tmp_path / "a", REVERSE, reverse)
         keys["honest reverse"] = upload_and_submit(devnet, orch, provider, honest_a, reverse, path, units)
         # the deviant runs task 1 with another batch shape than the task's
-        path, units = rollout_file(deviant, tmp_path / "d", {**REVERSE, "batch_size": 3})
+        path, units = rollout_file(deviant, tmp_path / "d", {**REVERSE, "batch_size": 3}, reverse)
         keys["deviant"] = upload_and_submit(devnet, orch, provider, deviant, reverse, path, units)
         # task 2: the demo set, 3×3 rows of at most 16 tokens (now every node's current task)
         demo = orch.create_task({"name": "demo", "workload": {"type": "inference", "settings": DEMO}})
-        path, units = rollout_file(honest_b, tmp_path / "b", DEMO)
+        path, units = rollout_file(honest_b, tmp_path / "b", DEMO, demo)
         keys["honest demo"] = upload_and_submit(devnet, orch, provider, honest_b, demo, path, units)
         # task 3: a third-party workload; one honest file, one whose words are not the task's
         wordcount = {"type": "wordcount", "settings": {"words": 7}}
