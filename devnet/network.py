@@ -157,14 +157,20 @@ def down(directory: Path, purge: bool = False, progress: Progress = print) -> li
 
 def strays(directory: Path) -> list[psutil.Process]:
     """Processes this devnet started that its state does not record (an `up` that failed half-way):
-    every service it spawns runs with INTELLECT_HOME=<directory>/home."""
-    home = str(directory.resolve() / "home")
+    every service it spawns runs with INTELLECT_HOME=<directory>/home; redis-server rewrites its title
+    over its environment, so it is known by its working directory, its data folder in the devnet."""
+    root = directory.resolve()
+    home = str(root / "home")
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid not in mine and proc.environ().get("INTELLECT_HOME") == home:
+            if proc.pid in mine:
+                continue
+            if proc.environ().get("INTELLECT_HOME") == home:
                 found.append(proc)
+            elif proc.name().startswith("redis-server") and root in Path(proc.cwd()).parents:
+                found.append(proc)  # not a user's shell that happens to sit in the folder
         except psutil.Error:
             continue
     return found

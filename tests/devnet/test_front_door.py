@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from devnet.network import strays
@@ -32,8 +33,18 @@ def test_a_failed_up_stops_what_it_started(tmp_path: Path) -> None:
         state = DevnetState.load(directory)
         assert state is not None and not any(p.alive() for p in state.processes)
         assert strays(directory) == []
+        # redis-server hides its environment under its title: known by its data folder here
+        assert not [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("redis")
+                    and str(directory) in _cwd(p)]
     finally:
         intellect("devnet", "down", "--dir", str(directory))
+
+
+def _cwd(proc: psutil.Process) -> str:
+    try:
+        return proc.cwd()
+    except psutil.Error:
+        return ""
 
 
 @pytest.mark.slow
