@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -156,3 +157,29 @@ def test_balance_status_and_deregister(devnet: Devnet, tmp_path: Path) -> None:
     assert len(json.loads(res.stdout)["transactions"]) == 2  # remove node, deregister provider
     after = json.loads(runner.invoke(app, ["status", "--json"], env=env).stdout)
     assert not after["chain"]["node_registered"]
+
+
+def test_start_without_a_runtime_flag_runs_tasks(
+    devnet: Devnet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24: `start` with no --runtime used to record tasks and run nothing. Now: auto, a runtime
+    that runs them (Docker when an engine answers, else processes), as `check` promises."""
+    from worker import cli as worker_cli
+    from worker.runtime import DockerRuntime, ProcessRuntime, RecordingRuntime
+
+    given: list[Any] = []
+
+    class Daemon:  # stands in for the daemon: keep the runtime `start` built, serve nothing
+        def __init__(self, settings, keys, chain, runtime, *rest) -> None:  # noqa: ANN001
+            given.append(runtime)
+
+        async def run(self) -> None:
+            given[-1].close()  # stops the bridge `start` opened with the runtime
+
+    monkeypatch.setattr(worker_cli, "WorkerDaemon", Daemon)
+    env = env_for(devnet, tmp_path, INTELLECT_WORKER_PROVIDER_KEY=devnet.fresh_provider().private_key_hex(),
+                  INTELLECT_WORKER_NODE_KEY=Wallet.create().private_key_hex())
+    res = runner.invoke(app, ["start", "--yes", "--api-port", "0"], env=env)
+    assert res.exit_code == 0, res.output
+    [runtime] = given
+    assert isinstance(runtime, (DockerRuntime, ProcessRuntime)) and not isinstance(runtime, RecordingRuntime)
