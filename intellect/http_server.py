@@ -11,6 +11,7 @@ Every entry point passes `**server_options()` to `uvicorn.run` / `uvicorn.Config
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -57,3 +58,11 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 def server_options() -> dict[str, Any]:
     """What every service gives uvicorn, beside its host and port."""
     return {"http": HeaderTimeoutProtocol}
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A service's listening socket, bound before anything else starts (port 0: a free one), so a port
+    already taken stops the service at start with one line instead of a process that runs on without
+    its API; uvicorn then serves on it (`uvicorn.Server(...).run(sockets=[listener])`)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)

@@ -196,14 +196,21 @@ def run(
     except (ValueError, OSError, LedgerError) as exc:  # one line naming what to fix, never a traceback
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
-    configure_logging()
     import uvicorn
 
-    from intellect.http_server import server_options
+    from intellect.http_server import bind_listener, server_options
 
-    service.start()
     try:
-        uvicorn.run(create_app(service), host=settings.host, port=settings.port, log_level="warning",
-                    **server_options())
+        listener = bind_listener(settings.host, settings.port)
+    except OSError as exc:
+        err.print(f"error: cannot serve the validator API on {settings.host}:{settings.port}: "
+                  f"{exc.strerror or exc} (another validator running? pick another --port)", markup=False)
+        raise typer.Exit(1) from None
+    configure_logging()
+    service.start()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host=settings.host, port=settings.port,
+                                           log_level="warning", **server_options()))
+    try:
+        server.run(sockets=[listener])
     finally:
         service.stop()

@@ -6,8 +6,10 @@ background is killed with its process group afterwards, pass or fail."""
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,8 +18,6 @@ from pathlib import Path
 
 import pytest
 from sybil import Example
-
-from intellect.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
@@ -63,6 +63,22 @@ def _kill_group(pgid: int) -> None:
         time.sleep(1.0)
 
 
+def listen_port() -> int:
+    """A free port below the kernel's ephemeral range. The block binds it later; a port the OS handed
+    out as free (an ephemeral one) can meanwhile become some process's outgoing source port, which
+    once made the README's validator fail to bind and the trainer poll a stranger (seen in CI)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(20_000, min(low, 32_000))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def new_shell(root: Path) -> Shell:
     root.mkdir(parents=True, exist_ok=True)
     link = root / ".venv"
@@ -70,7 +86,7 @@ def new_shell(root: Path) -> Shell:
         link.symlink_to(REPO / ".venv")
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', os.defpath)}"
-    env.update({name: str(free_port()) for name in PORT_VARIABLES})
+    env.update({name: str(listen_port()) for name in PORT_VARIABLES})
     return Shell(root, env)
 
 

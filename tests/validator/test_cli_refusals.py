@@ -3,6 +3,7 @@ and its default data folder is the deployment's own, so two chains never share a
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,19 @@ def test_the_default_data_dir_is_per_chain_and_deployment(home: Path, tmp_path: 
     assert settings.data_dir.name.startswith(f"{devnet.deployment.chain_id}-{pool}-")
     given = ValidatorSettings(rpc_url=devnet.rpc_url, deployment=deployment, data_dir=tmp_path / "mine")
     assert with_chain_data_dir(given).data_dir == tmp_path / "mine"  # a given folder is used as is
+
+
+def test_a_taken_api_port_stops_the_validator(home: Path, tmp_path: Path, devnet) -> None:  # noqa: ANN001
+    """Before, uvicorn logged its bind error and the validator judged on without an API (no /verdicts,
+    no /health): a README run then polled whatever held the port. Now it exits 1 before judging."""
+    deployment = devnet.deployment.save(tmp_path / "deployment.json")
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    try:
+        result = CliRunner().invoke(app, ["run", "--rpc-url", devnet.rpc_url, "--deployment", str(deployment),
+                                          "--data-dir", str(tmp_path / "data"), "--port", str(port)])
+    finally:
+        taken.close()
+    assert result.exit_code == 1, result.output
+    assert f"error: cannot serve the validator API on 127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output

@@ -12,7 +12,6 @@ trained on without its step counter would write checkpoints no worker is ever to
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 import threading
 
@@ -20,19 +19,12 @@ import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import CliApp
 
-from intellect.http_server import server_options
+from intellect.http_server import bind_listener, server_options
 from intellect.logs import configure_logging
 from workloads.trainer.loop import Trainer
 from workloads.trainer.settings import TrainerSettings
 from workloads.trainer.sources import source_for
 from workloads.trainer.step_counter import create_app
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The step counter's listening socket, bound here (port 0: a free one) so a taken port stops the
-    trainer at start; uvicorn then serves on it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        listener = bind(settings.host, settings.port)
+        listener = bind_listener(settings.host, settings.port)
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"
         print(f"error: cannot serve the step counter on {where}: {exc.strerror or exc} (another trainer "
