@@ -4,83 +4,48 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from collections.abc import Callable
-from functools import wraps
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import httpx
 import typer
-from pydantic import ValidationError
-from rich.console import Console
+from docker.errors import DockerException
 from rich.table import Table
 
 from intellect.cli import service_app
-from intellect.identity import IdentityError, Wallet, resolve_passphrase
 from intellect.logs import setup_logging
 from intellect.net import free_port
 from intellect.wire.requirements import parse_pool_requirements
 from ledger.client import LedgerClient
 from ledger.deploy import Deployment
-from ledger.errors import LedgerError
 from worker import __version__
-from worker.chain import ChainAuthorizer, RegistrationDeclined, RegistrationPlan, WorkerChain, tokens, when
+from worker.chain import ChainAuthorizer, RegistrationPlan, WorkerChain, tokens, when
+from worker.cli_common import (
+    CliError,
+    DeploymentOpt,
+    DiscoveryUrl,
+    JsonOut,
+    PoolId,
+    RpcUrl,
+    StateDir,
+    build_settings,
+    console,
+    err,
+    friendly,
+    print_json,
+)
+from worker.cli_wallet import wallet_app
 from worker.daemon import WorkerDaemon
 from worker.funding import funding_checks, provider_address
-from worker.hardware import Check, blocking_failures, detect, run_checks
-from worker.keys import WorkerKeys, keystore_path, load_key, load_keys
+from worker.hardware import Check, blocking_failures, detect, docker_reachable, run_checks
+from worker.keys import WorkerKeys, load_keys
 from worker.pidfile import running_daemon, stop_daemon
-from worker.runtime import RecordingRuntime, Runtime, start_runtime
+from worker.runtime import RecordingRuntime, Runtime, RuntimeConfig, make_runtime, start_runtime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
 
 app = service_app("Intellect worker: contribute compute to a pool.", pretty_exceptions_enable=False)
 
-wallet_app = typer.Typer(help="Create, import and show the provider and node keys.", no_args_is_help=True)
 app.add_typer(wallet_app, name="wallet")
-console = Console()
-err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
-
-# ---- shared options (each maps to a WorkerSettings field; unset means env or default) ----
-RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM RPC URL (env INTELLECT_WORKER_RPC_URL)")]
-DeploymentOpt = Annotated[Path | None, typer.Option("--deployment", help="deployment JSON of the contracts")]
-DiscoveryUrl = Annotated[str | None, typer.Option("--discovery-url", help="discovery service URL")]
-PoolId = Annotated[int | None, typer.Option("--pool-id", help="compute pool to join")]
-StateDir = Annotated[Path | None, typer.Option("--state-dir", help="keys and state [~/.intellect/worker]")]
-JsonOut = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-
-
-class CliError(Exception):
-    """A problem the user can fix; printed as one line, exit code 1."""
-
-
-def build_settings(**flags: Any) -> WorkerSettings:
-    """Flags that were given override the environment; the rest comes from env and defaults."""
-    try:
-        return WorkerSettings(**{k: v for k, v in flags.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise CliError(f"bad setting: {problems}") from None
-
-
-def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn expected failures into a one-line message and exit code 1, no traceback."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (CliError, IdentityError, FileNotFoundError, LedgerError, RegistrationDeclined,
-                ValueError) as exc:
-            err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(1) from None
-
-    return wrapper
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _checks_table(checks: list[Check]) -> Table:
@@ -112,6 +77,21 @@ def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> Run
                          task_env=settings.task_env, task_network=settings.task_network,
                          p2p_seed=settings.p2p_seed, task_isolation=settings.task_isolation,
                          task_uid=settings.task_uid, task_gid=settings.task_gid)
+
+
+def _stop_left_tasks(settings: WorkerSettings, node_address: str) -> list[str]:
+    """A stopped daemon leaves its task running for the next worker process to adopt; a node that
+    leaves the pool has no next process, so its runs (containers or process runs) are stopped here."""
+    config = RuntimeConfig(node_address=node_address, storage_root=settings.state_dir / "data",
+                           state_dir=settings.state_dir / "runtime")
+    kinds = ["process", "docker"] if docker_reachable(timeout=3.0) else ["process"]
+    removed: list[str] = []
+    for kind in kinds:
+        try:
+            removed += make_runtime(kind, config).stop_all()
+        except (OSError, DockerException) as exc:
+            err.print(f"warning: could not stop the node's {kind} tasks: {exc}")
+    return removed
 
 
 # ---- start ----
@@ -230,7 +210,7 @@ def check(
         checks.extend(money)
     failed = blocking_failures(checks)
     if json_out:
-        _print_json({"ok": not failed, "specs": specs.model_dump(), "checks": [c.__dict__ for c in checks]})
+        print_json({"ok": not failed, "specs": specs.model_dump(), "checks": [c.__dict__ for c in checks]})
     else:
         console.print(_checks_table(checks))
     if failed:
@@ -265,7 +245,7 @@ def status(
     info["verdicts"] = {url: _verdicts(url, info["local"].get("node_address"), settings.pool_id)
                         for url in validator_url}  # fmt: skip
     if json_out:
-        _print_json(info)
+        print_json(info)
         return
     local = info["local"]
     table = Table(title="Worker status")
@@ -356,7 +336,7 @@ def claim(
     _, chain = _chain(settings)
     results = chain.claim()
     if json_out:
-        _print_json([r.__dict__ for r in results])
+        print_json([r.__dict__ for r in results])
         return
     table = Table(title=f"Claimed for provider {chain.provider}")
     for col in ("what", "tokens", "tx", "gas"):
@@ -384,7 +364,7 @@ def balance(
         for role, b in balances.items()
     ]
     if json_out:
-        _print_json({"balances": rows, "stake": provider.stake, "registered": provider.registered})
+        print_json({"balances": rows, "stake": provider.stake, "registered": provider.registered})
         return
     table = Table(title="Balances")
     for col in ("key", "address", "ETH", "tokens"):
@@ -421,6 +401,9 @@ def deregister(
             raise CliError(f"the worker daemon (pid {pid}) is still running: stop it (`kill {pid}`) "
                            "and run deregister again; nothing was changed on chain")
         err.print(f"stopped the worker daemon (pid {pid})")
+    removed = _stop_left_tasks(settings, keys.node.address)
+    if removed:
+        err.print(f"stopped the node's task: {', '.join(removed)}")
     txs = chain.deregister(settings.pool_id)
     store = StateStore(settings.state_file)
     state = store.load()
@@ -431,8 +414,9 @@ def deregister(
     store.save(state)
     unbonds = sorted(chain.unbonds(), key=lambda u: u.release_at)
     if json_out:
-        _print_json({"node": keys.node.address, "provider": keys.provider.address, "transactions": txs,
-                     "daemon_stopped": pid, "unbonding": [u.model_dump() for u in unbonds]})
+        print_json({"node": keys.node.address, "provider": keys.provider.address, "transactions": txs,
+                    "daemon_stopped": pid, "tasks_stopped": removed,
+                    "unbonding": [u.model_dump() for u in unbonds]})
         return
     console.print(f"deregistered node {keys.node.address}: {len(txs)} transaction(s)")
     for tx in txs:
@@ -440,96 +424,6 @@ def deregister(
     for u in unbonds:
         console.print(f"{tokens(u.amount)} tokens of stake claimable from {when(u.release_at)} "
                       "with `intellect-worker claim`")
-
-
-# ---- wallet ----
-
-Role = Literal["provider", "node"]
-
-
-def _roles(role: str) -> list[Role]:
-    if role not in ("provider", "node", "both"):
-        raise CliError("--role must be provider, node or both")
-    if role == "provider":
-        return ["provider"]
-    return ["node"] if role == "node" else ["provider", "node"]
-
-
-@wallet_app.command("create")
-@friendly
-def wallet_create(
-    state_dir: StateDir = None,
-    role: Annotated[str, typer.Option(help="provider | node | both")] = "both",
-    json_out: JsonOut = False,
-) -> None:
-    """Create encrypted keystores (existing ones are kept)."""
-    settings = build_settings(state_dir=state_dir)
-    passphrase = resolve_passphrase("New keystore passphrase: ")
-    rows = []
-    for r in _roles(role):
-        existed = keystore_path(settings, r).exists()
-        wallet = load_key(settings.model_copy(update={"provider_key": None, "node_key": None}), r,
-                          create=True, passphrase=passphrase)
-        rows.append({"role": r, "address": wallet.address, "created": not existed,
-                     "keystore": str(keystore_path(settings, r))})
-    _show_rows(rows, json_out, "Keys")
-
-
-@wallet_app.command("import")
-@friendly
-def wallet_import(
-    role: Annotated[str, typer.Option(help="provider | node (one key at a time)")],
-    state_dir: StateDir = None,
-    private_key: Annotated[str | None, typer.Option(help="hex key (prompted, hidden, when omitted)")] = None,
-    force: Annotated[bool, typer.Option(help="overwrite an existing keystore")] = False,
-    json_out: JsonOut = False,
-) -> None:
-    """Import a private key into an encrypted keystore."""
-    settings = build_settings(state_dir=state_dir)
-    if role not in ("provider", "node"):
-        raise CliError("--role must be provider or node (import one key at a time)")
-    r: Role = "provider" if role == "provider" else "node"
-    path = keystore_path(settings, r)
-    if path.exists() and not force:
-        raise CliError(f"{path} exists: pass --force to overwrite it")
-    key = private_key or typer.prompt(f"{r} private key", hide_input=True)
-    wallet = Wallet.from_key(key.strip())
-    wallet.save(path, resolve_passphrase("Keystore passphrase: "))
-    _show_rows([{"role": r, "address": wallet.address, "keystore": str(path)}], json_out, "Imported")
-
-
-@wallet_app.command("show")
-@friendly
-def wallet_show(
-    state_dir: StateDir = None,
-    show_private_key: Annotated[bool, typer.Option("--show-private-key", help="also print the keys")] = False,
-    json_out: JsonOut = False,
-) -> None:
-    """The provider and node addresses (keys only with --show-private-key)."""
-    settings = build_settings(state_dir=state_dir)
-    keys = load_keys(settings, create=False)
-    rows = []
-    for r in ("provider", "node"):
-        wallet: Wallet = getattr(keys, r)
-        row = {"role": r, "address": wallet.address}
-        if show_private_key:
-            row["private_key"] = wallet.private_key_hex()
-        rows.append(row)
-    _show_rows(rows, json_out, "Keys")
-
-
-def _show_rows(rows: list[dict[str, Any]], json_out: bool, title: str) -> None:
-    if json_out:
-        _print_json(rows)
-        return
-    table = Table(title=title)
-    for col in rows[0]:
-        # Addresses print whole: they are what one copies to fund, whitelist or invite.
-        table.add_column(col, no_wrap=col == "address", min_width=42 if col == "address" else None,
-                         overflow="fold")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    console.print(table)
 
 
 @app.command()

@@ -239,6 +239,20 @@ def test_stale_tasks_are_removed(harness: Harness) -> None:
     assert worker.cleanup_stale() == []
 
 
+def test_a_node_that_leaves_stops_its_task_from_a_fresh_runtime(harness: Harness) -> None:
+    """`intellect-worker deregister`: the daemon is stopped (its task kept running, for adoption), then a
+    runtime built from the state dir alone, with no bridge, stops and removes every run of the node."""
+    worker = harness.runtime()
+    desired = harness.assign(harness.spec("sleep:60"))
+    wait_for(worker, desired, in_state(TaskState.RUNNING))
+    worker.close()
+    leaving = harness.runtime()
+    leaving.bridge = None
+    assert leaving.stop_all() == [run_name(desired, harness.node)]
+    assert _owned(harness, leaving) == []
+    assert harness.runtime().adopt() is None  # nothing left for a later worker to take over
+
+
 def test_the_task_talks_to_the_worker_over_the_bridge(harness: Harness) -> None:
     runtime = harness.runtime()
     payload = "rollouts " * 100

@@ -308,6 +308,17 @@ class RuntimeBase(ABC, Generic[H]):
             return []
         return self._tail(run, tail)
 
+    def stop_all(self) -> list[str]:
+        """Stop and remove every run this node owns, finished or not (the node left for good: nothing
+        will ever adopt them); the names removed."""
+
+        def remove() -> list[str]:
+            self.desired = None
+            return self._remove_except(None)
+
+        with self._lock:
+            return remove()
+
     def adopt(self) -> TaskStatus | None:
         """On worker start: take over the task a previous worker process left running (the newest of
         the runs this node owns; the first apply() removes the others).
