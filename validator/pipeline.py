@@ -30,6 +30,7 @@ from validator.checks.history import (
 from validator.checks.model import FileStats, distribution_reasons, pooled, recompute
 from validator.checks.rewards import rewards_and_advantages
 from validator.memory import MemoryNodeWindows
+from validator.reader import CappedReader, shared_reader
 from validator.task import TaskSettings
 from validator.thresholds import ValidationThresholds
 from validator.verdicts import CheckpointSource, SeenStore, Submission, Verdict, VerdictKind
@@ -53,8 +54,10 @@ class Pipeline:
         models_kept: int = 3,
         windows: NodeWindows | None = None,
         task_id: str = "",
+        reader: CappedReader | None = None,
     ) -> None:
         self.task = task
+        self.reader = reader or shared_reader()
         self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
         self.checkpoints = checkpoints
@@ -111,7 +114,7 @@ class Pipeline:
         soft = run("identity", lambda: file_identity(ctx, self.max_bytes))
         if soft:
             return verdict("soft_invalidate", soft)
-        reasons = run("schema", lambda: schema_and_bounds(ctx))
+        reasons = run("schema", lambda: schema_and_bounds(ctx, self.reader))
         if ctx.info is None:
             return verdict("invalidate", reasons)
         reasons += run("work_units", lambda: work_units(ctx))

@@ -110,6 +110,7 @@ class ValidatorService:
             fetch_window=settings.fetch_window_seconds,
             vote=settings.vote,
             vote_window=VoteWindows(self.client).seconds,
+            poison_limit=settings.judge_attempts,
         )
         self.voting = VoteLoop(self.verdicts, voter or QuorumVoter(self.client))
         self._stop = threading.Event()

@@ -40,6 +40,11 @@ class ValidatorSettings(IntellectSettings):
         "long after its submission is invalidated (withheld); capped at a third of the pool's voting window",
     )
     vote: bool = Field(True, description="send invalidation votes (off: judge and report only)")
+    judge_attempts: int = Field(
+        5, ge=1, description="tries at judging a file the validator's own checks fail on (a crash, a dead "
+        "reader) before it is soft-invalidated: not paid, never slashed; the files behind it are judged "
+        "meanwhile",
+    )
 
 
 def chain_data_dir(root: Path, chain_id: int, pool_contract: str, deploy_block_hash: str) -> Path:

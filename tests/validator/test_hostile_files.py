@@ -17,6 +17,7 @@ import pytest
 
 from validator.fetch import Fetcher
 from validator.judging import JudgeLoop
+from validator.reader import CappedReader, ReaderFailed
 from validator.store import Database, SubmissionRow, Submissions, Verdicts, open_database
 from validator.verdicts import Submission, Verdict
 from workloads.rollouts import (
@@ -190,3 +191,112 @@ def _wallet():  # noqa: ANN202
     from intellect.identity import Wallet
 
     return Wallet.create()
+
+
+def understate_values(path: Path, column: int = 0, claimed: int = 1000) -> Path:
+    """Patch the footer so that column chunk `column` declares `claimed` values instead of its real
+    count: thrift's compact varints can be padded, so the footer keeps its length (a footer that lies)."""
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out.append(byte | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    real = pq.ParquetFile(path).metadata.row_group(0).column(column).num_values
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    head, footer = data[: -8 - length], data[-8 - length : -8]
+    honest = varint(real << 1)  # zigzag of a positive i64
+    forged = bytearray(varint(claimed << 1))
+    while len(forged) < len(honest):  # pad with continuation bytes to the same length
+        forged[-1] |= 0x80
+        forged.append(0)
+    assert footer.count(honest) >= 1
+    lying = path.with_name("lying-" + path.name)
+    lying.write_bytes(head + footer.replace(honest, bytes(forged)) + data[-8:])
+    return lying
+
+
+def test_a_footer_that_understates_its_values_passes_the_footer_check_but_not_the_reader(
+    tmp_path: Path,
+) -> None:
+    """The footer check only sees what the footer says; a footer patched to declare 1,000 tokens for
+    a column holding 120 million passes it. The capped reader then refuses the file (pyarrow reads only
+    what is declared and finds the columns disagree), in the child, at flat memory for the validator."""
+    program = ("from pathlib import Path; from tests.validator.test_hostile_files import bomb; "
+               f"bomb(Path({str(tmp_path / 'bomb.parquet')!r}), per_row=30_000_000, rows=4)")  # fmt: skip
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[2])
+    lying = understate_values(tmp_path / "bomb.parquet")
+    with pytest.raises(RolloutTooLarge):
+        check_footer(tmp_path / "bomb.parquet", LIMITS)
+    check_footer(lying, LIMITS)  # the lie gets past the footer check...
+    reader = CappedReader()
+    rss_before = _rss_kb()
+    try:
+        with pytest.raises(RolloutSchemaError, match="cannot be read|expected length"):
+            reader.read(lying, LIMITS)  # ...and not past the reader
+        rows, _ = reader.read(_honest_file(tmp_path), LIMITS)  # the same child reads on
+        assert len(rows) == 32
+    finally:
+        reader.close()
+    assert _rss_kb() - rss_before < 50_000
+
+
+def test_a_file_that_needs_more_memory_than_the_cap_is_invalidated_and_the_validator_stays_flat(
+    tmp_path: Path,
+) -> None:
+    """Whatever gets past the footer check and still needs memory (a page header's size, pyarrow's own
+    allocations) hits the reader child's cap: a memory error there, a verdict reason here. The bomb
+    stands in for such a file: its limits are set to let it through the footer check."""
+    program = ("from pathlib import Path; from tests.validator.test_hostile_files import bomb; "
+               f"bomb(Path({str(tmp_path / 'bomb.parquet')!r}), per_row=30_000_000, rows=4)")  # fmt: skip
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[2])
+    let_through = FileLimits(max_rows=32, max_tokens_per_row=40_000_000, max_new_tokens=32)
+    check_footer(tmp_path / "bomb.parquet", let_through)
+    reader = CappedReader(memory_bytes=256 << 20, per_declared_byte=0)
+    rss_before = _rss_kb()
+    try:
+        with pytest.raises(RolloutTooLarge, match="needs more than the reader's 256 MB of memory"):
+            reader.read(tmp_path / "bomb.parquet", let_through)
+        rows, _ = reader.read(_honest_file(tmp_path), LIMITS)  # and honest files are read after it
+        assert len(rows) == 32
+    finally:
+        reader.close()
+    assert _rss_kb() - rss_before < 50_000  # the 480 MB of tokens were never in this process
+
+
+def test_a_reader_that_dies_or_hangs_is_not_the_files_fault(tmp_path: Path) -> None:
+    """A dead or slow reader says nothing about the file: ReaderFailed (the judge loop retries, and
+    after its attempts soft-invalidates, never slashes), and the next read starts a new child."""
+    honest = _honest_file(tmp_path)
+    reader = CappedReader()
+    try:
+        reader.read(honest, LIMITS)
+        assert reader._process is not None
+        reader._process.kill()
+        reader._process.wait()
+        rows, _ = reader.read(honest, LIMITS)  # a child found dead before a read is replaced
+        assert len(rows) == 32
+        reader.timeout = 0.001
+        with pytest.raises(ReaderFailed, match="took over"):
+            reader.read(honest, LIMITS)
+        reader.timeout = 60
+        assert len(reader.read(honest, LIMITS)[0]) == 32
+    finally:
+        reader.close()
+
+
+def _honest_file(tmp_path: Path) -> Path:
+    path = tmp_path / "honest.parquet"
+    write_rollouts(path, honest_rows(), INFO)
+    return path
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")

@@ -7,7 +7,8 @@ import hashlib
 import math
 
 from validator.checks.context import FileContext, rows_named
-from workloads.rollouts import FileLimits, RolloutSchemaError, read_rollouts
+from validator.reader import CappedReader
+from workloads.rollouts import FileLimits, RolloutSchemaError
 
 
 def file_identity(ctx: FileContext, max_bytes: int) -> list[str]:
@@ -26,17 +27,17 @@ def file_identity(ctx: FileContext, max_bytes: int) -> list[str]:
     return []
 
 
-def schema_and_bounds(ctx: FileContext) -> list[str]:
+def schema_and_bounds(ctx: FileContext, reader: CappedReader) -> list[str]:
     """Check 2: exact schema, one batch of the task's shape, every value in range. The parquet footer
-    is checked against the task's shape before any data is decompressed (a few KB can declare GBs)."""
+    is checked against the task's shape before any data is decompressed (a few KB can declare GBs),
+    and the file is read in the memory-capped reader process (pages can hold more than the footer
+    says). A reader that dies proves nothing: `ReaderFailed` goes up to the judge loop's retries."""
     task = ctx.task
     limits = FileLimits.for_task(task.batch_size, task.n, task.max_prompt_tokens, task.max_new_tokens)
     try:
-        ctx.rows, ctx.info = read_rollouts(ctx.path, limits)
+        ctx.rows, ctx.info = reader.read(ctx.path, limits)
     except RolloutSchemaError as exc:
         return [f"schema: {exc}"]
-    except (ValueError, MemoryError) as exc:  # pyarrow's own refusals of a malformed file
-        return [f"schema: the file cannot be read: {str(exc).splitlines()[0][:300]}"]
     info, reasons = ctx.info, []
     expected_rows = task.batch_size * task.n
     if info.group_size != task.n:
