@@ -1,0 +1,82 @@
+"""`python -m workloads.pipeline`: one member of a pipeline group, in its own process.
+
+    INTELLECT_PIPELINE_GROUP_SECRET=<hex> python -m workloads.pipeline --index 1 --members 2 \\
+        --bind tcp://0.0.0.0:5601 --next tcp://10.0.0.1:5600 --out member-1.json
+
+Stage 0 also takes `--request` (a JSON file: prompts, seeds, max_new_tokens, temperature). Each member
+writes what it made (its proofs; stage 0 and the last also the tokens) to `--out` as JSON, or, when
+a peer failed, `{"error": ..., "member": <index of the member at fault>}` and exits 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from workloads.pipeline.member import CHEATS, BatchRequest, Member, StageOutput
+from workloads.pipeline.stages import load_stage, plan_stages
+from workloads.pipeline.transport import MemberLink, PeerError
+
+SECRET_ENV = "INTELLECT_PIPELINE_GROUP_SECRET"
+
+
+def output_json(out: StageOutput) -> dict:
+    data = asdict(out)
+    data["proofs"] = [p.hex() for p in out.proofs]
+    return data
+
+
+def output_from_json(data: dict) -> StageOutput:
+    return StageOutput(**{**data, "proofs": [bytes.fromhex(p) for p in data["proofs"]],
+                          "layers": tuple(data["layers"])})  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    summary = (__doc__ or "").split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m workloads.pipeline", description=summary)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--members", type=int, required=True)
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--weights", type=Path, default=None, help="safetensors of the whole model")
+    parser.add_argument("--bind", required=True, help="this member's inbox, e.g. tcp://127.0.0.1:5600")
+    parser.add_argument("--next", required=True, help="the next member's inbox")
+    parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cheat", choices=CHEATS, default="none", help="tests and demos only")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds a peer may stay silent")
+    parser.add_argument("--max-frame-bytes", type=int, default=64 << 20)
+    args = parser.parse_args(argv)
+    secret = os.environ.get(SECRET_ENV, "")
+    if len(secret) < 32:
+        print(f"error: {SECRET_ENV} must hold the group's secret (≥ 16 bytes as hex)", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(1)
+    plan = plan_stages(args.model, args.members)[args.index]
+    stage = load_stage(args.model, plan, args.weights)
+    from workloads.model.loading import load_tokenizer
+
+    tok = load_tokenizer(args.model)
+    link = MemberLink(args.index, args.members, bytes.fromhex(secret), args.bind, args.next,
+                      max_frame_bytes=args.max_frame_bytes, timeout=args.timeout)  # fmt: skip
+    link.connect()
+    member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=args.cheat)
+    request = BatchRequest(**json.loads(args.request.read_text())) if args.request else None
+    try:
+        out = member.run_batch(request)
+    except PeerError as exc:
+        args.out.write_text(json.dumps({"error": str(exc), "member": exc.member, "from": args.index}))
+        return 3
+    finally:
+        link.close()
+    args.out.write_text(json.dumps(output_json(out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The links between a group's members: ZeroMQ over TCP, CURVE-authenticated, bounded frames.
+
+Why ZeroMQ (pyzmq): message framing, reconnection after a dropped link, per-socket size limits
+(`MAXMSGSIZE`: an oversized frame drops the connection before it is buffered) and CURVE (elliptic
+curve authentication and encryption, with a ZAP hook that decides which client keys may connect) are
+all in one well-kept library, with no broker and no code generation (gRPC would add both).
+
+Each member binds one inbox (PULL, CURVE server) and connects one outbox (PUSH) to the next member's
+inbox, in a ring: activations flow stage 0 → 1 → … → n-1, sampled tokens flow n-1 → 0. Member keys
+are derived from the group secret the task gets (`member_keys`): an inbox accepts exactly one client
+key, its predecessor's, so nobody outside the group (nor another member) can feed it. A peer that
+sends nothing for `timeout` seconds raises `PeerTimeout` naming it; a frame that is not what the
+protocol expects raises `PeerMisbehaved`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
+
+MAX_HEADER_BYTES = 64 * 1024
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+class PeerError(RuntimeError):
+    """A group member failed the protocol; `member` is its index (the one to report)."""
+
+    def __init__(self, member: int, reason: str) -> None:
+        super().__init__(f"member {member}: {reason}")
+        self.member = member
+        self.reason = reason
+
+
+class PeerTimeout(PeerError):
+    """The member sent nothing within the timeout (dead, partitioned or too slow)."""
+
+
+class PeerMisbehaved(PeerError):
+    """The member sent something the protocol forbids (a wrong shape, a proof that does not match
+    what it sent)."""
+
+
+def member_keys(group_secret: bytes, index: int) -> tuple[bytes, bytes]:
+    """(public, secret) CURVE keys of member `index`, z85-encoded, derived from the group secret."""
+    seed = hmac.new(group_secret, f"intellect-pipeline-member:{index}".encode(), hashlib.sha256).digest()
+    secret = z85.encode(seed)
+    return zmq.curve_public(secret), secret
+
+
+class _OnlyKey:
+    """ZAP credentials provider: exactly one client public key may connect."""
+
+    def __init__(self, public: bytes) -> None:
+        self.allowed = public  # z85, as the authenticator hands client keys to the callback
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return hmac.compare_digest(key, self.allowed)
+
+
+@dataclass
+class Frame:
+    header: dict[str, Any]
+    tensor: torch.Tensor | None
+
+
+class MemberLink:
+    """Member `index`'s inbox (bound at `bind`) and outbox (connected to `next_address`)."""
+
+    def __init__(self, index: int, members: int, group_secret: bytes, bind: str, next_address: str, *,
+                 max_frame_bytes: int, timeout: float = 30.0) -> None:  # fmt: skip
+        self.index, self.members, self.timeout = index, members, timeout
+        self.prev, self.next = (index - 1) % members, (index + 1) % members
+        self.context = zmq.Context()
+        public, secret = member_keys(group_secret, index)
+        prev_public, _ = member_keys(group_secret, self.prev)
+        next_public, _ = member_keys(group_secret, self.next)
+        self.auth = ThreadAuthenticator(self.context)
+        self.auth.start()
+        self.auth.configure_curve_callback(domain="*", credentials_provider=_OnlyKey(prev_public))
+        self.inbox = self.context.socket(zmq.PULL)
+        self.inbox.curve_server = True
+        self.inbox.curve_secretkey = secret
+        self.inbox.curve_publickey = public
+        self.inbox.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + MAX_HEADER_BYTES)
+        self.inbox.setsockopt(zmq.LINGER, 0)
+        self.inbox.bind(bind)
+        self.bound = self.inbox.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.outbox = self.context.socket(zmq.PUSH)
+        self.outbox.curve_secretkey = secret
+        self.outbox.curve_publickey = public
+        self.outbox.curve_serverkey = next_public
+        self.outbox.setsockopt(zmq.LINGER, 2000)
+        self.outbox.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+        self.next_address = next_address
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    def connect(self, next_address: str | None = None) -> None:
+        self.outbox.connect(next_address or self.next_address)
+
+    def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None) -> None:
+        head = json.dumps(header | ({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix(
+            "torch.")} if tensor is not None else {})).encode()  # fmt: skip
+        parts = [head]
+        if tensor is not None:
+            parts.append(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        try:
+            self.outbox.send_multipart(parts, copy=False)
+        except zmq.Again:
+            raise PeerTimeout(self.next, f"did not take a frame within {self.timeout:.0f} s") from None
+        self.bytes_sent += sum(len(p) for p in parts)
+
+    def recv(self, kind: str, timeout: float | None = None) -> Frame:
+        """The next frame, which must be of `kind` (or `end`, which ends a batch)."""
+        if not self.inbox.poll(int((timeout or self.timeout) * 1000)):
+            raise PeerTimeout(self.prev, f"sent nothing for {timeout or self.timeout:.0f} s")
+        parts = self.inbox.recv_multipart(copy=True)
+        self.bytes_received += sum(len(p) for p in parts)
+        if len(parts) not in (1, 2) or len(parts[0]) > MAX_HEADER_BYTES:
+            raise PeerMisbehaved(self.prev, f"a frame of {len(parts)} parts")
+        try:
+            header = json.loads(parts[0])
+        except ValueError:
+            raise PeerMisbehaved(self.prev, "a frame header that is not JSON") from None
+        if not isinstance(header, dict) or header.get("kind") not in (kind, "end"):
+            raise PeerMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(header)[:100]}")
+        tensor = None
+        if len(parts) == 2:
+            tensor = _tensor(self.prev, header, parts[1])
+        return Frame(header, tensor)
+
+    def close(self) -> None:
+        self.inbox.close(0)
+        self.outbox.close()
+        self.auth.stop()
+        self.context.term()
+
+
+def _tensor(member: int, header: dict[str, Any], payload: bytes) -> torch.Tensor:
+    shape, dtype = header.get("shape"), _DTYPES.get(str(header.get("dtype")))
+    if dtype is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise PeerMisbehaved(member, f"a tensor of dtype {header.get('dtype')!r} and shape {shape!r}")
+    count = 1
+    for d in shape:
+        count *= d
+    if count * torch.empty(0, dtype=dtype).element_size() != len(payload):
+        raise PeerMisbehaved(member, f"{len(payload)} bytes for a {dtype} tensor of shape {shape}")
+    return torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(dtype).reshape(shape)
