@@ -95,13 +95,16 @@ class Member:
         ids = torch.full((batch, width), self.pad, dtype=torch.long)
         for i, p in enumerate(req.prompts):
             ids[i, width - len(p) :] = torch.tensor(p)
-        shape = {"lengths": [len(p) for p in req.prompts], "seeds": list(req.seeds),
-                 "max_new_tokens": req.max_new_tokens, "temperature": req.temperature}  # fmt: skip
-        mask, pos = _mask_positions(shape["lengths"], width)
+        lengths = [len(p) for p in req.prompts]
+        shape: dict[str, Any] = {
+            "lengths": lengths, "seeds": list(req.seeds), "max_new_tokens": req.max_new_tokens,
+            "temperature": req.temperature,
+        }  # fmt: skip
+        mask, pos = _mask_positions(lengths, width)
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         done = [False] * batch
-        sent = _Sent(shape["lengths"], width)
+        sent = _Sent(lengths, width)
         cache: Any = None
         x = ids
         for step in range(req.max_new_tokens):
@@ -132,13 +135,13 @@ class Member:
                 break
             x = torch.where(torch.tensor(done), torch.tensor(self.pad), tok).view(-1, 1)
             mask, pos = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1), pos[:, -1:] + 1
-        lengths = [len(t) for t in tokens]
+        out_lengths = [len(t) for t in tokens]
         if self.plan.last:
-            proofs = build_proofs_batch(sent.final(lengths)) if sent.rows else []
+            proofs = build_proofs_batch(sent.final(out_lengths)) if sent.rows else []
         else:
             assert self.link is not None
-            proofs = build_proofs_batch(sent.rows_for(lengths))
-            self.link.send({"kind": "end", "lengths": lengths})
+            proofs = build_proofs_batch(sent.rows_for(out_lengths))
+            self.link.send({"kind": "end", "lengths": out_lengths})
             self.link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs]})
         return StageOutput(self.plan.index, (self.plan.layers.start, self.plan.layers.stop), proofs, tokens,
                            logprobs, [bool(t and t[-1] == self.eos) for t in tokens])  # fmt: skip

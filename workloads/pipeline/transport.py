@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +94,7 @@ class MemberLink:
         self.inbox.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + MAX_HEADER_BYTES)
         self.inbox.setsockopt(zmq.LINGER, 0)
         self.inbox.bind(bind)
-        self.bound = self.inbox.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.bound = str(self.inbox.getsockopt_string(zmq.LAST_ENDPOINT))
         self.outbox = self.context.socket(zmq.PUSH)
         self.outbox.curve_secretkey = secret
         self.outbox.curve_publickey = public
@@ -121,9 +122,17 @@ class MemberLink:
 
     def recv(self, kind: str, timeout: float | None = None) -> Frame:
         """The next frame, which must be of `kind` (or `end`, which ends a batch)."""
-        if not self.inbox.poll(int((timeout or self.timeout) * 1000)):
-            raise PeerTimeout(self.prev, f"sent nothing for {timeout or self.timeout:.0f} s")
-        parts = self.inbox.recv_multipart(copy=True)
+        wait = timeout or self.timeout
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.inbox.poll(max(1, int(left * 1000))):
+                raise PeerTimeout(self.prev, f"sent nothing for {wait:.0f} s")
+            try:  # readable can still mean nothing whole to read (a frame dropped for its size)
+                parts = self.inbox.recv_multipart(flags=zmq.NOBLOCK, copy=True)
+                break
+            except zmq.Again:
+                time.sleep(0.01)
         self.bytes_received += sum(len(p) for p in parts)
         if len(parts) not in (1, 2) or len(parts[0]) > MAX_HEADER_BYTES:
             raise PeerMisbehaved(self.prev, f"a frame of {len(parts)} parts")

@@ -1,0 +1,136 @@
+"""Judging a group's batch: accept it with one prefill, or replay stage by stage to blame one member.
+
+One full-model prefill over prompt + output gives, through forward hooks, what every stage should have
+sent (`stages.boundary_activations`) and the logits. Accept path: the last stage's proofs match the
+recomputed final-norm output and every token is the seed's Gumbel draw with its claimed logprob, so
+the group's output is right and every member is credited (TOPLOC's "success of the final stage
+implies the integrity of all stages": a stage that changed its output beyond the proofs' tolerance
+would have moved the final activations too).
+
+Blame path (the accept path failed): stage 0's proofs are compared with the recomputed boundary 0,
+then stage 1's with boundary 1, and so on; the first stage whose proofs do not match is the faulty
+member. Replaying stage k from the *recomputed* output of stage k-1 is what "feed the claimed
+activations to the next stage" amounts to here: the proofs of stage k-1 matched, so what it sent is
+the recomputed output within tolerance (and the receiving member checked that the proofs are those
+of what it got, `member.py`). If every stage's proofs match and the tokens are still not the seed's
+draw (or the logprobs are off), the last stage forged its sampling: it is blamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from workloads.model import sampler
+from workloads.pipeline.stages import StagePlan, boundary_activations
+from workloads.toploc import ToplocThresholds, verify_proofs_batch
+from workloads.toploc.proof import ChunkResult
+from workloads.toploc.proof import Verdict as ProofVerdict
+
+
+@dataclass(frozen=True)
+class GroupRows:
+    """A group batch as the validator reads it: per row the prompt, the output and its logprobs, the
+    seed; per stage, one proof per row."""
+
+    prompts: list[list[int]]
+    outputs: list[list[int]]
+    logprobs: list[list[float]]
+    seeds: list[int]
+    stage_proofs: list[list[bytes]]
+    temperature: float = 1.0
+
+
+@dataclass
+class GroupVerdict:
+    accepted: bool
+    blamed: int | None = None  # the member at fault (None: accepted)
+    reasons: list[str] = field(default_factory=list)
+    failed_rows: dict[int, list[int]] = field(default_factory=dict)  # stage → rows whose proofs failed
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """The most an honest stage's replay differs from its proofs, per chunk (bf16 decode vs prefill)."""
+
+    exp_mismatches: int
+    mant_mean: float
+    mant_median: float
+
+    def holds(self, chunk: ChunkResult) -> bool:
+        return (chunk.exp_mismatches <= self.exp_mismatches and chunk.mant_err_mean <= self.mant_mean
+                and chunk.mant_err_median <= self.mant_median)  # fmt: skip
+
+
+# Measured on the shipped tiny model (bench/pipeline_calibration.py, docs/pipeline.md): honest chunks of
+# every stage of 2- and 3-member groups stay at exp ≤ 4, mean ≤ 0.73, median ≤ 1; these envelopes
+# add the margin written there. A deeper or wider model is calibrated again before its pool pays.
+TINY_ENVELOPE = Envelope(exp_mismatches=6, mant_mean=1.0, mant_median=1.0)
+
+
+@dataclass(frozen=True)
+class GroupThresholds:
+    chunk: ToplocThresholds = field(default_factory=lambda: ToplocThresholds(
+        max_exp_mismatches=12, max_mant_err_mean=8.0, max_mant_err_median=4.0))  # fmt: skip
+    envelope: Envelope = TINY_ENVELOPE
+    sampling_tolerance: float = 0.2
+    logprob_tolerance: float = 0.5
+
+
+@torch.inference_mode()
+def judge_group(model: PreTrainedModel, plans: list[StagePlan], rows: GroupRows, pad_token_id: int = 0,
+                th: GroupThresholds | None = None) -> GroupVerdict:  # fmt: skip
+    """Accept when every stage's proofs pass and the tokens are the seed's draws; otherwise blame the
+    first stage whose replay leaves the honest envelope (deviations only grow downstream, so the
+    first one out is where they started), or the last stage when only the sampling is wrong."""
+    th = th or GroupThresholds()
+    n = len(rows.prompts)
+    if not (len(rows.outputs) == len(rows.logprobs) == len(rows.seeds) == n):
+        reason = "rows: prompts, outputs, logprobs and seeds differ in count"
+        return GroupVerdict(False, len(plans) - 1, [reason])
+    for i, proofs in enumerate(rows.stage_proofs):
+        if len(proofs) != n:
+            return GroupVerdict(False, i, [f"stage {i}: {len(proofs)} proofs for {n} rows"])
+    seqs = [p + o for p, o in zip(rows.prompts, rows.outputs, strict=True)]
+    width = max(map(len, seqs))
+    ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)  # right padding: positions before it are unaffected
+    with boundary_activations(model, plans) as captured:
+        logits = model(input_ids=ids, use_cache=False).logits
+    verdicts: list[list[ProofVerdict]] = []
+    for stage in plans:
+        boundary = captured[stage.index][0]
+        hiddens = [boundary[i, len(p) if stage.last else 0 : len(p) + len(o) - 1]
+                   for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True))]  # fmt: skip
+        verdicts.append(verify_proofs_batch(hiddens, rows.stage_proofs[stage.index], th.chunk))
+    token_faults = _token_faults(logits, rows, th)
+    if not token_faults and all(v.passed for stage in verdicts for v in stage):
+        return GroupVerdict(True)
+    for stage in plans:
+        out = [i for i, v in enumerate(verdicts[stage.index])
+               if not v.passed or not all(th.envelope.holds(c) for c in v.chunks)]  # fmt: skip
+        if out:
+            where = f"stage {stage.index} (layers {stage.layers.start}-{stage.layers.stop - 1})"
+            reason = f"{where}: rows {out[:8]}: what it sent is not what its layers make of its input"
+            return GroupVerdict(False, stage.index, [reason], {stage.index: out})
+    last = len(plans) - 1
+    return GroupVerdict(False, last, [f"stage {last}: sampling: {token_faults[0] if token_faults else '?'}"])
+
+
+def _token_faults(logits: torch.Tensor, rows: GroupRows, th: GroupThresholds) -> list[str]:
+    faults = []
+    for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True)):
+        row_logits = logits[i, len(p) - 1 : len(p) + len(o) - 1]
+        tokens = torch.tensor(o)
+        gap = float(sampler.sampling_gaps(row_logits, tokens, rows.seeds[i], rows.temperature).max())
+        if gap > th.sampling_tolerance:
+            faults.append(f"row {i}: tokens the seed's Gumbel draw does not give (gap {gap:.2f})")
+            continue
+        lp = sampler.token_logprobs(row_logits, tokens, rows.temperature)
+        err = float((torch.tensor(rows.logprobs[i]) - lp).abs().max())
+        if err > th.logprob_tolerance:
+            faults.append(f"row {i}: logprobs off the recomputed ones by {err:.2f}")
+    return faults
