@@ -84,7 +84,7 @@ def test_slightly_perturbed_weights_after_the_first_stage_never_blame_another_me
     never on an honest one."""
     verdict = judge(tiny, run_local_group(members, tiny[2], tmp_path, cheats={stage: "weights"}, timeout=20),
                     members)  # fmt: skip
-    assert verdict.accepted or verdict.blamed == stage, verdict
+    assert verdict.blamed in (None, stage), verdict  # accepted, unpaid with nobody blamed, or its member
 
 
 @pytest.mark.parametrize(("members", "stage"), [(2, 0), (3, 0), (3, 1)])

@@ -3,9 +3,10 @@
     INTELLECT_PIPELINE_GROUP_SECRET=<hex> python -m workloads.pipeline --index 1 --members 2 \\
         --bind tcp://0.0.0.0:5601 --next tcp://10.0.0.1:5600 --out member-1.json
 
-Stage 0 also takes `--request` (a JSON file: prompts, seeds, max_new_tokens, temperature). Each member
-writes what it made (its proofs; stage 0 and the last also the tokens) to `--out` as JSON, or, when
-a peer failed, `{"error": ..., "member": <index of the member at fault>}` and exits 3.
+Stage 0 also takes `--request` (a JSON file: prompts, seeds, max_new_tokens, temperature; or a list
+of them, one batch each, the others then given `--batches N`). Each member writes what it made (its
+proofs; stage 0 and the last also the tokens) to `--out` as JSON (a list for several batches), or,
+when a peer failed, `{"error": ..., "member": <index of the member at fault>}` and exits 3.
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", type=Path, default=None, help="safetensors of the whole model")
     parser.add_argument("--bind", required=True, help="this member's inbox, e.g. tcp://127.0.0.1:5600")
     parser.add_argument("--next", required=True, help="the next member's inbox")
-    parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON)")
+    parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
+    parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cheat", choices=CHEATS, default="none", help="tests and demos only")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a peer may stay silent")
     parser.add_argument("--max-frame-bytes", type=int, default=64 << 20)
+    parser.add_argument("--eos", type=int, default=None, help="end-of-sequence id (default the tokenizer's; "
+                        "-1: fixed-length outputs, for benches)")
     args = parser.parse_args(argv)
     secret = os.environ.get(SECRET_ENV, "")
     if len(secret) < 32:
@@ -65,18 +69,21 @@ def main(argv: list[str] | None = None) -> int:
     link = MemberLink(args.index, args.members, bytes.fromhex(secret), args.bind, args.next,
                       max_frame_bytes=args.max_frame_bytes, timeout=args.timeout)  # fmt: skip
     link.connect()
-    member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=args.cheat)
-    request = BatchRequest(**json.loads(args.request.read_text())) if args.request else None
+    eos = int(tok.eos_token_id) if args.eos is None else args.eos
+    member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat)
+    given = json.loads(args.request.read_text()) if args.request else None
+    requests = [BatchRequest(**r) for r in (given if isinstance(given, list) else [given])] if given else []
+    outputs = []
     try:
-        out = member.run_batch(request)
+        for i in range(len(requests) if requests else args.batches):
+            outputs.append(output_json(member.run_batch(requests[i] if requests else None)))
     except PeerError as exc:
         args.out.write_text(json.dumps({"error": str(exc), "member": exc.member, "from": args.index}))
         return 3
     finally:
         link.close()
-    args.out.write_text(json.dumps(output_json(out)))
+    args.out.write_text(json.dumps(outputs if isinstance(given, list) or args.batches > 1 else outputs[0]))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @dataclass
 class GroupRun:
-    outputs: dict[int, StageOutput] = field(default_factory=dict)
+    outputs: dict[int, StageOutput] = field(default_factory=dict)  # the (first) batch, by member
+    batches: list[dict[int, StageOutput]] = field(default_factory=list)  # every batch, by member
     errors: dict[int, dict] = field(default_factory=dict)  # member index → {"error", "member" at fault}
 
     @property
@@ -27,13 +28,18 @@ class GroupRun:
         return not self.errors and len(self.outputs) > 0
 
 
-def run_local_group(members: int, request: BatchRequest, folder: Path, *, model: str = "tiny",
-                    weights: Path | None = None, cheats: dict[int, str] | None = None,
-                    timeout: float = 30.0) -> GroupRun:  # fmt: skip
-    """Start `members` member processes on 127.0.0.1, run one batch, collect what each made."""
+def run_local_group(
+    members: int, request: BatchRequest | list[BatchRequest], folder: Path, *, model: str = "tiny",
+    weights: Path | None = None, cheats: dict[int, str] | None = None, timeout: float = 30.0,
+    eos: int | None = None,
+) -> GroupRun:  # fmt: skip
+    """Start `members` member processes on 127.0.0.1, run the batch (or each batch of a list) through
+    them, collect what each member made."""
     folder.mkdir(parents=True, exist_ok=True)
     ports = [free_port() for _ in range(members)]
-    (folder / "request.json").write_text(json.dumps(asdict(request)))
+    many = isinstance(request, list)
+    body = [asdict(r) for r in request] if isinstance(request, list) else asdict(request)
+    (folder / "request.json").write_text(json.dumps(body))
     env = {**os.environ, SECRET_ENV: secrets.token_hex(32), "PYTHONPATH": str(REPO)}
     procs = []
     for i in range(members):
@@ -44,8 +50,12 @@ def run_local_group(members: int, request: BatchRequest, folder: Path, *, model:
                 "--timeout", str(timeout)]  # fmt: skip
         if weights is not None:
             argv += ["--weights", str(weights)]
+        if eos is not None:
+            argv += ["--eos", str(eos)]
         if i == 0:
             argv += ["--request", str(folder / "request.json")]
+        elif isinstance(request, list):
+            argv += ["--batches", str(len(request))]
         if cheats and i in cheats:
             argv += ["--cheat", cheats[i]]
         log = (folder / f"member-{i}.log").open("wb")
@@ -63,10 +73,15 @@ def run_local_group(members: int, request: BatchRequest, folder: Path, *, model:
                              "member": i}  # fmt: skip
             continue
         data = json.loads(out.read_text())
-        if "error" in data:
+        if isinstance(data, dict) and "error" in data:
             run.errors[i] = data
-        else:
-            run.outputs[i] = output_from_json(data)
+            continue
+        made = [output_from_json(d) for d in (data if many else [data])]
+        run.outputs[i] = made[0]
+        for b, stage_out in enumerate(made):
+            if len(run.batches) <= b:
+                run.batches.append({})
+            run.batches[b][i] = stage_out
     return run
 
 

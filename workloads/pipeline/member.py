@@ -26,7 +26,7 @@ import torch
 from workloads.model import sampler
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import MemberLink, PeerMisbehaved
-from workloads.toploc.proof import build_proofs_batch
+from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token"]
 CHEATS: tuple[str, ...] = (
@@ -61,6 +61,7 @@ class StageOutput:
     logprobs: list[list[float]] = field(default_factory=list)
     finished: list[bool] = field(default_factory=list)
     seconds: float = 0.0
+    proof_seconds: float = 0.0  # of `seconds`: building its proofs and checking the sender's
     bytes_sent: int = 0
 
 
@@ -73,11 +74,13 @@ class Member:
         self.eos, self.pad = eos_token_id, pad_token_id
         self.cheat = cheat
         self.plan = stage.plan
+        self._proof_seconds = 0.0
         if cheat == "weights":
             _perturb(stage)
 
     def run_batch(self, request: BatchRequest | None = None) -> StageOutput:
         started = time.perf_counter()
+        self._proof_seconds = 0.0
         if self.plan.first:
             if request is None:
                 raise ValueError("stage 0 drives the batch: it needs the request")
@@ -85,6 +88,7 @@ class Member:
         else:
             out = self._follow()
         out.seconds = time.perf_counter() - started
+        out.proof_seconds = self._proof_seconds
         out.bytes_sent = self.link.bytes_sent if self.link else 0
         return out
 
@@ -137,10 +141,10 @@ class Member:
             mask, pos = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1), pos[:, -1:] + 1
         out_lengths = [len(t) for t in tokens]
         if self.plan.last:
-            proofs = build_proofs_batch(sent.final(out_lengths)) if sent.rows else []
+            proofs = self._prove(sent.final(out_lengths)) if sent.rows else []
         else:
             assert self.link is not None
-            proofs = build_proofs_batch(sent.rows_for(out_lengths))
+            proofs = self._prove(sent.rows_for(out_lengths))
             self.link.send({"kind": "end", "lengths": out_lengths})
             self.link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs]})
         return StageOutput(self.plan.index, (self.plan.layers.start, self.plan.layers.stop), proofs, tokens,
@@ -195,16 +199,23 @@ class Member:
             raise PeerMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
         claimed = link.recv("proofs")
         theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
-        if theirs != build_proofs_batch(received.rows_for(out_lengths)):
+        if theirs != self._prove(received.rows_for(out_lengths)):
             raise PeerMisbehaved(link.prev, "its proofs are not those of the activations it sent")
         if self.plan.last:
-            proofs = build_proofs_batch(sent.final(out_lengths))
+            proofs = self._prove(sent.final(out_lengths))
         else:
-            proofs = build_proofs_batch(sent.rows_for(out_lengths))
+            proofs = self._prove(sent.rows_for(out_lengths))
             link.send({"kind": "end", "lengths": out_lengths})
             link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs]})
         return StageOutput(self.plan.index, (self.plan.layers.start, self.plan.layers.stop), proofs, tokens,
                            logprobs, [bool(t and t[-1] == self.eos) for t in tokens])  # fmt: skip
+
+    def _prove(self, hiddens: list[torch.Tensor]) -> list[bytes]:
+        t0 = time.perf_counter()
+        try:
+            return _build_proofs(hiddens)
+        finally:
+            self._proof_seconds += time.perf_counter() - t0
 
     # ---- sampling and cheats -------------------------------------------------------------------
 

@@ -1,0 +1,138 @@
+"""Pipeline groups side by side with one node, in one run: tokens/s, activation bytes on the wire per
+generated token, proof overhead per stage, and the validator's cost of accepting a group's batch (one
+prefill) vs blaming a member (the same prefill, every stage's proofs replayed).
+
+Members are real processes on loopback (CURVE-encrypted ZeroMQ), one torch thread each; one node is
+`TorchBackend` in this process with one thread, so every member and the node run at the same
+per-process speed. On one machine a group cannot be faster than a node (its members share the CPU and
+wait on each other: a pipeline of one batch runs its stages one after another); what the figures show
+is what splitting costs, in time and bytes, for a model one machine could not hold.
+
+    .venv/bin/python bench/pipeline.py                     # tiny (4 layers) and small (512 x 8 layers)
+    .venv/bin/python bench/pipeline.py --size tiny --rows 8 --tokens 64 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from workloads.datasets import load_dataset  # noqa: E402
+from workloads.inference.generate import proofs_for  # noqa: E402
+from workloads.model.backends import TorchBackend  # noqa: E402
+from workloads.model.loading import TINY_MODEL_DIR, load_model, load_tokenizer  # noqa: E402
+from workloads.pipeline.group import run_local_group  # noqa: E402
+from workloads.pipeline.member import BatchRequest  # noqa: E402
+from workloads.pipeline.stages import plan_stages  # noqa: E402
+from workloads.pipeline.verify import GroupRows, judge_group  # noqa: E402
+
+
+def small_model(folder: Path) -> Path:
+    """A seeded random-weight Qwen2 of 512 x 8 layers with the tiny tokenizer, saved as a model folder."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=99, hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=1,
+        eos_token_id=1, pad_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TINY_MODEL_DIR / name, folder / name)
+    return folder
+
+
+def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path) -> dict:
+    tok = load_tokenizer(model_dir)
+    model = load_model(model_dir)
+    eos = -1  # fixed-length outputs: every row decodes `tokens` tokens
+    records = load_dataset("demo")
+    prompts = [tok(records[i % len(records)].prompt)["input_ids"] for i in range(rows)]
+    req = BatchRequest(prompts, list(range(rows)), tokens, 1.0)
+    torch.set_num_threads(1)
+    backend = TorchBackend(model, eos, int(tok.pad_token_id))
+    t0 = time.perf_counter()
+    one = backend.generate(prompts, req.seeds, max_new_tokens=tokens, temperature=1.0)
+    t1 = time.perf_counter()
+    proofs_for(one)
+    t2 = time.perf_counter()
+    produced = sum(len(c.tokens) for c in one)
+    result: dict = {"model": label, "rows": rows, "tokens": tokens, "one_node_tok_s": produced / (t2 - t0),
+                    "one_node_proof_share": (t2 - t1) / (t2 - t0)}  # fmt: skip
+    torch.set_num_threads(2)
+    for members in (2, 3):
+        run = run_local_group(members, req, work / f"{label}-{members}", model=model_dir, timeout=120,
+                              eos=eos)  # fmt: skip
+        if not run.ok:
+            raise SystemExit(f"{members}-member group failed: {run.errors}")
+        driver = run.outputs[0]
+        made = sum(len(t) for t in driver.tokens)
+        sent = sum(o.bytes_sent for o in run.outputs.values())
+        group = GroupRows(prompts, driver.tokens, run.outputs[members - 1].logprobs, req.seeds,
+                          [run.outputs[i].proofs for i in range(members)])  # fmt: skip
+        plans = plan_stages(model_dir, members)
+        a0 = time.perf_counter()
+        accepted = judge_group(model, plans, group, int(tok.pad_token_id))
+        a1 = time.perf_counter()
+        zeroed = [b"\0" * len(p) for p in group.stage_proofs[-1]]  # the last stage's proofs broken
+        broken = GroupRows(group.prompts, group.outputs, group.logprobs, group.seeds,
+                           group.stage_proofs[:-1] + [zeroed])  # fmt: skip
+        blamed = judge_group(model, plans, broken, int(tok.pad_token_id))
+        a2 = time.perf_counter()
+        assert accepted.accepted and not blamed.accepted, (accepted, blamed)  # envelopes: tiny-calibrated
+        result[f"group{members}"] = {
+            "tok_s": made / driver.seconds,
+            "vs_one_node": (made / driver.seconds) / result["one_node_tok_s"],
+            "wire_bytes_per_token": sent / made,
+            "proof_share_per_stage": [round(run.outputs[i].proof_seconds / run.outputs[i].seconds, 4)
+                                      for i in range(members)],  # fmt: skip
+            "validate_accept_s": a1 - a0,
+            "validate_blame_s": a2 - a1,
+            "blamed": blamed.blamed,
+            "validate_vs_generate": driver.seconds / (a1 - a0),
+        }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", action="append", choices=["tiny", "small"], help="model (repeat)")
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for size in args.size or ["tiny", "small"]:
+            model_dir = str(TINY_MODEL_DIR) if size == "tiny" else str(small_model(work / "small"))
+            results.append(measure(model_dir, size, args.rows, args.tokens, work))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"{'model':6s} {'members':>7s} {'tok/s':>8s} {'vs 1 node':>9s} {'wire B/token':>12s} "
+          f"{'proof share per stage':>24s} {'accept s':>8s} {'blame s':>8s} {'gen/accept':>10s}")  # fmt: skip
+    for r in results:
+        print(f"{r['model']:6s} {1:>7d} {r['one_node_tok_s']:>8.0f} {1.0:>8.2f}× {0:>12d} "
+              f"{r['one_node_proof_share'] * 100:>23.1f}% {'':>8s} {'':>8s} {'':>10s}")  # fmt: skip
+        for members in (2, 3):
+            g = r[f"group{members}"]
+            shares = " / ".join(f"{s * 100:.1f}%" for s in g["proof_share_per_stage"])
+            print(f"{r['model']:6s} {members:>7d} {g['tok_s']:>8.0f} {g['vs_one_node']:>8.2f}× "
+                  f"{g['wire_bytes_per_token']:>12.0f} {shares:>24s} {g['validate_accept_s']:>8.3f} "
+                  f"{g['validate_blame_s']:>8.3f} {g['validate_vs_generate']:>9.1f}×")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
