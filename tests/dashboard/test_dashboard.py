@@ -147,8 +147,9 @@ def test_read_only(world) -> None:
 def test_dead_upstream_greys_out_its_panels_only(tmp_path: Path) -> None:
     token_file = tmp_path / "t"
     token_file.write_text("x")
-    settings = DashboardSettings(
-        orchestrator_url="http://127.0.0.1:9", orchestrator_token_file=token_file, timeout_seconds=0.5
+    settings = DashboardSettings(  # no env files: a devnet left in the checkout must not configure it
+        _env_file=None, orchestrator_url="http://127.0.0.1:9", orchestrator_token_file=token_file,
+        timeout_seconds=0.5,
     )
     with ServerThread(create_app(settings)) as dash:
         page = httpx.get(dash.url + "/")
