@@ -66,6 +66,7 @@ class OrchestratorSource:
             {
                 "address": n["address"],
                 "state": n["state"],
+                "joined_via": n.get("joined_via"),
                 "last_heartbeat": n.get("last_heartbeat_at"),
                 "task": (n.get("task") or {}).get("task_id"),
                 "task_state": (n.get("task") or {}).get("state"),

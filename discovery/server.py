@@ -20,9 +20,10 @@ from redis.exceptions import RedisError
 from requests.exceptions import ConnectionError as RequestsConnectionError
 
 from discovery.api.deps import DiscoveryMetrics
-from discovery.api.routes import health, nodes, pools
+from discovery.api.routes import health, invites, nodes, pools
 from discovery.chain import CachedChainView, ChainView, LedgerChainView
 from discovery.checks import read_flags
+from discovery.invite_box import InviteBox
 from discovery.settings import DiscoverySettings
 from discovery.store import NodeStore
 from intellect.auth import (
@@ -85,6 +86,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     view: ChainView = state.chain_view or await run_in_threadpool(ledger_chain_view, settings)
     state.chain = CachedChainView(view, settings.chain_cache_seconds)
     state.store = NodeStore(redis, settings.record_ttl_seconds)
+    state.invites = InviteBox(redis)
     state.verifier = RequestVerifier(
         RedisNonceStore(redis, prefix="discovery:nonce"),
         RedisRateLimiter(redis, settings.rate_limit_per_minute, 60, prefix="discovery:rate"),
@@ -111,6 +113,6 @@ def create_app(settings: DiscoverySettings, chain: ChainView | None = None) -> F
     app.state.chain_view = chain
     app.state.metrics = DiscoveryMetrics()
     app.state.admin = AdminToken(load_or_create_admin_token(settings.admin_token_file))
-    for module in (health, nodes, pools):
+    for module in (health, nodes, invites, pools):
         app.include_router(module.router)
     return guard(app, unavailable=[(RedisError, 503, "redis"), (RequestsConnectionError, 502, "chain (RPC)")])

@@ -243,12 +243,13 @@ def nodes(
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    table = Table("address", "state", "worker", "last heartbeat", "task", "reason")
+    table = Table("address", "state", "worker", "joined via", "last heartbeat", "task", "reason")
     for node in data["nodes"]:
         task = node.get("task") or {}
         task_text = f"{task.get('task_id', '')} {task.get('state', '')}"
         table.add_row(node["address"], node["state"], node.get("worker_url") or "",
-                      node.get("last_heartbeat_at") or "", task_text, node.get("reason") or "")
+                      node.get("joined_via") or "", node.get("last_heartbeat_at") or "", task_text,
+                      node.get("reason") or "")
     console.print(table)
     console.print(", ".join(f"{k}: {v}" for k, v in data["counts"].items() if v))
 

@@ -54,6 +54,11 @@ class SignedClient:
                                       headers={"Content-Type": "application/json"})
         return InviteResponse.model_validate(response.json())
 
+    async def leave_invite(self, discovery_url: str, invite: InviteRequest) -> None:
+        """Leave the invite at discovery for a node whose API cannot be reached (behind NAT)."""
+        await self.request("PUT", f"{discovery_url.rstrip('/')}/nodes/{invite.node_address}/invite",
+                           content=invite.model_dump_json(), headers={"Content-Type": "application/json"})
+
     async def logs(self, worker_url: str, tail: int) -> list[str]:
         response = await self.request("GET", f"{worker_url}/logs", params={"tail": tail})
         return [str(line) for line in response.json().get("lines", [])]

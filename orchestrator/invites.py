@@ -16,7 +16,7 @@ from datetime import timedelta
 import structlog
 from fastapi.concurrency import run_in_threadpool
 
-from intellect.errors import PeerError
+from intellect.errors import PeerError, PeerUnreachable
 from intellect.wire.invites import InviteRequest, nonce_hex
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
@@ -40,15 +40,25 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
         nonce=nonce_hex(invite.nonce), expiration=invite.expiration,
         signature=invite.signature, orchestrator_url=settings.effective_public_url,
     )
+    via, why = "push", "invited"
     try:
         reply = await ctx.peers.invite(row.worker_url or "", request)
         error = None if reply.accepted else f"worker declined the invite: {reply.detail}"
+    except PeerUnreachable as exc:
+        # Nobody can call this node (behind NAT, no open port): leave the invite at discovery, where
+        # the node, which polls discovery anyway, fetches it and joins by itself.
+        try:
+            await ctx.peers.leave_invite(settings.discovery_url, request)
+            error, via = None, "pull"
+            why = f"invite left at discovery (its API is unreachable: {exc.detail[:200]})"
+        except PeerError as mailbox:
+            error = f"{exc}; and discovery refused the invite: {mailbox}"
     except PeerError as exc:
         error = str(exc)
     if error is None:
-        ctx.metrics.invites.labels("accepted").inc()
-        await ctx.book.transition(row.address, NodeState.WAITING_FOR_HEARTBEAT, "invited", actor="invites",
-                                  only_from=NodeState(row.state),
+        ctx.metrics.invites.labels("accepted" if via == "push" else "left").inc()
+        await ctx.book.transition(row.address, NodeState.WAITING_FOR_HEARTBEAT, why, actor="invites",
+                                  only_from=NodeState(row.state), joined_via=via,
                                   invited_at=utcnow(), invite_attempts=0, next_invite_at=None)
         return
     ctx.metrics.invites.labels("failed").inc()

@@ -35,6 +35,7 @@ class NodeRow(Base):
     state_changed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     discovery_updated_at: Mapped[datetime | None] = mapped_column(DateTime)
     reason: Mapped[str | None] = mapped_column(Text)
+    joined_via: Mapped[str | None] = mapped_column(String(16))  # push: API called; pull: from discovery
     node_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 

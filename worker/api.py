@@ -99,6 +99,18 @@ async def manager_only(request: Request, ctx: ApiContext = Depends(get_ctx)) -> 
     return caller
 
 
+def invite_problem(invite: InviteRequest, pool_id: int, node_address: str) -> str | None:
+    """Why this worker cannot take `invite` (another pool, another node, expired), or None. The same
+    checks for an invite sent to the API and one fetched from discovery."""
+    if invite.pool_id != pool_id:
+        return f"invite is for pool {invite.pool_id}; this worker serves pool {pool_id}"
+    if to_checksum_address(invite.node_address) != node_address:
+        return f"invite is for node {invite.node_address}; this node is {node_address}"
+    if invite.expiration <= int(time.time()):
+        return "invite already expired"
+    return None
+
+
 health_router = APIRouter(tags=["health"])
 invite_router = APIRouter(tags=["invite"])
 task_router = APIRouter(tags=["task"])
@@ -114,12 +126,9 @@ def health(ctx: ApiContext = Depends(get_ctx)) -> HealthResponse:
 @invite_router.post("/invite", response_model=InviteResponse)
 async def invite(body: InviteRequest, _: str = Depends(manager_only),
                  ctx: ApiContext = Depends(get_ctx)) -> InviteResponse:
-    if body.pool_id != ctx.pool_id:
-        raise HTTPException(400, f"invite is for pool {body.pool_id}; this worker serves pool {ctx.pool_id}")
-    if to_checksum_address(body.node_address) != ctx.node_address:
-        raise HTTPException(400, f"invite is for node {body.node_address}; this node is {ctx.node_address}")
-    if body.expiration <= int(time.time()):
-        raise HTTPException(400, "invite already expired")
+    problem = invite_problem(body, ctx.pool_id, ctx.node_address)
+    if problem is not None:
+        raise HTTPException(400, problem)
     try:
         return await run_in_threadpool(ctx.on_invite, body)
     except InviteRejected as exc:

@@ -23,9 +23,9 @@ from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
 from intellect.wire.tasks import TaskState
 from worker import __version__
-from worker.api import ApiContext, Authorizer, InviteRejected, create_app
+from worker.api import ApiContext, Authorizer, InviteRejected, create_app, invite_problem
 from worker.chain import Chain, ContractRevert, LedgerError
-from worker.discovery_client import upload_metadata
+from worker.discovery_client import drop_invite, fetch_invite, upload_metadata
 from worker.heartbeat import Heartbeater
 from worker.keys import WorkerKeys
 from worker.pidfile import remove_pid, write_pid
@@ -141,6 +141,33 @@ class WorkerDaemon:
         self._poke(0.3)  # let the orchestrator record the accepted invite before the first beat
         return InviteResponse(accepted=True, tx_hash=tx)
 
+    async def _pull_invite(self) -> bool:
+        """The way in for a node nobody can call (behind NAT): an invite the pool left at discovery is
+        taken exactly as one sent to our API (same checks; the chain checks its signature). True when
+        one was found."""
+        try:
+            timeout = self.settings.request_timeout
+            invite = await fetch_invite(self.settings.discovery_url, self.keys.node, timeout)
+        except Exception as exc:  # discovery trouble: the next metadata round asks again
+            log.debug("no invite fetched", error=str(exc))
+            return False
+        if invite is None:
+            return False
+        problem = invite_problem(invite, self.settings.pool_id, self.keys.node.address)
+        if problem is not None:
+            log.warning("invite at discovery ignored", reason=problem)
+            return True
+        try:
+            reply = await asyncio.get_running_loop().run_in_executor(None, self.handle_invite, invite)
+        except InviteRejected as exc:
+            log.warning("invite at discovery could not be used", reason=exc.reason)
+            return True
+        log.info("joined through discovery (this node's API is not reachable from outside)",
+                 pool_id=invite.pool_id, tx=reply.tx_hash, detail=reply.detail)
+        with contextlib.suppress(Exception):
+            await drop_invite(self.settings.discovery_url, self.keys.node, self.settings.request_timeout)
+        return True
+
     # ---- loops ----
 
     async def _metadata_loop(self) -> None:
@@ -153,6 +180,8 @@ class WorkerDaemon:
                 log.debug("metadata uploaded", discovery=self.settings.discovery_url)
                 refused = 0
                 self._say_once(None)
+                if self._orchestrator_url() is None and await self._pull_invite():
+                    delay = min(delay, 2.0)
             except PeerRefused as exc:
                 # Asking again in 10 s cannot help a node that left the registry: find out why, say it
                 # once, and back off instead of repeating a refused call forever.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -20,6 +21,9 @@ class NodeRecord(WireModel):
     misses: int = 0
     invite_attempts: int = 0
     reason: str | None = Field(default=None, description="why the node is in its state, e.g. an invite error")
+    joined_via: Literal["push", "pull"] | None = Field(
+        default=None, description="how its last invite reached it: push (the orchestrator called its API) or "
+        "pull (left at discovery and fetched by the node: behind NAT, no open port)")
     last_heartbeat_at: datetime | None = None
     state_changed_at: datetime | None = None
     task: TaskStatus | None = None

@@ -44,6 +44,7 @@ def to_record(row: NodeRow) -> NodeRecord:
     return NodeRecord(
         address=row.address, state=NodeState(row.state), provider=row.provider, worker_url=row.worker_url,
         in_pool=row.in_pool, misses=row.misses, invite_attempts=row.invite_attempts, reason=row.reason,
+        joined_via="push" if row.joined_via == "push" else "pull" if row.joined_via == "pull" else None,
         last_heartbeat_at=aware(row.last_heartbeat_at), state_changed_at=aware(row.state_changed_at),
     )
 

@@ -101,6 +101,7 @@ def world(tmp_path: Path):
     token_file.write_text(TOKEN)
     with ServerThread(upstream(state)) as up:
         settings = DashboardSettings(
+            _env_file=None,  # a devnet left in the checkout must not configure it
             orchestrator_url=up.url,
             orchestrator_token_file=token_file,
             validator_url=up.url,

@@ -166,3 +166,36 @@ def test_health_and_metrics(service):
     text = httpx.get(f"{url}/metrics").text
     assert "discovery_uploads_total" in text
     assert httpx.get(f"{url}/openapi.json").json()["paths"]["/nodes"]
+
+
+def test_the_invite_mailbox_takes_only_the_managers_invites_and_gives_them_only_to_the_node(devnet, service):
+    """Issue 21: the way in for a node nobody can call. PUT by the pool's manager only, for the node the
+    path names, not expired; GET by that node only; DELETE by the node (or the manager)."""
+    from intellect.wire.invites import InviteRequest
+
+    url, _ = service
+    node, stranger = Wallet.create(), Wallet.create()
+    invite = InviteRequest(domain_id=1, pool_id=devnet.pool_id, node_address=node.address,
+                           nonce="0x" + "ab" * 32, expiration=int(time.time()) + 600,
+                           signature="0x" + "11" * 65, orchestrator_url="http://10.0.0.1:8090")  # fmt: skip
+    box = f"{url}/nodes/{node.address}/invite"
+
+    def leave(signer: Wallet, body: InviteRequest, where: str = box) -> httpx.Response:
+        return httpx.put(where, content=body.model_dump_json(), auth=SignedAuth(signer),
+                         headers={"Content-Type": "application/json"})  # fmt: skip
+
+    assert httpx.get(box, auth=SignedAuth(node)).status_code == 404  # nothing waits yet
+    refused = leave(stranger, invite)
+    assert refused.status_code == 403 and "manager" in refused.json()["detail"]
+    wrong_node = leave(devnet.manager, invite, f"{url}/nodes/{stranger.address}/invite")
+    assert wrong_node.status_code == 400 and "not " + stranger.address in wrong_node.json()["detail"]
+    expired = leave(devnet.manager, invite.model_copy(update={"expiration": int(time.time()) - 1}))
+    assert expired.status_code == 400 and "expired" in expired.json()["detail"]
+    assert leave(devnet.manager, invite).status_code == 204
+    other = httpx.get(box, auth=SignedAuth(stranger))
+    assert other.status_code == 403 and f"only {node.address} may read" in other.json()["detail"]
+    mine = httpx.get(box, auth=SignedAuth(node))
+    assert mine.status_code == 200 and InviteRequest.model_validate(mine.json()) == invite
+    assert httpx.delete(box, auth=SignedAuth(stranger)).status_code == 403
+    assert httpx.delete(box, auth=SignedAuth(node)).status_code == 204
+    assert httpx.get(box, auth=SignedAuth(node)).status_code == 404

@@ -36,6 +36,7 @@ from ledger.models import ONE_TOKEN  # noqa: E402
 # Orchestrator timings: a silent node is Dead after TTL + MISSES x CHECK seconds at most.
 HEARTBEAT, TTL, CHECK, MISSES = 1.0, 4.0, 1.0, 3
 WORKERS = 3
+NATED = 1  # this worker advertises an address nobody can call (as behind NAT): it joins by pulling
 
 
 def wait_until(what: str, predicate: Callable[[], Any], timeout: float, every: float = 0.25) -> Any:
@@ -188,6 +189,8 @@ class Cluster:
             "INTELLECT_WORKER_METADATA_REFRESH": "2",
             "INTELLECT_WORKER_MIN_DISK_MB": "0",
         }
+        if index == NATED:  # 127.0.0.2: loopback, but nothing listens there (its API binds 127.0.0.1)
+            env["INTELLECT_WORKER_ADVERTISED_IP"] = "127.0.0.2"
         # The control plane only: tasks are recorded, not run (the default, auto, would run them).
         argv = [*script("worker.cli"), "start", "--yes", "--api-port", str(port), "--runtime", "recording"]
         return Service(f"worker{index}", argv, env, self.tmp / f"worker{index}.log", port)
@@ -273,6 +276,29 @@ def test_workers_register_join_and_become_healthy(cluster: Cluster) -> None:
     assert {n["metadata"]["node_address"] for n in listed} >= {n.address for n in cluster.nodes}
     health = httpx.get(f"http://127.0.0.1:{cluster.workers[0].port}/health", timeout=5).json()
     assert health["pool_joined"] and health["heartbeating"]
+
+
+def test_a_worker_nobody_can_call_joins_through_discovery(cluster: Cluster) -> None:
+    """Issue 21: the orchestrator's call to the NATed worker's API is refused, so it leaves the signed
+    invite at discovery; the worker fetches it, joins on chain and heartbeats like the others. The
+    pool owner's node list says which way each node's invite reached it."""
+    wait_until("the NATed worker Healthy", lambda: cluster.state_of(NATED) == "Healthy", 90)
+    nodes = cluster.node_states()
+    via = {i: nodes[n.address]["joined_via"] for i, n in enumerate(cluster.nodes)}
+    assert via == {i: "pull" if i == NATED else "push" for i in range(WORKERS)}, via
+    assert nodes[cluster.nodes[NATED].address]["worker_url"].startswith("http://127.0.0.2:")
+    with pytest.raises(httpx.TransportError):
+        httpx.get(nodes[cluster.nodes[NATED].address]["worker_url"] + "/health", timeout=2)
+    assert cluster.in_pool(NATED)
+    assert "joined through discovery" in cluster.workers[NATED].log_path.read_text(errors="replace")
+    # the used invite is gone from the mailbox (only the node may read it: 404 now, not 403)
+    from intellect.signing import SignedAuth
+
+    node = cluster.nodes[NATED]
+    url = f"http://127.0.0.1:{cluster.discovery.port}/nodes/{node.address}/invite"  # type: ignore[union-attr]
+    assert httpx.get(url, auth=SignedAuth(node), timeout=5).status_code == 404
+    stranger = httpx.get(url, auth=SignedAuth(cluster.nodes[0]), timeout=5)
+    assert stranger.status_code == 403, stranger.text
 
 
 def test_posted_task_is_assigned_and_reported_back(cluster: Cluster) -> None:
