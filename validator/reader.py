@@ -66,8 +66,11 @@ def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`python
             conn.send(("memory", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
         except RolloutSchemaError as exc:
             conn.send(("schema", (type(exc) is RolloutTooLarge, str(exc))))
-        except (ValueError, OSError) as exc:  # pyarrow's own refusals of a malformed file
+        except ValueError as exc:  # pyarrow's own refusals of a malformed file (ArrowInvalid)
             conn.send(("unreadable", str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__))
+        except Exception as exc:  # OSError and the rest: the file cannot be said to be at fault (retry)
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            conn.send(("failed", f"{type(exc).__name__}: {first}"))
 
 
 def _address_space() -> int:
@@ -93,10 +96,11 @@ class CappedReader:
 
     def read(self, path: Path, limits: FileLimits) -> tuple[list[Rollout], BatchInfo]:
         cap = self.cap_for(limits)
+        where = str(Path(path).resolve())  # the child runs in another folder: a relative path is ours
         with self._lock:
             conn = self._ensure()
             try:
-                conn.send((str(path), limits, cap))
+                conn.send((where, limits, cap))
                 if not conn.poll(self.timeout):
                     self._kill()
                     raise ReaderFailed(f"reading the file took over {self.timeout:.0f} s")
@@ -121,6 +125,8 @@ class CappedReader:
         if kind == "memory":
             raise RolloutTooLarge(f"reading it needs more than the reader's {cap >> 20} MB of "
                                   f"memory ({payload}): its pages hold more than its footer declares")
+        if kind == "failed":
+            raise ReaderFailed(f"the reader could not read the file: {payload}")
         if kind == "schema":
             too_large, message = payload
             raise (RolloutTooLarge if too_large else RolloutSchemaError)(message)

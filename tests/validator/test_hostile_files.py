@@ -300,3 +300,22 @@ def _rss_kb() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+def test_a_relative_path_is_the_validators_and_a_missing_file_is_never_the_nodes_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the README's RL loop in CI: the validator's data folder was relative (`rl-run/validator`)
+    and the reader child, running in another folder, found no file there; the miss was reported as
+    an unreadable file, and honest nodes were invalidated and slashed. Paths are now resolved by the
+    validator, and an OSError in the reader is `ReaderFailed` (retried, never slashed)."""
+    honest = _honest_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    reader = CappedReader()
+    try:
+        rows, _ = reader.read(Path(honest.name), LIMITS)  # relative to the validator's folder
+        assert len(rows) == 32
+        with pytest.raises(ReaderFailed, match="FileNotFoundError"):
+            reader.read(tmp_path / "gone.parquet", LIMITS)
+    finally:
+        reader.close()
