@@ -10,7 +10,7 @@ import torch
 import zmq
 
 from intellect.net import free_port
-from workloads.pipeline.transport import MemberLink, PeerMisbehaved, PeerTimeout, member_keys
+from workloads.pipeline.transport import MemberLink, MemberMisbehaved, MemberTimeout, member_keys
 
 
 def ring(members: int, secret: bytes, max_frame_bytes: int = 1 << 20) -> list[MemberLink]:
@@ -50,7 +50,7 @@ def test_a_stranger_and_a_member_out_of_turn_cannot_feed_an_inbox() -> None:
             push.setsockopt(zmq.LINGER, 0)
             push.connect(links[1].bound)
             push.send_multipart([b'{"kind": "act", "step": 0}'], copy=True)
-            with pytest.raises(PeerTimeout, match="member 0: sent nothing"):
+            with pytest.raises(MemberTimeout, match="member 0: sent nothing"):
                 links[1].recv("act", timeout=1.0)  # member 1 hears only member 0
             push.close()
     finally:
@@ -63,16 +63,16 @@ def test_an_oversized_frame_never_arrives_and_a_malformed_one_is_refused() -> No
     links = ring(2, secrets.token_bytes(32), max_frame_bytes=1024)
     try:
         links[0].send({"kind": "act", "step": 0}, torch.zeros(64 * 1024, dtype=torch.bfloat16))
-        with pytest.raises(PeerTimeout):
+        with pytest.raises(MemberTimeout):
             links[1].recv("act", timeout=1.0)  # dropped by the inbox's MAXMSGSIZE
         links[0].outbox.send_multipart([b"not json"])
-        with pytest.raises(PeerMisbehaved, match="not JSON"):
+        with pytest.raises(MemberMisbehaved, match="not JSON"):
             links[1].recv("act")
         links[0].send({"kind": "tok", "step": 0})
-        with pytest.raises(PeerMisbehaved, match="expected a 'act' frame"):
+        with pytest.raises(MemberMisbehaved, match="expected a 'act' frame"):
             links[1].recv("act")
         links[0].outbox.send_multipart([b'{"kind": "act", "shape": [4], "dtype": "bfloat16"}', b"123"])
-        with pytest.raises(PeerMisbehaved, match="3 bytes for a torch.bfloat16 tensor"):
+        with pytest.raises(MemberMisbehaved, match="3 bytes for a torch.bfloat16 tensor"):
             links[1].recv("act")
     finally:
         for link in links:

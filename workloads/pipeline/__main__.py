@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workloads.pipeline.member import CHEATS, BatchRequest, Member, StageOutput
-from workloads.pipeline.stages import load_stage, plan_stages
-from workloads.pipeline.transport import MemberLink, PeerError
+from workloads.pipeline.stages import StageError, load_stage, plan_stages
+from workloads.pipeline.transport import MemberError, MemberLink
 
 SECRET_ENV = "INTELLECT_PIPELINE_GROUP_SECRET"
 
@@ -58,10 +58,24 @@ def main(argv: list[str] | None = None) -> int:
     if len(secret) < 32:
         print(f"error: {SECRET_ENV} must hold the group's secret (≥ 16 bytes as hex)", file=sys.stderr)
         return 2
+    if not 0 <= args.index < args.members:
+        print(f"error: --index {args.index} is not in a group of {args.members} (0..{args.members - 1})",
+              file=sys.stderr)
+        return 2
+    if (args.index == 0) != (args.request is not None):
+        print("error: --request is for stage 0 (the driver) and only for it", file=sys.stderr)
+        return 2
     import torch
 
     torch.set_num_threads(1)
-    plan = plan_stages(args.model, args.members)[args.index]
+    try:
+        plan = plan_stages(args.model, args.members)[args.index]
+        given = json.loads(args.request.read_text()) if args.request else None
+        batches = given if isinstance(given, list) else [given] if given else []
+        requests = [BatchRequest(**r) for r in batches]
+    except (StageError, OSError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     stage = load_stage(args.model, plan, args.weights)
     from workloads.model.loading import load_tokenizer
 
@@ -71,13 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat)
-    given = json.loads(args.request.read_text()) if args.request else None
-    requests = [BatchRequest(**r) for r in (given if isinstance(given, list) else [given])] if given else []
     outputs = []
     try:
         for i in range(len(requests) if requests else args.batches):
             outputs.append(output_json(member.run_batch(requests[i] if requests else None)))
-    except PeerError as exc:
+    except MemberError as exc:
         args.out.write_text(json.dumps({"error": str(exc), "member": exc.member, "from": args.index}))
         return 3
     finally:

@@ -11,7 +11,7 @@ Proofs: each member commits (TOPLOC) to the activations it *sent*: a non-last st
 every real position (the prompt's and each fed output token's), the last stage to its final-norm
 output at the decode positions (a single node's proof). After `end`, each non-last member sends its
 proofs to the next one, which builds the proofs of what it received and compares: a member that
-proves one thing and sends another is caught there (`PeerMisbehaved`), so the proofs a validator
+proves one thing and sends another is caught there (`MemberMisbehaved`), so the proofs a validator
 replays are always those of the activations the next stage really ran on.
 """
 
@@ -25,7 +25,7 @@ import torch
 
 from workloads.model import sampler
 from workloads.pipeline.stages import Stage
-from workloads.pipeline.transport import MemberLink, PeerMisbehaved
+from workloads.pipeline.transport import MemberLink, MemberMisbehaved
 from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token"]
@@ -123,13 +123,13 @@ class Member:
                 self.link.send({"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
                 frame = self.link.recv("tok")
                 if frame.header["kind"] == "end" or frame.header.get("step") != step:
-                    raise PeerMisbehaved(
+                    raise MemberMisbehaved(
                         self.link.prev, f"tokens of step {frame.header.get('step')} at {step}"
                     )
                 tok = torch.tensor(frame.header["tokens"], dtype=torch.long)
                 lp = torch.tensor(frame.header["logprobs"], dtype=torch.float32)
                 if tok.shape != (batch,) or lp.shape != (batch,):
-                    raise PeerMisbehaved(self.link.prev, f"{tuple(tok.shape)} tokens for {batch} rows")
+                    raise MemberMisbehaved(self.link.prev, f"{tuple(tok.shape)} tokens for {batch} rows")
             for i in range(batch):
                 if not done[i]:
                     tokens[i].append(int(tok[i]))
@@ -157,12 +157,12 @@ class Member:
         link = self.link
         first = link.recv("act")
         if first.header["kind"] != "act" or first.header.get("step") != 0 or first.tensor is None:
-            raise PeerMisbehaved(link.prev, "a batch must start with step 0's activations")
+            raise MemberMisbehaved(link.prev, "a batch must start with step 0's activations")
         shape = {k: first.header[k] for k in ("lengths", "seeds", "max_new_tokens", "temperature")}
         lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
         batch, width = len(lengths), int(first.tensor.shape[1])
         if first.tensor.shape != (batch, width, self.stage.hidden_size) or len(seeds) != batch:
-            raise PeerMisbehaved(link.prev, f"activations of shape {tuple(first.tensor.shape)}")
+            raise MemberMisbehaved(link.prev, f"activations of shape {tuple(first.tensor.shape)}")
         mask, pos = _mask_positions(lengths, width)
         received, sent = _Sent(lengths, width), _Sent(lengths, width)
         tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -173,7 +173,7 @@ class Member:
         while frame.header["kind"] == "act":
             x = frame.tensor
             if frame.header.get("step") != step or x is None or x.shape[0] != batch:
-                raise PeerMisbehaved(
+                raise MemberMisbehaved(
                     link.prev, f"activations of step {frame.header.get('step')} at step {step}"
                 )
             received.add(step, x)
@@ -196,11 +196,11 @@ class Member:
             mask, pos = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1), pos[:, -1:] + 1
         out_lengths = list(frame.header.get("lengths") or [])
         if len(out_lengths) != batch or not all(isinstance(n, int) and 1 <= n <= step for n in out_lengths):
-            raise PeerMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
+            raise MemberMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
         claimed = link.recv("proofs")
         theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
         if theirs != self._prove(received.rows_for(out_lengths)):
-            raise PeerMisbehaved(link.prev, "its proofs are not those of the activations it sent")
+            raise MemberMisbehaved(link.prev, "its proofs are not those of the activations it sent")
         if self.plan.last:
             proofs = self._prove(sent.final(out_lengths))
         else:

@@ -9,8 +9,8 @@ Each member binds one inbox (PULL, CURVE server) and connects one outbox (PUSH) 
 inbox, in a ring: activations flow stage 0 → 1 → … → n-1, sampled tokens flow n-1 → 0. Member keys
 are derived from the group secret the task gets (`member_keys`): an inbox accepts exactly one client
 key, its predecessor's, so nobody outside the group (nor another member) can feed it. A peer that
-sends nothing for `timeout` seconds raises `PeerTimeout` naming it; a frame that is not what the
-protocol expects raises `PeerMisbehaved`.
+sends nothing for `timeout` seconds raises `MemberTimeout` naming it; a frame that is not what the
+protocol expects raises `MemberMisbehaved`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ MAX_HEADER_BYTES = 64 * 1024
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-class PeerError(RuntimeError):
-    """A group member failed the protocol; `member` is its index (the one to report)."""
+class MemberError(RuntimeError):
+    """A group member failed the protocol; `member` is its index (the one to report). Not
+    `intellect.errors.PeerError`, which is about HTTP services: a member is named by its stage index."""
 
     def __init__(self, member: int, reason: str) -> None:
         super().__init__(f"member {member}: {reason}")
@@ -41,11 +42,11 @@ class PeerError(RuntimeError):
         self.reason = reason
 
 
-class PeerTimeout(PeerError):
+class MemberTimeout(MemberError):
     """The member sent nothing within the timeout (dead, partitioned or too slow)."""
 
 
-class PeerMisbehaved(PeerError):
+class MemberMisbehaved(MemberError):
     """The member sent something the protocol forbids (a wrong shape, a proof that does not match
     what it sent)."""
 
@@ -117,7 +118,7 @@ class MemberLink:
         try:
             self.outbox.send_multipart(parts, copy=False)
         except zmq.Again:
-            raise PeerTimeout(self.next, f"did not take a frame within {self.timeout:.0f} s") from None
+            raise MemberTimeout(self.next, f"did not take a frame within {self.timeout:.0f} s") from None
         self.bytes_sent += sum(len(p) for p in parts)
 
     def recv(self, kind: str, timeout: float | None = None) -> Frame:
@@ -127,7 +128,7 @@ class MemberLink:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.inbox.poll(max(1, int(left * 1000))):
-                raise PeerTimeout(self.prev, f"sent nothing for {wait:.0f} s")
+                raise MemberTimeout(self.prev, f"sent nothing for {wait:.0f} s")
             try:  # readable can still mean nothing whole to read (a frame dropped for its size)
                 parts = self.inbox.recv_multipart(flags=zmq.NOBLOCK, copy=True)
                 break
@@ -135,13 +136,13 @@ class MemberLink:
                 time.sleep(0.01)
         self.bytes_received += sum(len(p) for p in parts)
         if len(parts) not in (1, 2) or len(parts[0]) > MAX_HEADER_BYTES:
-            raise PeerMisbehaved(self.prev, f"a frame of {len(parts)} parts")
+            raise MemberMisbehaved(self.prev, f"a frame of {len(parts)} parts")
         try:
             header = json.loads(parts[0])
         except ValueError:
-            raise PeerMisbehaved(self.prev, "a frame header that is not JSON") from None
+            raise MemberMisbehaved(self.prev, "a frame header that is not JSON") from None
         if not isinstance(header, dict) or header.get("kind") not in (kind, "end"):
-            raise PeerMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(header)[:100]}")
+            raise MemberMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(header)[:100]}")
         tensor = None
         if len(parts) == 2:
             tensor = _tensor(self.prev, header, parts[1])
@@ -157,10 +158,10 @@ class MemberLink:
 def _tensor(member: int, header: dict[str, Any], payload: bytes) -> torch.Tensor:
     shape, dtype = header.get("shape"), _DTYPES.get(str(header.get("dtype")))
     if dtype is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise PeerMisbehaved(member, f"a tensor of dtype {header.get('dtype')!r} and shape {shape!r}")
+        raise MemberMisbehaved(member, f"a tensor of dtype {header.get('dtype')!r} and shape {shape!r}")
     count = 1
     for d in shape:
         count *= d
     if count * torch.empty(0, dtype=dtype).element_size() != len(payload):
-        raise PeerMisbehaved(member, f"{len(payload)} bytes for a {dtype} tensor of shape {shape}")
+        raise MemberMisbehaved(member, f"{len(payload)} bytes for a {dtype} tensor of shape {shape}")
     return torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(dtype).reshape(shape)
