@@ -186,7 +186,11 @@ def up(
         print(json.dumps(report.as_dict(), indent=2))
     else:
         _print_report(report)
-    if report.steps < plan.steps or (plan.cheat != "none" and not report.cheater_ejected):
+    if report.honest_invalidations or report.honest_out_of_pool:
+        err.print("[red]error:[/red] an honest node's work was voted invalid or the node left the pool "
+                  "(see honest_invalidations / honest_out_of_pool in the report)")
+    if (report.steps < plan.steps or (plan.cheat != "none" and not report.cheater_ejected)
+            or report.honest_invalidations or report.honest_out_of_pool):
         raise typer.Exit(1)
 
 
@@ -232,6 +236,11 @@ def _print_report(report: demo_mod.DemoReport) -> None:
         for vote in report.slash_votes[:6]:
             reasons = shorten("; ".join(vote["reasons"]), width=80, placeholder=" …")  # at a word, marked
             table.add_row(f"vote by {vote['validator']}", f"{vote['tx_hash']}  ({reasons})")
+    for vote in report.honest_invalidations[:6]:
+        reasons = shorten("; ".join(vote["reasons"]), width=80, placeholder=" …")
+        table.add_row(f"[red]honest file invalid[/red] ({vote['validator']})", f"{vote['node']}: {reasons}")
+    for node, why in report.honest_out_of_pool.items():
+        table.add_row("[red]honest node out of the pool[/red]", f"{node}: {why}")
     for node, amount in report.claimable.items():
         locked = report.pending.get(node, 0)
         table.add_row(f"rewards: {node[:10]}…", f"{amount / 1e18:g} claimable, {locked / 1e18:g} locked")

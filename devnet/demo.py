@@ -97,6 +97,10 @@ class DemoReport:
     cheater_stake_before: int = 0
     cheater_stake_after: int = 0
     slash_votes: list[dict[str, Any]] = field(default_factory=list)
+    # What must stay empty (a protocol promise, not a demo detail): honest files voted invalid, and
+    # honest nodes out of the pool at the end, each with the orchestrator's recorded reason.
+    honest_invalidations: list[dict[str, Any]] = field(default_factory=list)
+    honest_out_of_pool: dict[str, str] = field(default_factory=dict)
     files_judged: int = 0
     files_accepted: int = 0
     tokens_generated: int = 0
@@ -316,7 +320,29 @@ def watch(
         if account.role.startswith("node-"):
             report.claimable[account.address] = ledger.claimable_rewards(account.address)
             report.pending[account.address] = ledger.pending_rewards(account.address)
+    _collect_honest_exits(report, state, ledger)
     return report
+
+
+def _collect_honest_exits(report: DemoReport, state: DevnetState, ledger: LedgerClient) -> None:
+    """Honest nodes no longer in the pool, with the orchestrator's reason (state and last transition)."""
+    honest = [a.address for a in state.accounts
+              if a.role.startswith("node-") and a.address.lower() != report.cheater.lower()]  # fmt: skip
+    out = [n for n in honest if not ledger.is_node_in_pool(state.pool_id, n)]
+    if not out:
+        return
+    try:
+        with _client(state) as client:
+            records = {r.address.lower(): r for r in client.nodes().nodes}
+    except Exception as exc:  # the report still names them; the reason is then unknown
+        records = {}
+        progress_reason = f"orchestrator not readable: {exc}"
+    else:
+        progress_reason = "not known to the orchestrator"
+    for node in out:
+        record = records.get(node.lower())
+        report.honest_out_of_pool[node] = (f"{record.state.value}: {record.reason}" if record is not None
+                                           else progress_reason)  # fmt: skip
 
 
 def _followed(
@@ -350,6 +376,11 @@ def _collect_verdicts(report: DemoReport, validators: list[ManagedProcess], chea
             report.tokens_generated = sum(int(item.get("tokens") or 0) for item in items)
         for item in items:
             mine = item["node"].lower() == cheater.lower()
+            if not mine and item["verdict"] == "invalidate":
+                report.honest_invalidations.append(
+                    {"validator": v.name, "node": item["node"], "work_key": item["work_key"],
+                     "reasons": item.get("reasons", [])[:3]}
+                )  # fmt: skip
             if mine and item["verdict"] == "invalidate" and item.get("tx_hash"):
                 report.slash_votes.append(
                     {"validator": v.name, "work_key": item["work_key"], "tx_hash": item["tx_hash"],

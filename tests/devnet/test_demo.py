@@ -57,9 +57,14 @@ def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
         stderr = (tmp_path / "err").read_text()[-3000:]
         state = DevnetState.load(directory)
         assert state is not None, stderr
+        out = (tmp_path / "out").read_text()
+        if out.strip():  # the protocol's promise first, with its reasons (a failure says why)
+            report = json.loads(out)
+            assert report["honest_invalidations"] == [], report["honest_invalidations"]
+            assert report["honest_out_of_pool"] == {}, report["honest_out_of_pool"]
         assert returncode == 0, stderr
         assert restarted.returncode == 0, restarted.stderr
-        report = json.loads((tmp_path / "out").read_text())
+        report = json.loads(out)
 
         assert report["steps"] >= STEPS and len(report["curve"]) == report["steps"]
         assert all(0.0 <= r <= 1.0 for r in report["curve"])
