@@ -326,8 +326,9 @@ def watch(
 
 def _collect_honest_exits(report: DemoReport, state: DevnetState, ledger: LedgerClient) -> None:
     """Honest nodes no longer in the pool, with the orchestrator's reason (state and last transition)."""
-    honest = [a.address for a in state.accounts
-              if a.role.startswith("node-") and a.address.lower() != report.cheater.lower()]  # fmt: skip
+    honest = [a.address for a in state.accounts  # nodes of this run's workers (a devnet funds a spare)
+              if a.role.startswith("node-") and state.process("worker-" + a.role.removeprefix("node-"))
+              and a.address.lower() != report.cheater.lower()]  # fmt: skip
     out = [n for n in honest if not ledger.is_node_in_pool(state.pool_id, n)]
     if not out:
         return
