@@ -18,7 +18,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from workloads.pipeline.member import CHEATS, BatchRequest, Member, StageOutput
+from workloads.pipeline.member import CHEATS, BatchRequest, GroupBundle, Member, StageOutput
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
 from workloads.pipeline.transport import MemberError, MemberLink
 
@@ -28,12 +28,14 @@ SECRET_ENV = "INTELLECT_PIPELINE_GROUP_SECRET"
 def output_json(out: StageOutput) -> dict:
     data = asdict(out)
     data["proofs"] = [p.hex() for p in out.proofs]
+    data["bundle"] = out.bundle.header() if out.bundle else None
     return data
 
 
 def output_from_json(data: dict) -> StageOutput:
+    bundle = GroupBundle.from_header(data["bundle"]) if data.get("bundle") else None
     return StageOutput(**{**data, "proofs": [bytes.fromhex(p) for p in data["proofs"]],
-                          "layers": tuple(data["layers"])})  # fmt: skip
+                          "layers": tuple(data["layers"]), "bundle": bundle})  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
     parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--address", default="", help="this member's node address (named in the bundle)")
     parser.add_argument("--cheat", choices=CHEATS, default="none", help="tests and demos only")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a peer may stay silent")
     parser.add_argument("--max-frame-bytes", type=int, default=64 << 20)
@@ -84,9 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                       max_frame_bytes=args.max_frame_bytes, timeout=args.timeout)  # fmt: skip
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
-    member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat)
+    member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address)
     outputs = []
     try:
+        member.introduce()
         for i in range(len(requests) if requests else args.batches):
             outputs.append(output_json(member.run_batch(requests[i] if requests else None)))
     except MemberError as exc:

@@ -13,6 +13,12 @@ output at the decode positions (a single node's proof). After `end`, each non-la
 proofs to the next one, which builds the proofs of what it received and compares: a member that
 proves one thing and sends another is caught there (`MemberMisbehaved`), so the proofs a validator
 replays are always those of the activations the next stage really ran on.
+
+The bundle: the step-0 header carries the prompts and the members' node addresses (each member adds
+its own as it passes the header on), the proofs frames carry every earlier stage's proofs, and the last
+member sends the whole batch (members, prompts, tokens, logprobs, seeds, every stage's proofs) back
+round the ring to every other member, each of which checks its own part. So every member ends the
+batch holding the same `GroupBundle`: the file it uploads, and the one a validator judges.
 """
 
 from __future__ import annotations
@@ -48,6 +54,31 @@ class BatchRequest:
     seeds: list[int]
     max_new_tokens: int
     temperature: float
+    batch: int = 1  # its number in the task (named in every member's file)
+
+
+@dataclass
+class GroupBundle:
+    """A group's batch as every member holds it at the end: what a validator judges."""
+
+    members: list[str]  # node addresses, stage order
+    prompts: list[list[int]]
+    outputs: list[list[int]]
+    logprobs: list[list[float]]
+    seeds: list[int]
+    temperature: float
+    stage_proofs: list[list[bytes]]  # per stage, one proof per row
+
+    def header(self) -> dict[str, Any]:
+        return {"kind": "bundle", "members": self.members, "prompts": self.prompts, "outputs": self.outputs,
+                "logprobs": self.logprobs, "seeds": self.seeds, "temperature": self.temperature,
+                "stage_proofs": [[p.hex() for p in stage] for stage in self.stage_proofs]}  # fmt: skip
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> GroupBundle:
+        return cls(list(header["members"]), header["prompts"], header["outputs"], header["logprobs"],
+                   header["seeds"], float(header["temperature"]),
+                   [[bytes.fromhex(p) for p in stage] for stage in header["stage_proofs"]])  # fmt: skip
 
 
 @dataclass
@@ -63,14 +94,19 @@ class StageOutput:
     seconds: float = 0.0
     proof_seconds: float = 0.0  # of `seconds`: building its proofs and checking the sender's
     bytes_sent: int = 0
+    bundle: GroupBundle | None = None
+    batch: int = 1
 
 
 class Member:
     """Runs `stage` in a group over `link`. `cheat` (tests and the demo only) makes it dishonest."""
 
     def __init__(self, stage: Stage, link: MemberLink | None, eos_token_id: int, pad_token_id: int,
-                 cheat: Cheat = "none") -> None:  # fmt: skip
+                 cheat: Cheat = "none", address: str = "") -> None:  # fmt: skip
         self.stage, self.link = stage, link
+        self.address = address  # this member's node address, named in the bundle
+        self.members: list[str] = []  # every member's address, stage order (`introduce`)
+        self._batch = 1
         self.eos, self.pad = eos_token_id, pad_token_id
         self.cheat = cheat
         self.plan = stage.plan
@@ -78,12 +114,40 @@ class Member:
         if cheat == "weights":
             _perturb(stage)
 
+    def introduce(self) -> list[str]:
+        """Before the first batch: a `hello` frame goes once round the ring, each member adding its node
+        address, and comes back to stage 0, which then names the whole list in every batch (the
+        batch's seeds derive from it, so a file cannot be re-signed by a node outside the group)."""
+        if self.link is None:
+            self.members = [self.address]
+            return self.members
+        if self.plan.first:
+            self.link.send({"kind": "hello", "members": [self.address]})
+            frame = self.link.recv("hello")
+        else:
+            frame = self.link.recv("hello")
+        members = frame.header.get("members")
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise MemberMisbehaved(self.link.prev, "a hello frame without the members' addresses")
+        if self.plan.first:
+            if len(members) != self.plan.members or members[0] != self.address:
+                raise MemberMisbehaved(self.link.prev, f"a hello round naming {len(members)} members")
+        else:
+            if len(members) != self.plan.index:
+                raise MemberMisbehaved(self.link.prev, f"a hello naming {len(members)} members before stage "
+                                                       f"{self.plan.index}")  # fmt: skip
+            members = [*members, self.address]
+            self.link.send({"kind": "hello", "members": members})
+        self.members = members
+        return members
+
     def run_batch(self, request: BatchRequest | None = None) -> StageOutput:
         started = time.perf_counter()
         self._proof_seconds = 0.0
         if self.plan.first:
             if request is None:
                 raise ValueError("stage 0 drives the batch: it needs the request")
+            self._batch = request.batch
             out = self._drive(request)
         else:
             out = self._follow()
@@ -102,7 +166,8 @@ class Member:
         lengths = [len(p) for p in req.prompts]
         shape: dict[str, Any] = {
             "lengths": lengths, "seeds": list(req.seeds), "max_new_tokens": req.max_new_tokens,
-            "temperature": req.temperature,
+            "temperature": req.temperature, "prompts": [list(p) for p in req.prompts],
+            "members": self.members or [self.address], "batch": req.batch,
         }  # fmt: skip
         mask, pos = _mask_positions(lengths, width)
         tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -142,13 +207,15 @@ class Member:
         out_lengths = [len(t) for t in tokens]
         if self.plan.last:
             proofs = self._prove(sent.final(out_lengths)) if sent.rows else []
+            bundle = GroupBundle(self.members or [self.address], [list(p) for p in req.prompts], tokens,
+                                 logprobs, list(req.seeds), req.temperature, [proofs])  # fmt: skip
         else:
             assert self.link is not None
             proofs = self._prove(sent.rows_for(out_lengths))
             self.link.send({"kind": "end", "lengths": out_lengths})
-            self.link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs]})
-        return StageOutput(self.plan.index, (self.plan.layers.start, self.plan.layers.stop), proofs, tokens,
-                           logprobs, [bool(t and t[-1] == self.eos) for t in tokens])  # fmt: skip
+            self.link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
+            bundle = self._take_bundle(proofs, tokens)
+        return self._output(proofs, tokens, logprobs, bundle)
 
     # ---- stages 1..n-1 ------------------------------------------------------------------------
 
@@ -158,8 +225,19 @@ class Member:
         first = link.recv("act")
         if first.header["kind"] != "act" or first.header.get("step") != 0 or first.tensor is None:
             raise MemberMisbehaved(link.prev, "a batch must start with step 0's activations")
-        shape = {k: first.header[k] for k in ("lengths", "seeds", "max_new_tokens", "temperature")}
+        try:
+            shape = {k: first.header[k] for k in ("lengths", "seeds", "max_new_tokens", "temperature",
+                                                   "prompts", "members", "batch")}  # fmt: skip
+        except KeyError as exc:
+            raise MemberMisbehaved(link.prev, f"a step-0 header without {exc}") from None
         lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
+        prompts, members = shape["prompts"], list(shape["members"])
+        if not isinstance(shape["batch"], int) or shape["batch"] < 1:
+            raise MemberMisbehaved(link.prev, f"a step-0 header with batch {shape['batch']!r}")
+        self._batch = shape["batch"]
+        if (not isinstance(prompts, list) or [len(p) for p in prompts] != lengths
+                or len(members) != self.plan.members or members[self.plan.index] != self.address):
+            raise MemberMisbehaved(link.prev, "a step-0 header whose prompts or members do not fit the batch")
         batch, width = len(lengths), int(first.tensor.shape[1])
         if first.tensor.shape != (batch, width, self.stage.hidden_size) or len(seeds) != batch:
             raise MemberMisbehaved(link.prev, f"activations of shape {tuple(first.tensor.shape)}")
@@ -198,17 +276,53 @@ class Member:
         if len(out_lengths) != batch or not all(isinstance(n, int) and 1 <= n <= step for n in out_lengths):
             raise MemberMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
         claimed = link.recv("proofs")
-        theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
+        try:
+            theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
+            earlier = [[bytes.fromhex(p) for p in stage] for stage in claimed.header.get("earlier", [])]
+        except (TypeError, ValueError):
+            raise MemberMisbehaved(link.prev, "a proofs frame that is not hex") from None
         if theirs != self._prove(received.rows_for(out_lengths)):
             raise MemberMisbehaved(link.prev, "its proofs are not those of the activations it sent")
+        if len(earlier) != self.plan.index - 1:
+            raise MemberMisbehaved(link.prev, f"proofs of {len(earlier)} earlier stages at {self.plan.index}")
         if self.plan.last:
             proofs = self._prove(sent.final(out_lengths))
+            bundle = GroupBundle(shape["members"], [list(p) for p in prompts], tokens, logprobs, seeds,
+                                 float(shape["temperature"]), [*earlier, theirs, proofs])  # fmt: skip
+            link.send(bundle.header())
         else:
             proofs = self._prove(sent.rows_for(out_lengths))
             link.send({"kind": "end", "lengths": out_lengths})
-            link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs]})
-        return StageOutput(self.plan.index, (self.plan.layers.start, self.plan.layers.stop), proofs, tokens,
-                           logprobs, [bool(t and t[-1] == self.eos) for t in tokens])  # fmt: skip
+            link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs],
+                       "earlier": [[p.hex() for p in stage] for stage in [*earlier, theirs]]})  # fmt: skip
+            bundle = self._take_bundle(proofs, None)
+        return self._output(proofs, tokens, logprobs, bundle)
+
+    def _output(self, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
+                bundle: GroupBundle) -> StageOutput:  # fmt: skip
+        finished = [bool(t and t[-1] == self.eos) for t in tokens]
+        layers = (self.plan.layers.start, self.plan.layers.stop)
+        return StageOutput(self.plan.index, layers, proofs, tokens, logprobs, finished, bundle=bundle,
+                           batch=self._batch)
+
+    def _take_bundle(self, proofs: list[bytes], tokens: list[list[int]] | None) -> GroupBundle:
+        """A non-last member: the batch's bundle, come round the ring from the last member. It must hold
+        this member's own proofs (and, at stage 0, its tokens and address); members before the last but
+        one pass it on."""
+        assert self.link is not None
+        frame = self.link.recv("bundle")
+        try:
+            bundle = GroupBundle.from_header(frame.header)
+        except (KeyError, TypeError, ValueError):
+            raise MemberMisbehaved(self.link.prev, "a bundle frame that does not parse") from None
+        index = self.plan.index
+        if (len(bundle.stage_proofs) != self.plan.members or bundle.stage_proofs[index] != proofs
+                or len(bundle.members) != self.plan.members or bundle.members[index] != self.address
+                or (tokens is not None and bundle.outputs != tokens)):
+            raise MemberMisbehaved(self.link.prev, "a bundle that misstates this member's part of the batch")
+        if index + 2 < self.plan.members:
+            self.link.send(bundle.header())
+        return bundle
 
     def _prove(self, hiddens: list[torch.Tensor]) -> list[bytes]:
         t0 = time.perf_counter()

@@ -1,0 +1,180 @@
+"""The pipeline workload as a task: the plug-in's settings and rendering, members run as a worker runs
+them (the rendered entry point with the env the worker's templates give), one file per member per
+batch, the validator's judge over those files (accept, blame only the cheater, refuse a re-signed
+file, a stranger's submission, a file paid twice), and a restart that credits nothing twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from intellect.net import free_port
+from intellect.wire.tasks import TaskSpec
+from intellect.wire.templates import expand
+from intellect.wire.verdicts import Submission
+from intellect.workloads import ValidatorEnv, WorkloadSettingsError, load
+from validator.memory import MemorySeenStore
+from workloads.pipeline.files import read_group_file, row_keys
+from workloads.pipeline.plugin import PipelineJudge, PipelinePlugin, PipelineSettings
+from workloads.pipeline.task import file_name
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = ["0x" + f"{i:040x}" for i in (0xA1, 0xB2, 0xC3)]
+OUTSIDER = "0x" + "d4" * 20
+TOPOLOGIES = "scheduling_config.plugins.node_groups.allowed_topologies"
+
+
+def spec(settings: dict | None = None, topologies: list[str] | None = None, **extra: object) -> TaskSpec:
+    body: dict = {"name": "pipe", "workload": {"type": "pipeline", "settings": settings or {}}, **extra}
+    topologies = ["2x0GB"] if topologies is None else topologies
+    if topologies:
+        body["scheduling_config"] = {"plugins": {"node_groups": {"allowed_topologies": topologies}}}
+    return TaskSpec.model_validate(body)
+
+
+# ---- the plug-in seam (fast) ----------------------------------------------------------------------
+
+
+def test_the_pipeline_plugin_is_installed_through_the_entry_point() -> None:
+    assert isinstance(load("pipeline"), PipelinePlugin)
+
+
+@pytest.mark.parametrize(
+    ("settings", "topologies", "field", "words"),
+    [
+        ({}, [], TOPOLOGIES, "node groups"),
+        ({"batch_size": 0}, None, "workload.settings.batch_size", "greater than or equal"),
+        ({"temprature": 1.0}, None, "workload.settings.temprature", "not permitted"),
+        ({}, ["5x0GB"], TOPOLOGIES, "5 members for a model of 4 layers"),
+        ({"cheat": "lie"}, None, "workload.settings.cheat", "one of"),
+    ],
+)
+def test_refused_settings_name_the_field(settings: dict, topologies: list[str] | None, field: str,
+                                         words: str) -> None:  # fmt: skip
+    with pytest.raises(WorkloadSettingsError) as err:
+        PipelinePlugin().task_settings(spec(settings, topologies))
+    assert err.value.field == field and words in err.value.reason
+
+
+def test_render_runs_the_member_program_with_the_group_and_settings_templated() -> None:
+    plugin = PipelinePlugin()
+    task = spec({"batches": 3, "max_new_tokens": 16})
+    rendered = plugin.render(task, plugin.task_settings(task))
+    env = rendered.env_vars
+    assert rendered.entrypoint == ["python3", "-m", "workloads.pipeline.task"]
+    assert env["INTELLECT_PIPELINE_BATCHES"] == "3" and env["INTELLECT_PIPELINE_MAX_NEW_TOKENS"] == "16"
+    assert env["INTELLECT_PIPELINE_GROUP_SECRET"] == "${GROUP_SECRET}"
+    assert env["INTELLECT_PIPELINE_NEXT_ADDRESS"] == "${NEXT_P2P_ADDRESS}"
+    assert env["INTELLECT_PIPELINE_P2P_PORT"] == "${WORKER_P2P_PORT}"
+
+
+# ---- members as tasks, and the judge (real processes) --------------------------------------------
+
+
+def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = -1, cheat: str = "none",
+              group_id: str = "group-1", secret: str | None = None) -> list[Path]:  # fmt: skip
+    """Start each member as the worker would: the rendered entry point, env as templates expand it."""
+    plugin = PipelinePlugin()
+    task = spec({**settings, "cheat": cheat, "cheat_stage": cheat_stage}, [f"{members}x0GB"])
+    rendered = plugin.render(task, plugin.task_settings(task))
+    ports = [free_port() for _ in range(members)]
+    secret = secret or secrets.token_hex(32)
+    procs, dirs = [], []
+    for i in range(members):
+        values = {"GROUP_ID": group_id, "GROUP_INDEX": str(i), "GROUP_SIZE": str(members),
+                  "GROUP_SECRET": secret, "NEXT_P2P_ADDRESS": f"127.0.0.1:{ports[(i + 1) % members]}",
+                  "WORKER_P2P_PORT": str(ports[i]), "NODE_ADDRESS": NODES[i], "TASK_ID": "task-1"}
+        env = {k: expand(v, values) for k, v in rendered.env_vars.items()}
+        data = folder / f"member-{i}"
+        data.mkdir(parents=True, exist_ok=True)
+        dirs.append(data / "pipeline")
+        full = {**os.environ, **env, "INTELLECT_DATA_DIR": str(data), "PYTHONPATH": str(REPO)}
+        full.pop("INTELLECT_SOCKET_PATH", None)
+        argv = [sys.executable, *(rendered.entrypoint or [])[1:]]
+        log = (data / "log").open("wb")
+        procs.append(subprocess.Popen(argv, env=full, cwd=data, stdout=log, stderr=subprocess.STDOUT))
+    for i, proc in enumerate(procs):
+        assert proc.wait(timeout=600) == 0, (folder / f"member-{i}" / "log").read_text()[-2000:]
+    return dirs
+
+
+def judge_env(tmp: Path, seen: MemorySeenStore) -> ValidatorEnv:
+    return ValidatorEnv(seen=seen, data_dir=tmp, task_id="task-1")
+
+
+SETTINGS = {"batch_size": 3, "batches": 2, "max_new_tokens": 8}
+
+
+@pytest.mark.slow
+def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(tmp_path: Path) -> None:
+    dirs = run_group(tmp_path, 2, SETTINGS)
+    files = {(b, i): dirs[i] / file_name(b, i) for b in (1, 2) for i in (0, 1)}
+    assert all(p.exists() for p in files.values())
+    one, two = read_group_file(files[(1, 0)]), read_group_file(files[(1, 1)])
+    assert (one.stage, two.stage, one.members) == (0, 1, NODES[:2])
+    assert one.outputs == two.outputs and one.stage_proofs == two.stage_proofs and len(one.stage_proofs) == 2
+    assert one.work_units(4) + two.work_units(4) >= one.output_tokens()  # 2+2 layers: half each
+
+    seen = MemorySeenStore()
+    judge = PipelineJudge(PipelineSettings(**SETTINGS), judge_env(tmp_path, seen))
+    for (b, i), path in files.items():
+        units = read_group_file(path).work_units(4)
+        got = judge.judge(path, Submission(node=NODES[i], pool_id=1, work_units=units))
+        assert got.verdict == "accept", (b, i, got.reasons)
+    # The same file again: paid once.
+    again = judge.judge(files[(1, 0)], Submission(node=NODES[0], pool_id=1))
+    assert again.verdict == "invalidate" and "already" in " ".join(again.reasons)
+    # A stranger submitting a member's file, and a member claiming more than its share.
+    fresh = PipelineJudge(PipelineSettings(**SETTINGS), judge_env(tmp_path, MemorySeenStore()))
+    stolen = fresh.judge(files[(2, 1)], Submission(node=OUTSIDER, pool_id=1))
+    assert stolen.verdict == "invalidate" and "identity" in stolen.reasons[0]
+    greedy = fresh.judge(files[(2, 0)], Submission(node=NODES[0], pool_id=1, work_units=10_000))
+    assert greedy.verdict == "invalidate" and any("work_units" in r for r in greedy.reasons)
+
+    # Re-signed: an outsider puts itself in a member's place; the seeds no longer derive.
+    data = json.loads(files[(2, 1)].read_text())
+    data["members"][1] = OUTSIDER
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(data))
+    verdict = fresh.judge(forged, Submission(node=OUTSIDER, pool_id=1))
+    assert verdict.verdict == "invalidate" and any(r.startswith("plan") for r in verdict.reasons)
+    # Hostile files: not JSON, wrong shape, over the size limit.
+    for body in (b"\x00" * 100, b'{"format": "intellect-pipeline-batch/1"}', b"[" * 100_000):
+        bad = tmp_path / "bad.json"
+        bad.write_bytes(body)
+        assert fresh.judge(bad, Submission(node=NODES[0], pool_id=1)).verdict == "invalidate"
+    tight = ValidatorEnv(seen=MemorySeenStore(), data_dir=tmp_path, max_file_bytes=100)
+    small = PipelineJudge(PipelineSettings(**SETTINGS), tight)
+    assert small.judge(files[(1, 0)], Submission(node=NODES[0])).verdict == "soft_invalidate"
+
+    # A restart with more batches: the driver goes on at batch 3; nothing already made is redone.
+    before = {p: p.stat().st_mtime_ns for p in files.values()}
+    dirs = run_group(tmp_path, 2, {**SETTINGS, "batches": 3})
+    assert {p: p.stat().st_mtime_ns for p in files.values()} == before
+    assert all((dirs[i] / file_name(3, i)).exists() for i in (0, 1))
+    third = read_group_file(dirs[1] / file_name(3, 1))
+    assert not seen.rows_seen(1, row_keys(third))  # new rows: payable
+    longer = PipelineJudge(PipelineSettings(**{**SETTINGS, "batches": 3}), judge_env(tmp_path, seen))
+    assert longer.judge(dirs[1] / file_name(3, 1), Submission(node=NODES[1], pool_id=1)).verdict == "accept"
+    # Past the task's batches: refused.
+    late = judge.judge(dirs[0] / file_name(3, 0), Submission(node=NODES[0], pool_id=1))
+    assert late.verdict == "invalidate" and "bounds: batch 3" in late.reasons[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("members", "stage", "cheat"), [(2, 0, "noise"), (3, 1, "other-prompt"),
+                                                         (2, 1, "forge-token")])  # fmt: skip
+def test_a_cheating_member_is_the_only_one_invalidated(tmp_path: Path, members: int, stage: int,
+                                                       cheat: str) -> None:  # fmt: skip
+    settings = {**SETTINGS, "batches": 1}
+    dirs = run_group(tmp_path, members, settings, cheat_stage=stage, cheat=cheat)
+    judge = PipelineJudge(PipelineSettings(**settings), judge_env(tmp_path, MemorySeenStore()))
+    verdicts = [judge.judge(dirs[i] / file_name(1, i), Submission(node=NODES[i], pool_id=1)).verdict
+                for i in range(members)]  # fmt: skip
+    assert verdicts == ["invalidate" if i == stage else "soft_invalidate" for i in range(members)]

@@ -1,0 +1,137 @@
+"""A group batch as a file: what each member uploads and a validator judges.
+
+Every member of a group writes the same batch (the `GroupBundle` that went round the ring) into its
+own file, naming its own stage; each submits its file on chain for its share of the work. The batch's
+prompts and seeds derive from (task, group, members, batch number) (`plan_group_batch`), so a node
+outside the group cannot re-sign a member's file as its own: changing the member list changes the
+seeds the validator expects.
+
+The format is JSON (`GroupFile`): a group batch is small (token ids, one 258-byte proof per 32
+positions per row and stage) and its whole shape is fixed, so a size cap before parsing and the
+schema bound it completely (no nesting the schema does not name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workloads.inference.selection import SEED_HIGH
+from workloads.pipeline.member import GroupBundle
+
+FORMAT = "intellect-pipeline-batch/1"
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class GroupFileError(ValueError):
+    """The file cannot be read as a group batch; `str()` says why."""
+
+
+class GroupFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: str = Field(pattern=f"^{FORMAT}$")
+    task_id: str = Field(max_length=200)
+    group_id: str = Field(max_length=200)
+    batch: int = Field(ge=1)
+    stage: int = Field(ge=0)
+    layers: tuple[int, int]
+    model: str = Field(max_length=500)
+    members: list[str] = Field(min_length=1, max_length=64)
+    prompts: list[list[int]] = Field(min_length=1, max_length=4096)
+    outputs: list[list[int]]
+    logprobs: list[list[float]]
+    seeds: list[int]
+    temperature: float = Field(gt=0)
+    max_new_tokens: int = Field(ge=1)
+    stage_proofs: list[list[str]]
+
+    @property
+    def node(self) -> str:
+        return self.members[self.stage]
+
+    def bundle(self) -> GroupBundle:
+        proofs = [[bytes.fromhex(p) for p in stage] for stage in self.stage_proofs]
+        return GroupBundle(list(self.members), [list(p) for p in self.prompts],
+                           [list(o) for o in self.outputs], [list(lp) for lp in self.logprobs],
+                           list(self.seeds), self.temperature, proofs)
+
+    def output_tokens(self) -> int:
+        return sum(len(o) for o in self.outputs)
+
+    def work_units(self, total_layers: int) -> int:
+        """A member's share: the batch's output tokens × its layers / the model's layers, rounded up
+        (every stage processed every token; the shares add up to at least one node's claim)."""
+        start, stop = self.layers
+        return math.ceil(self.output_tokens() * (stop - start) / max(1, total_layers))
+
+
+def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, stage: int,
+                     layers: tuple[int, int], model: str, max_new_tokens: int, bundle: GroupBundle) -> Path:
+    data = GroupFile(
+        format=FORMAT, task_id=task_id, group_id=group_id, batch=batch, stage=stage, layers=layers,
+        model=model,
+        members=bundle.members, prompts=bundle.prompts, outputs=bundle.outputs, logprobs=bundle.logprobs,
+        seeds=bundle.seeds, temperature=bundle.temperature, max_new_tokens=max_new_tokens,
+        stage_proofs=[[p.hex() for p in stage] for stage in bundle.stage_proofs],
+    )  # fmt: skip
+    part = path.with_name(path.name + ".part")
+    part.write_text(data.model_dump_json())
+    part.replace(path)  # a crash never leaves half a file under the name the uploader picks up
+    return path
+
+
+def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise GroupFileError(f"{size} bytes, over the {max_bytes}-byte limit of a group batch")
+        raw = path.read_bytes()[: max_bytes + 1]
+    except OSError as exc:
+        raise GroupFileError(f"cannot read it: {exc}") from None
+    try:
+        data = GroupFile.model_validate_json(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "file"
+        raise GroupFileError(f"not a group batch: {where}: {err['msg']}") from None
+    rows = len(data.prompts)
+    if not (len(data.outputs) == len(data.logprobs) == len(data.seeds) == rows):
+        raise GroupFileError("prompts, outputs, logprobs and seeds differ in count")
+    if len(data.stage_proofs) != len(data.members) or not 0 <= data.stage < len(data.members):
+        raise GroupFileError(f"stage {data.stage} of {len(data.members)} members with "
+                             f"{len(data.stage_proofs)} stages of proofs")  # fmt: skip
+    if any(len(o) != len(lp) or not 1 <= len(o) <= data.max_new_tokens
+           for o, lp in zip(data.outputs, data.logprobs, strict=True)):  # fmt: skip
+        raise GroupFileError(f"an output of no tokens, over max_new_tokens ({data.max_new_tokens}), or "
+                             "with a logprob count that differs")  # fmt: skip
+    try:
+        data.bundle()
+    except ValueError:
+        raise GroupFileError("a proof that is not hex") from None
+    return data
+
+
+def plan_group_batch(task_id: str, group_id: str, members: list[str], batch: int, dataset_size: int,
+                     batch_size: int) -> tuple[list[int], list[int]]:  # fmt: skip
+    """(dataset row indexes, sampling seeds) of batch `batch` (from 1) of a group: derived from the task,
+    the group and its members in stage order, so every member and every validator gets the same."""
+    if batch < 1 or dataset_size < 1 or batch_size < 1:
+        raise ValueError("batch, dataset_size and batch_size must be positive")
+    text = "|".join([task_id, group_id, ",".join(m.lower() for m in members), str(batch)])
+    digest = hashlib.sha256(text.encode()).digest()
+    rng = np.random.default_rng(list(np.frombuffer(digest, dtype=np.uint32)))
+    indexes = rng.integers(0, dataset_size, batch_size)
+    seeds = rng.integers(0, SEED_HIGH, batch_size, dtype=np.int64)
+    return [int(i) for i in indexes], [int(s) for s in seeds]
+
+
+def row_keys(data: GroupFile) -> list[str]:
+    """What the validator remembers per row so a stage of a row is paid once: the row's seed and tokens
+    and the stage (the same row at another stage is another member's share)."""
+    return [hashlib.sha256(f"pipeline|{data.stage}|{seed}|{','.join(map(str, out))}".encode()).hexdigest()
+            for seed, out in zip(data.seeds, data.outputs, strict=True)]  # fmt: skip

@@ -1,0 +1,159 @@
+"""`python -m workloads.pipeline.task`: one member of a pipeline group, run by a worker as its task.
+
+The `pipeline` plug-in renders the task so that every member gets, as `INTELLECT_PIPELINE_*`
+variables, the group's place and secret from the orchestrator (`${GROUP_INDEX}`, `${GROUP_SIZE}`,
+`${GROUP_ID}`, `${GROUP_SECRET}`, `${NEXT_P2P_ADDRESS}`), its own inbox port (`${WORKER_P2P_PORT}`)
+and node address, and the workload's settings. Each member loads only its stage, joins the ring,
+and for every batch writes the group's bundle into its own file (`files.py`) and announces it to
+its worker, which uploads it and submits it on chain for the member's share of the work.
+
+A restart (a member died, the group re-formed) goes on from the first batch the driver has no file
+for; a member that already holds a batch's file keeps it and does not announce it twice, so nothing
+is credited twice and a half-made batch is never written (a member's file is written only once the
+whole bundle came round the ring).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import cast
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from intellect.settings import IntellectSettings
+from workloads.pipeline.member import CHEATS, BatchRequest, Cheat, Member
+
+ENV_PREFIX = "INTELLECT_PIPELINE_"
+
+
+class PipelineTaskSettings(IntellectSettings):
+    """What a member reads from its task's environment."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    model: str = Field("tiny", description="the model split across the group ('tiny': the shipped one)")
+    dataset: str = Field("reverse", description="shipped set name or a .jsonl/.parquet path")
+    batch_size: int = Field(8, ge=1, le=256, description="prompts per batch (file)")
+    batches: int = Field(4, ge=1, le=100_000, description="batches the group makes, then the task ends")
+    max_new_tokens: int = Field(32, ge=1, le=4096)
+    temperature: float = Field(1.0, gt=0, le=10)
+    timeout_seconds: float = Field(60.0, gt=0, description="how long a peer may stay silent")
+    cheat: str = Field("none", description="demos and tests only: the cheat of the member at cheat_stage")
+    cheat_stage: int = Field(-1, ge=-1, description="the stage that cheats (-1: none)")
+
+    # Filled by the worker from the task's template variables (runtime-owned, never the trainer's).
+    group_id: str = ""
+    group_index: int = Field(0, ge=0)
+    group_size: int = Field(1, ge=1, le=64)
+    group_secret: str = ""
+    next_address: str = ""
+    p2p_port: int = Field(0, ge=0, le=65535)
+    node_address: str = ""
+    task_id: str = ""
+    output_dir: Path = Path("pipeline")
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineTaskSettings:
+        if self.cheat not in CHEATS:
+            raise ValueError(f"cheat {self.cheat!r}: one of {', '.join(CHEATS)}")
+        if not self.group_index < self.group_size:
+            raise ValueError(f"group_index {self.group_index} is not in a group of {self.group_size}")
+        data_dir = os.environ.get("INTELLECT_DATA_DIR")
+        if data_dir and not self.output_dir.is_absolute():
+            self.output_dir = Path(data_dir) / self.output_dir
+        return self
+
+
+def file_name(batch: int, stage: int) -> str:
+    return f"pipeline-batch{batch:06d}-stage{stage}.json"
+
+
+def run(s: PipelineTaskSettings) -> int:
+    import torch
+
+    from workloads.datasets import load_dataset
+    from workloads.model.loading import load_tokenizer
+    from workloads.pipeline.files import plan_group_batch, write_group_file
+    from workloads.pipeline.stages import load_stage, plan_stages
+    from workloads.pipeline.transport import MemberLink
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(2, s.group_size)))
+    if s.group_size > 1 and (len(s.group_secret) < 32 or not s.next_address or not s.p2p_port):
+        print("error: a group member needs INTELLECT_PIPELINE_GROUP_SECRET, _NEXT_ADDRESS and _P2P_PORT "
+              "(the task's ${GROUP_SECRET}, ${NEXT_P2P_ADDRESS}, ${WORKER_P2P_PORT})", file=sys.stderr)
+        return 2
+    plan = plan_stages(s.model, s.group_size)[s.group_index]
+    stage = load_stage(s.model, plan)
+    tok = load_tokenizer(s.model)
+    link = None
+    if s.group_size > 1:
+        next_address = s.next_address if "://" in s.next_address else f"tcp://{s.next_address}"
+        link = MemberLink(s.group_index, s.group_size, bytes.fromhex(s.group_secret),
+                          f"tcp://0.0.0.0:{s.p2p_port}", next_address, max_frame_bytes=64 << 20,
+                          timeout=s.timeout_seconds)  # fmt: skip
+        link.connect()
+    cheat = s.cheat if s.cheat_stage == s.group_index else "none"
+    member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
+                    address=s.node_address)  # fmt: skip
+    s.output_dir.mkdir(parents=True, exist_ok=True)
+    records = load_dataset(s.dataset) if plan.first else []
+    try:
+        members = member.introduce()
+        for batch in range(1, s.batches + 1):
+            path = s.output_dir / file_name(batch, s.group_index)
+            if plan.first and path.exists():
+                continue  # made before a restart: the driver goes on from the first batch it lacks
+            request = None
+            if plan.first:
+                indexes, seeds = plan_group_batch(s.task_id, s.group_id, members, batch, len(records),
+                                                  s.batch_size)  # fmt: skip
+                prompts = [list(tok(records[i].prompt)["input_ids"]) for i in indexes]
+                request = BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch)
+            out = member.run_batch(request)
+            assert out.bundle is not None
+            number = out.batch
+            path = s.output_dir / file_name(number, s.group_index)
+            if path.exists():
+                continue  # this member already holds (and announced) it
+            write_group_file(path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
+                             layers=(plan.layers.start, plan.layers.stop), model=s.model,
+                             max_new_tokens=s.max_new_tokens, bundle=out.bundle)  # fmt: skip
+            _announce(path, stage_layers_total(s.model))
+            if number >= s.batches:
+                break
+    finally:
+        if link is not None:
+            link.close()
+    return 0
+
+
+def stage_layers_total(model: str) -> int:
+    from workloads.pipeline.stages import plan_stages
+
+    return plan_stages(model, 1)[0].layers.stop
+
+
+def _announce(path: Path, total_layers: int) -> None:
+    if not os.environ.get("INTELLECT_SOCKET_PATH"):
+        return
+    from workloads.bridge_client import announce_file
+    from workloads.pipeline.files import read_group_file
+
+    units = read_group_file(path).work_units(total_layers)
+    announce_file(path, work_units=units)
+
+
+def main() -> int:
+    try:
+        settings = PipelineTaskSettings()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
