@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import secrets
 from collections.abc import AsyncIterator
 from functools import partial
@@ -43,7 +45,7 @@ from orchestrator.settings import OrchestratorSettings
 from orchestrator.storage import LocalDiskStorage, storage_router
 from orchestrator.store.nodes import NodeBook
 from orchestrator.store.tasks import TaskStore
-from orchestrator.uploads import UploadService, make_storage
+from orchestrator.uploads import UploadService, make_storage, storage_secret
 
 log = structlog.get_logger("intellect.orchestrator")
 
@@ -54,6 +56,12 @@ def load_manager(settings: OrchestratorSettings) -> Wallet:
     if settings.manager_keystore is not None:
         return Wallet.load(settings.manager_keystore)
     raise SystemExit("no pool manager key: set INTELLECT_ORCH_MANAGER_KEY or --manager-keystore")
+
+
+def group_secret_key(settings: OrchestratorSettings) -> bytes:
+    """The key node groups' secrets are derived from (`GroupScheduler`): a sub-key of the storage
+    secret, which every replica shares, so the storage URL key itself never signs anything else."""
+    return hmac.new(storage_secret(settings).encode(), b"group-secrets", hashlib.sha256).digest()
 
 
 def ledger_pool_chain(settings: OrchestratorSettings, manager: Wallet) -> PoolChain:
@@ -104,9 +112,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
         keeper = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
                              settings.effective_groups_interval)
+        scheduler = state.scheduler or GroupScheduler(state.group_key)
         ctx = Context(settings=settings, redis=redis, sessions=sessions, live=live,
                       book=NodeBook(sessions, live), tasks=TaskStore(sessions, TaskChanges(live, keeper)),
-                      plans=PlanCache(state.scheduler or GroupScheduler(), sessions), chain=pool_chain,
+                      plans=PlanCache(scheduler, sessions), chain=pool_chain,
                       peers=SignedClient(key, settings.http_timeout_seconds, settings.http_retries),
                       metrics=Metrics())
         resources.push_async_callback(ctx.peers.aclose)
@@ -154,6 +163,7 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
     state.admin = AdminAccess(AdminToken(load_or_create_admin_token(settings.admin_token_file)),
                               settings.admin_signers, max_skew_seconds=settings.max_skew_seconds)
     state.storage = make_storage(settings)
+    state.group_key = group_secret_key(settings)
     # The storage callback has no request to read `app.state` from: it looks the Context up when called.
     state.uploads = UploadService(settings, state.storage, partial(getattr, state, "ctx"), state.admin)
 

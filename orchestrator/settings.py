@@ -52,8 +52,8 @@ class OrchestratorSettings(IntellectSettings):
     # ---- uploads and storage (docs/storage-and-groups.md) ----
     storage_dir: Path | None = Field(default=None, description="local storage root (state_dir/storage)")
     storage_secret: SecretStr | None = Field(
-        default=None, description="HMAC key of storage URLs; default generated in state_dir (share it "
-                                  "across replicas)")
+        default=None, description="HMAC key of storage URLs and (a sub-key) of node groups' secrets; "
+                                  "default generated in state_dir (share it across replicas)")
     s3_bucket: str | None = Field(default=None, description="store uploads in this S3 bucket, not on disk")
     s3_endpoint_url: str | None = None
     s3_region: str | None = None

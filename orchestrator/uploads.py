@@ -67,18 +67,23 @@ DEFAULT_TEMPLATE = "${TASK_ID}/${NODE_ADDRESS}/${CURRENT_FILE_INDEX}-${ORIGINAL_
 GRANTED, COMPLETED = "granted", "completed"
 
 
+def storage_secret(settings: OrchestratorSettings) -> str:
+    """`storage_secret`, else one generated once into `state_dir` (mode 0600): replicas sharing a disk
+    share it, others must configure one. It keys the local storage URLs and, through a sub-key
+    (`orchestrator.server.group_secret_key`), node groups' secrets."""
+    if settings.storage_secret is not None:
+        return settings.storage_secret.get_secret_value()
+    return load_or_create_admin_token(settings.state_dir / "storage-secret")
+
+
 def make_storage(settings: OrchestratorSettings) -> StorageBackend:
     """S3 when a bucket is configured, else local disk served by this orchestrator."""
     if settings.s3_bucket:
         from orchestrator.storage.s3 import S3Storage
 
         return S3Storage(settings.s3_bucket, settings.s3_endpoint_url, settings.s3_region, settings.s3_prefix)
-    if settings.storage_secret is not None:
-        secret = settings.storage_secret.get_secret_value()
-    else:  # generated once, mode 0600; replicas sharing a disk share it, others must configure one
-        secret = load_or_create_admin_token(settings.state_dir / "storage-secret")
     return LocalDiskStorage(settings.effective_storage_dir, settings.effective_public_url,
-                            UrlSigner(secret.encode()))
+                            UrlSigner(storage_secret(settings).encode()))
 
 
 def aware(value: datetime) -> datetime:

@@ -118,7 +118,8 @@ class WorkerDaemon:
     def metadata(self) -> NodeMetadata:
         return NodeMetadata(
             node_address=self.keys.node.address, provider_address=self.keys.provider.address,
-            ip_address=self.settings.public_ip, port=self.port, compute_specs=self.specs,
+            ip_address=self.settings.public_ip, port=self.port, p2p_port=self.settings.p2p_port,
+            compute_specs=self.specs,
             versions={"worker": __version__},
         )
 

@@ -58,6 +58,12 @@ class WorkerSettings(IntellectSettings):
         default=None, description="value of ${WORKER_P2P_SEED} in this worker's tasks (unset: a task "
         "using it fails, naming this setting)",
     )
+    p2p_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="port of this node's peer-to-peer inbox (group workloads): advertised to discovery "
+        "(the node before this one in its group connects to it) and the value of ${WORKER_P2P_PORT} "
+        "in this worker's tasks (unset: peers are told the API port, and a task using it fails)",
+    )  # fmt: skip
     # Devnets pass keys (raw, or file:PATH to a 0600 file) instead of keystores; production uses
     # encrypted keystores in state_dir.
     provider_key: KeySecret | None = None

@@ -43,6 +43,10 @@ class NodeMetadata(WireModel):
     provider_address: str
     ip_address: str
     port: int = Field(ge=1, le=65535)
+    p2p_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="port of the node's peer-to-peer inbox (group workloads); None: the API port",
+    )
     compute_specs: ComputeSpecs
     location: Location | None = None
     versions: dict[str, str] = Field(default_factory=dict, description="software versions, e.g. worker")

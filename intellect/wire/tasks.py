@@ -236,6 +236,12 @@ class GroupContext(WireModel):
     group_size: int = Field(ge=1)
     next_p2p_address: str | None = None
     topology: str | None = None
+    secret: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="`${GROUP_SECRET}`: 64 hex characters shared by the group's members alone (derived "
+        "by the orchestrator per task and group), to authenticate their peer-to-peer transport; None "
+        "from an orchestrator that derives none",
+    )  # fmt: skip
 
 
 class AssignedTask(WireModel):

@@ -16,13 +16,16 @@ TASK_VARIABLES = frozenset(
         "GROUP_INDEX",
         "GROUP_SIZE",
         "NEXT_P2P_ADDRESS",
+        "GROUP_SECRET",
         "WORKER_P2P_SEED",
+        "WORKER_P2P_PORT",
         "SOCKET_PATH",
         "TIMESTAMP",
     }
 )
-# Expanded by the orchestrator in storage_config.file_name_template.
-FILE_NAME_VARIABLES = TASK_VARIABLES | frozenset(
+# Expanded by the orchestrator in storage_config.file_name_template. Never the group secret: file
+# names are public (validators, the ledger's readers).
+FILE_NAME_VARIABLES = (TASK_VARIABLES - {"GROUP_SECRET"}) | frozenset(
     {
         "NODE_GROUP_ID",
         "NODE_GROUP_SIZE",

@@ -62,7 +62,9 @@ def candidate(row: NodeRow) -> Candidate:
             meta = NodeMetadata.model_validate(row.node_metadata)
         except ValidationError:
             meta = None
-    p2p = f"{row.ip_address}:{row.port}" if row.ip_address and row.port else None
+    # The peer inbox the node advertised (`p2p_port`), else its API port, at the address the pool uses.
+    port = meta.p2p_port if meta is not None and meta.p2p_port is not None else row.port
+    p2p = f"{row.ip_address}:{port}" if row.ip_address and port else None
     return Candidate(address=row.address, specs=meta.compute_specs if meta else NO_SPECS,
                      location=meta.location if meta else None, p2p_address=p2p)
 

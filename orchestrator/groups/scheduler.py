@@ -1,7 +1,9 @@
 """`GroupScheduler`: the Plan for node groups, and the loop that keeps the groups in SQL up to date.
 
 Plan (built on every replica when the task version moves; a dict lookup per heartbeat):
-- a node in a group runs its group's task with a `GroupContext` (id, index, size, next P2P address);
+- a node in a group runs its group's task with a `GroupContext` (id, index, size, next P2P address,
+  and the group's secret: HMAC-SHA256 of the task and group ids under the scheduler's key, so every
+  replica derives the same one and only the group's members are told it);
 - any other node runs the newest live task without `allowed_topologies`.
 The loop (leader only) runs `reconcile` every `groups_interval_seconds` or when poked (a task was
 created or deleted) and bumps the version when anything changed.
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import time
 from collections.abc import Awaitable, Callable
 
@@ -40,7 +44,18 @@ class GroupPlan:
         return self.default
 
 
+def group_secret(key: bytes, task_id: str, group_id: str) -> str:
+    """`${GROUP_SECRET}` of one group running one task: 64 hex characters."""
+    return hmac.new(key, f"group-secret|{task_id}|{group_id}".encode(), hashlib.sha256).hexdigest()
+
+
 class GroupScheduler:
+    """`secret_key`: the key group secrets are derived from (the same on every replica); None: groups
+    get no secret."""
+
+    def __init__(self, secret_key: bytes | None = None) -> None:
+        self.secret_key = secret_key
+
     def plan(self, session: Session) -> Plan:
         rows = list(session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None))
                                     .order_by(TaskRow.created_at.desc())))
@@ -59,10 +74,11 @@ class GroupScheduler:
             ring = members.get(gid, [])
             if task is None or not ring:
                 continue
+            secret = group_secret(self.secret_key, task.id, gid) if self.secret_key is not None else None
             for i, member in enumerate(ring):
                 nxt = ring[(i + 1) % len(ring)].p2p_address if len(ring) > 1 else None
                 context = GroupContext(group_id=gid, group_index=i, group_size=len(ring),
-                                       next_p2p_address=nxt, topology=group.topology)
+                                       next_p2p_address=nxt, topology=group.topology, secret=secret)
                 by_node[member.node_address] = AssignedTask(task=task, group=context)
         return GroupPlan(by_node, AssignedTask(task=plain) if plain else None)
 

@@ -58,6 +58,46 @@ def test_registered_node_uploads_and_manager_sees_it(devnet, service):
     assert own.status_code == 200 and own.json()["metadata"]["port"] == 9001
 
 
+def test_the_p2p_port_is_stored_and_served_and_left_out_when_unset(devnet, service):
+    """The worker's own client: a node with a peer inbox advertises its port; one without sends no
+    `p2p_port` at all (a discovery older than the field refuses unknown fields)."""
+    import asyncio
+
+    from worker.discovery_client import upload_metadata
+
+    url, _ = service
+    provider = devnet.new_provider()
+    with_inbox, without = devnet.new_node(provider), devnet.new_node(provider)
+    advertised = metadata(with_inbox, provider).model_copy(update={"p2p_port": 7001})
+    asyncio.run(upload_metadata(url, with_inbox, advertised, 10))
+    asyncio.run(upload_metadata(url, without, metadata(without, provider), 10))
+    for node, port in ((with_inbox, 7001), (without, None)):
+        own = httpx.get(f"{url}/nodes/{node.address}", auth=SignedAuth(node))
+        assert own.status_code == 200, own.text
+        assert NodeMetadata.model_validate(own.json()["metadata"]).p2p_port == port
+    refused = put(url, with_inbox, metadata(with_inbox, provider).model_copy(update={"p2p_port": 70_000}))
+    assert refused.status_code == 422 and "p2p_port" in refused.text
+
+
+def test_an_unset_p2p_port_is_not_sent(monkeypatch):
+    import asyncio
+
+    from worker.discovery_client import upload_metadata
+
+    bodies: list[bytes] = []
+
+    async def fake_put(self, path, *, content, headers):
+        bodies.append(content)
+        return httpx.Response(200, request=httpx.Request("PUT", path))
+
+    monkeypatch.setattr(httpx.AsyncClient, "put", fake_put)
+    node, provider = Wallet.create(), Wallet.create()
+    asyncio.run(upload_metadata("http://discovery", node, metadata(node, provider), 1))
+    asyncio.run(upload_metadata("http://discovery", node, metadata(node, provider).model_copy(
+        update={"p2p_port": 7001}), 1))
+    assert b"p2p_port" not in bodies[0] and b'"p2p_port":7001' in bodies[1]
+
+
 def test_upload_refusals_name_the_problem(devnet, service):
     url, _ = service
     provider = devnet.new_provider(whitelist=False)

@@ -3,16 +3,23 @@ merging small idle groups, dissolving on death, and the Plan built from what is 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 import uuid
+
+from pydantic import SecretStr
 
 from intellect.identity import Wallet
 from intellect.wire.nodes import ComputeSpecs, GpuSpec, Location, NodeMetadata
 from intellect.wire.tasks import TaskSpec
 from orchestrator.db import make_engine, migrate, session_factory
-from orchestrator.groups.reconcile import reconcile
+from orchestrator.groups.reconcile import candidate, reconcile
 from orchestrator.groups.scheduler import GroupScheduler
 from orchestrator.groups.topology import Topology
-from orchestrator.models import NodeRow, TaskRow, utcnow
+from orchestrator.models import NodeGroupRow, NodeRow, TaskRow, utcnow
+from orchestrator.server import group_secret_key
+from orchestrator.settings import OrchestratorSettings
 
 CITIES = {"berlin": (52.52, 13.40), "paris": (48.86, 2.35), "tokyo": (35.68, 139.69),
           "osaka": (34.69, 135.50)}
@@ -24,13 +31,14 @@ def sessions(tmp_path):
     return session_factory(engine)
 
 
-def add_node(session, city: str | None, gpu_mb: int = 0, state: str = "Healthy", port: int = 9000) -> str:
+def add_node(session, city: str | None, gpu_mb: int = 0, state: str = "Healthy", port: int = 9000,
+             p2p_port: int | None = None) -> str:
     address = Wallet.create().address
     gpus = [GpuSpec(model="H100", count=1, memory_mb=gpu_mb)] if gpu_mb else []
     where = Location(latitude=CITIES[city][0], longitude=CITIES[city][1]) if city else None
     specs = ComputeSpecs(gpus=gpus, cpu_cores=8, ram_mb=1, disk_free_mb=1)
     meta = NodeMetadata(node_address=address, provider_address=Wallet.create().address, ip_address="10.0.0.1",
-                        port=port, compute_specs=specs, location=where)
+                        port=port, p2p_port=p2p_port, compute_specs=specs, location=where)
     session.add(NodeRow(address=address, state=state, misses=0, in_pool=True, invite_attempts=0,
                         ip_address="10.0.0.1", port=port, node_metadata=meta.model_dump(mode="json"),
                         state_changed_at=utcnow(), created_at=utcnow()))
@@ -103,3 +111,74 @@ def test_merge_small_idle_groups_and_dissolve_on_death(tmp_path) -> None:
     with make() as s:
         plan = GroupScheduler().plan(s)
     assert plan.task_for(first).group.group_size == 1 and plan.task_for(second) is None
+
+
+def expected_secret(key: bytes, task_id: str, group_id: str) -> str:
+    return hmac.new(key, f"group-secret|{task_id}|{group_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def test_group_secrets_are_shared_within_a_group_and_differ_across_groups_and_tasks(tmp_path) -> None:
+    make = sessions(tmp_path)
+    key = b"k" * 32
+    with make() as s, s.begin():
+        nodes = [add_node(s, city, 80_000, port=i + 1) for i, city in enumerate(CITIES)]
+        task = add_task(s, ["2x64GB"])
+    with make() as s, s.begin():
+        assert len(reconcile(s, {}).formed) == 2
+    with make() as s:
+        plan = GroupScheduler(key).plan(s)
+    by_group: dict[str, set[str]] = {}
+    for address in nodes:
+        group = plan.task_for(address).group
+        assert group is not None and group.secret is not None and re.fullmatch(r"[0-9a-f]{64}", group.secret)
+        assert group.secret == expected_secret(key, task, group.group_id)
+        by_group.setdefault(group.group_id, set()).add(group.secret)
+    assert all(len(secrets) == 1 for secrets in by_group.values())  # one secret per group ...
+    assert len(set.union(*by_group.values())) == 2  # ... and another for the other group
+    # the same on every replica (same key); another key, another secret; no key, no secret
+    with make() as s:
+        again, other = GroupScheduler(key).plan(s), GroupScheduler(b"x" * 32).plan(s)
+        none = GroupScheduler().plan(s)
+    for address in nodes:
+        assert again.task_for(address).group.secret == plan.task_for(address).group.secret
+        assert other.task_for(address).group.secret not in (None, plan.task_for(address).group.secret)
+        assert none.task_for(address).group.secret is None
+    # the same group given another task gets another secret
+    gid = plan.task_for(nodes[0]).group.group_id
+    with make() as s, s.begin():
+        second = add_task(s, ["2x64GB"])
+        s.get(NodeGroupRow, gid).task_id = second
+    with make() as s:
+        moved = GroupScheduler(key).plan(s).task_for(nodes[0])
+    assert moved.task.id == second and moved.group.group_id == gid
+    assert moved.group.secret == expected_secret(key, second, gid) != plan.task_for(nodes[0]).group.secret
+
+
+def test_the_group_key_is_a_sub_key_of_the_storage_secret_shared_by_replicas(tmp_path) -> None:
+    configured = OrchestratorSettings(state_dir=tmp_path / "a", storage_secret=SecretStr("s" * 40))
+    replica = OrchestratorSettings(state_dir=tmp_path / "b", storage_secret=SecretStr("s" * 40))
+    key = group_secret_key(configured)
+    assert key == group_secret_key(replica) == hmac.new(b"s" * 40, b"group-secrets", hashlib.sha256).digest()
+    assert key != b"s" * 40
+    # generated: one file in state_dir, so a restart (or a replica on the same disk) derives the same key
+    generated = OrchestratorSettings(state_dir=tmp_path / "c")
+    assert group_secret_key(generated) == group_secret_key(OrchestratorSettings(state_dir=tmp_path / "c"))
+    assert (tmp_path / "c" / "storage-secret").exists() and group_secret_key(generated) != key
+
+
+def test_peers_are_given_the_advertised_p2p_port_else_the_api_port(tmp_path) -> None:
+    make = sessions(tmp_path)
+    with make() as s, s.begin():
+        inbox = add_node(s, "berlin", 80_000, port=9001, p2p_port=7001)
+        api_only = add_node(s, "paris", 80_000, port=9002)
+        add_task(s, ["2x64GB"])
+    with make() as s:
+        assert candidate(s.get(NodeRow, inbox)).p2p_address == "10.0.0.1:7001"
+        assert candidate(s.get(NodeRow, api_only)).p2p_address == "10.0.0.1:9002"
+    with make() as s, s.begin():
+        assert len(reconcile(s, {}).formed) == 1
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    # the ring: each member is told where the next one listens
+    assert plan.task_for(inbox).group.next_p2p_address == "10.0.0.1:9002"
+    assert plan.task_for(api_only).group.next_p2p_address == "10.0.0.1:7001"

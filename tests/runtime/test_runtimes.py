@@ -20,12 +20,13 @@ def count_lines(path) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_runs_to_completion_with_templates_logs_and_dirs(harness: Harness) -> None:
-    runtime = harness.runtime()
+    runtime = harness.runtime(p2p_port=4100)
     spec = harness.spec(
         "print:hello from the task",
         "env:GREETING",
         "env:INTELLECT_TASK_ID",
         "env:SEED",
+        "env:PEER",
         "env:SOCK",
         "write:out.txt:result",
         "exit:0",
@@ -33,10 +34,12 @@ def test_runs_to_completion_with_templates_logs_and_dirs(harness: Harness) -> No
             "GREETING": "${TASK_ID}@${NODE_ADDRESS} g=${GROUP_ID}/${GROUP_INDEX}/"
             "${GROUP_SIZE} next=${NEXT_P2P_ADDRESS}",
             "SEED": "${WORKER_P2P_SEED}",
+            "PEER": "${GROUP_SECRET}@${WORKER_P2P_PORT}",
             "SOCK": "${SOCKET_PATH}",
         },
     )
-    group = GroupContext(group_id="g1", group_index=1, group_size=2, next_p2p_address="/ip4/10.0.0.2/tcp/1")
+    group = GroupContext(group_id="g1", group_index=1, group_size=2, next_p2p_address="/ip4/10.0.0.2/tcp/1",
+                         secret="5e" * 32)
     desired = harness.assign(spec, group=group)
     status = wait_for(runtime, desired, FINISHED)
     assert status.state == TaskState.COMPLETED, status
@@ -48,6 +51,7 @@ def test_runs_to_completion_with_templates_logs_and_dirs(harness: Harness) -> No
     assert f"GREETING={desired.task.id}@{harness.node} g=g1/1/2 next=/ip4/10.0.0.2/tcp/1" in logs
     assert f"INTELLECT_TASK_ID={desired.task.id}" in logs
     assert "SEED=seed-42" in logs
+    assert f"PEER={'5e' * 32}@4100" in logs
     expected_socket = (
         "/run/intellect/bridge.sock" if harness.kind == "docker" else str(harness.bridge.socket_path)
     )

@@ -98,3 +98,21 @@ def test_ordinary_spec_still_round_trips() -> None:
     )
     task = TaskSpec.model_validate(body)
     assert TaskSpec.model_validate(task.model_dump(mode="json")) == task
+
+
+def test_group_secret_and_p2p_port_are_task_variables_but_the_secret_never_names_a_file() -> None:
+    body = spec(env_vars={"S": "${GROUP_SECRET}"}, cmd=["--port", "${WORKER_P2P_PORT}"])
+    task = TaskSpec.model_validate(body)
+    assert task.env_vars["S"] == "${GROUP_SECRET}"
+    # file names are public: the secret may not be rendered into one
+    refused(spec(storage_config={"file_name_template": "${TASK_ID}/${GROUP_SECRET}-${ORIGINAL_NAME}"}),
+            "${GROUP_SECRET}")
+
+
+@pytest.mark.parametrize("secret", ["ab" * 31, "AB" * 32, "zz" * 32, "ab" * 33])
+def test_a_group_secret_is_64_lowercase_hex_characters(secret: str) -> None:
+    from intellect.wire.tasks import GroupContext
+
+    assert GroupContext(group_id="g", group_index=0, group_size=1, secret="0f" * 32).secret == "0f" * 32
+    with pytest.raises(ValidationError, match="secret"):
+        GroupContext(group_id="g", group_index=0, group_size=1, secret=secret)

@@ -51,6 +51,7 @@ class RuntimeConfig(BaseModel):
     state_dir: Path = Field(description="the runtime's own records (process run dirs, logs)")
     socket_path: Path | None = Field(default=None, description="the task bridge's unix socket")
     p2p_seed: str | None = Field(default=None, description="value of ${WORKER_P2P_SEED}")
+    p2p_port: int | None = Field(default=None, ge=1, le=65535, description="value of ${WORKER_P2P_PORT}")
     max_restarts: int = Field(default=3, ge=0, description="restarts after a failure before 'failed'")
     restart_delay: float = Field(default=1.0, ge=0, description="first restart back-off (process runtime)")
     shm_size: str = Field(default="1g", description="/dev/shm size of a container")
@@ -111,7 +112,10 @@ _NO_GROUP = "the task is not assigned to a node group"
 WHY_NO_VALUE = {  # why a known variable can lack a value, for the task's failure detail (docs/runtime.md)
     "GROUP_ID": _NO_GROUP, "GROUP_INDEX": _NO_GROUP, "GROUP_SIZE": _NO_GROUP,
     "NEXT_P2P_ADDRESS": "the task's node group has no next peer address",
+    "GROUP_SECRET": "the task is not in a node group, or its group has no secret (an orchestrator too "
+                    "old to derive one?)",
     "WORKER_P2P_SEED": "this worker has no p2p seed configured (INTELLECT_WORKER_P2P_SEED)",
+    "WORKER_P2P_PORT": "this worker has no p2p port configured (INTELLECT_WORKER_P2P_PORT)",
     "SOCKET_PATH": "this worker runs no task bridge",
 }  # fmt: skip
 
@@ -132,8 +136,12 @@ def template_values(desired: AssignedTask, config: RuntimeConfig, socket_path: s
         }
         if desired.group.next_p2p_address is not None:
             values["NEXT_P2P_ADDRESS"] = desired.group.next_p2p_address
+        if desired.group.secret is not None:
+            values["GROUP_SECRET"] = desired.group.secret
     if config.p2p_seed is not None:
         values["WORKER_P2P_SEED"] = config.p2p_seed
+    if config.p2p_port is not None:
+        values["WORKER_P2P_PORT"] = str(config.p2p_port)
     if socket_path is not None:
         values["SOCKET_PATH"] = socket_path
     return values

@@ -292,7 +292,11 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
             assigned=desired,
         )
         tmp = run_dir / "run.json.tmp"
-        tmp.write_text(record.model_dump_json())
+        # The assigned task may carry its group's secret: readable by the worker's user only.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(record.model_dump_json())
+        os.chmod(tmp, 0o600)
         os.replace(tmp, run_dir / "run.json")
         return record
 
