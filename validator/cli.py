@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from rich.table import Table
 
 from intellect.identity import Wallet, resolve_passphrase
 from intellect.logs import configure_logging
-from intellect.workloads import ValidatorEnv
+from intellect.wire.tasks import TaskSpec
+from intellect.workloads import FileJudge, ValidatorEnv, WorkloadError, settings_for
 from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from validator.api import create_app
@@ -53,7 +55,9 @@ def _checkpoint_flags(values: list[str]) -> dict[int, Path]:
 
 @app.command()
 def check(
-    paths: list[Path] = typer.Argument(..., help="rollout files (parquet) to judge, in submission order"),
+    paths: list[Path] = typer.Argument(
+        ..., help="files to judge, in submission order (rollout parquet, or the task's workload format)"
+    ),
     node: str | None = typer.Option(
         None, "--node", help="submitter's address (default: the file's own claim)"
     ),
@@ -62,7 +66,7 @@ def check(
     work_key: str | None = typer.Option(None, "--work-key", help="0x + sha256 recorded on chain"),
     task: Path | None = typer.Option(
         None, "--task", help="the files' task spec JSON as POSTed (workload settings or INTELLECT_INFER_* "
-        "env vars); default: the inference workload's defaults",
+        "env vars), judged by the plug-in it names; default: the inference workload's defaults",
     ),
     checkpoint: list[str] = typer.Option(
         [], "--checkpoint", help="STEP=PATH of a trainer checkpoint (repeat)"
@@ -73,21 +77,23 @@ def check(
     """Run the full validation pipeline on local files. Exit 0 when all are accepted, 1 otherwise.
 
     Files are judged in the order given, so a later file repeating an earlier one is a duplicate."""
-    try:
-        settings = TaskSettings.from_spec_file(task) if task else TaskSettings.defaults()
-        steps = _checkpoint_flags(checkpoint)
-    except (ValueError, typer.BadParameter) as exc:
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    pipeline = Pipeline(
-        settings,
-        MemorySeenStore(),
-        LocalCheckpoints(settings.model, steps),
-        ValidationThresholds(),
-        max_bytes=max_bytes,
-    )
     submission = Submission(node=node, work_units=work_units, trainer_step=trainer_step, work_key=work_key)
-    verdicts = [pipeline.judge(p, submission) for p in paths]
+    other = _other_workload_judge(task, max_bytes) if task else None
+    if other is not None:  # a task of another workload plug-in: judged by that plug-in's checks
+        if checkpoint:
+            err.print("error: --checkpoint is for inference tasks; this task names another workload")
+            raise typer.Exit(2)
+        verdicts = [other.judge(p, submission) for p in paths]
+    else:
+        try:
+            settings = TaskSettings.from_spec_file(task) if task else TaskSettings.defaults()
+            steps = _checkpoint_flags(checkpoint)
+        except (ValueError, typer.BadParameter) as exc:
+            err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        pipeline = Pipeline(settings, MemorySeenStore(), LocalCheckpoints(settings.model, steps),
+                            ValidationThresholds(), max_bytes=max_bytes)  # fmt: skip
+        verdicts = [pipeline.judge(p, submission) for p in paths]
     if as_json:
         for v in verdicts:
             print(
@@ -121,6 +127,26 @@ def check(
         console.print(table)
     if any(v.verdict != "accept" for v in verdicts):
         raise typer.Exit(1)
+
+
+def _other_workload_judge(task: Path, max_bytes: int) -> FileJudge | None:
+    """The judge of the plug-in a task file names, when that is not the inference workload (whose
+    checks take this command's checkpoint flags); None for inference tasks and bare settings."""
+    try:
+        body = json.loads(task.read_text())
+    except (OSError, ValueError):
+        return None  # TaskSettings.from_spec_file names the problem
+    kind = body.get("workload", {}).get("type") if isinstance(body, dict) else None
+    if not isinstance(kind, str) or kind == "inference":
+        return None
+    try:
+        plugin, settings = settings_for(TaskSpec.model_validate(body))
+    except (ValueError, WorkloadError) as exc:
+        err.print(f"error: --task {task}: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    folder = Path(tempfile.mkdtemp(prefix="intellect-check-"))
+    return plugin.file_judge(settings, ValidatorEnv(seen=MemorySeenStore(), data_dir=folder,
+                                                    max_file_bytes=max_bytes, task_id=""))  # fmt: skip
 
 
 def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSeenStore], Judge]:

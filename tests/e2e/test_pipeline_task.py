@@ -1,0 +1,148 @@
+"""A pipeline task end to end through the protocol: two real workers form a group and each pays its member.
+
+anvil + Redis + discovery + orchestrator (topology `2x0GB`) + two `intellect-worker start --runtime
+process`, each advertising its own p2p port. A trainer POSTs a `pipeline` task; the orchestrator groups
+the two nodes and hands each its place, the next member's address and the group's secret; each
+worker runs its member (`python -m workloads.pipeline.task`, its stage only); the two members stream
+activations over their authenticated sockets; each writes the batch and its worker uploads it and
+submits it on chain for its share. Both files are then judged by `intellect-validator check` with the
+task's plug-in: accepted, and the two shares add up to the batch's tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_control_plane import Cluster, Service, wait_until  # noqa: E402
+
+from intellect.identity import Wallet  # noqa: E402
+from intellect.net import free_port  # noqa: E402
+from intellect.redis_server import EmbeddedRedis  # noqa: E402
+from ledger.client import LedgerClient  # noqa: E402
+from ledger.deploy import DeployParams, deploy_all  # noqa: E402
+from ledger.dev.anvil import Anvil  # noqa: E402
+from ledger.events import EventReader  # noqa: E402
+from ledger.models import ONE_TOKEN  # noqa: E402
+from workloads.pipeline.files import read_group_file  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SETTINGS = {"batch_size": 2, "batches": 1, "max_new_tokens": 8}
+
+
+class GroupCluster(Cluster):
+    def base_env(self) -> dict[str, str]:
+        return super().base_env() | {"INTELLECT_ORCH_TOPOLOGY_NAMES": '["2x0GB"]'}
+
+    def pipeline_worker(self, index: int) -> Service:
+        service = self.worker_service(index)
+        service.argv[service.argv.index("recording")] = "process"
+        service.env |= {"INTELLECT_WORKER_P2P_PORT": str(free_port()),
+                        "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1"}
+        return service
+
+
+@contextmanager
+def group_stack(tmp: Path) -> Iterator[GroupCluster]:
+    anvil = Anvil.start(accounts=5)
+    redis = EmbeddedRedis().start()
+    cluster: GroupCluster | None = None
+    try:
+        deployer, manager = Wallet.from_key(anvil.dev_keys[0]), Wallet.from_key(anvil.dev_keys[1])
+        deployment = deploy_all(anvil.rpc_url, deployer, DeployParams(stake_minimum=10 * ONE_TOKEN))
+        path = deployment.save(tmp / "deployment.json")
+        ledger = LedgerClient(anvil.rpc_url, path, deployer)
+        domain = ledger.create_domain("rl", "")
+        pool_id = ledger.create_pool(domain, manager.address, "pipe", '{"requirements": {"cpu_cores": 1}}', 0)
+        ledger.start_pool(pool_id)
+        for key in anvil.dev_keys[3:5]:
+            provider = Wallet.from_key(key).address
+            ledger.mint(provider, 1000 * ONE_TOKEN)
+            ledger.whitelist_provider(provider)
+        cluster = GroupCluster(tmp, anvil, path, ledger, manager, pool_id, redis,
+                               nodes=[Wallet.create(), Wallet.create()])  # fmt: skip
+        cluster.start_discovery()
+        cluster.start_orchestrator()
+        cluster.workers = [cluster.pipeline_worker(i).start() for i in (0, 1)]
+        yield cluster
+    except BaseException:
+        if cluster:
+            print(cluster.logs())
+        raise
+    finally:
+        if cluster:
+            for service in [*cluster.workers, cluster.orchestrator, cluster.discovery]:
+                if service:
+                    service.stop()
+        redis.stop()
+        anvil.stop()
+
+
+def pipeline_task() -> dict:
+    return {
+        "name": "pipe",
+        "entrypoint": [sys.executable, "-m", "workloads.pipeline.task"],
+        "env_vars": {"PYTHONPATH": str(REPO)},
+        "workload": {"type": "pipeline", "settings": SETTINGS},
+        "scheduling_config": {"plugins": {"node_groups": {"allowed_topologies": ["2x0GB"]}}},
+        "storage_config": {"file_name_template": "${TASK_ID}/${NODE_ADDRESS}/${ORIGINAL_NAME}"},
+    }
+
+
+def test_a_pipeline_task_runs_across_two_workers_and_pays_each_member(tmp_path: Path) -> None:
+    with group_stack(tmp_path) as cluster:
+        for i in (0, 1):
+            wait_until(f"worker {i} Healthy", lambda i=i: cluster.state_of(i) == "Healthy", 120)
+        refused = cluster.orch("POST", "/tasks", json={**pipeline_task(), "scheduling_config": None})
+        assert refused.status_code == 422 and "topolog" in refused.text, refused.text
+        created = cluster.orch("POST", "/tasks", json=pipeline_task())
+        assert created.status_code == 201, created.text
+
+        reader = EventReader(cluster.chain, pool_id=cluster.pool_id, kinds=("WorkSubmitted",))
+
+        def both() -> list | None:
+            found = reader.read(cluster.chain.deployment.block).events
+            return found if len(found) >= 2 else None
+
+        events = wait_until("WorkSubmitted by both members", both, 420, every=1.0)
+        assert {e.node for e in events} == {n.address for n in cluster.nodes}, events
+        files = {}
+        for event in events:
+            key = event.work_key.removeprefix("0x")
+            stored = cluster.orch("GET", f"/storage/files/{key}")
+            assert stored.status_code == 200, stored.text
+            data = httpx.get(stored.json()["url"], timeout=30).content
+            assert hashlib.sha256(data).hexdigest() == key
+            local = tmp_path / f"{event.node}.json"
+            local.write_bytes(data)
+            files[event.node] = (local, event)
+
+    batches = {node: read_group_file(path) for node, (path, _) in files.items()}
+    by_stage = sorted(batches.values(), key=lambda b: b.stage)
+    assert [b.stage for b in by_stage] == [0, 1] and by_stage[0].outputs == by_stage[1].outputs
+    assert [b.node for b in by_stage] == by_stage[0].members  # each file names its submitter
+    tokens = by_stage[0].output_tokens()
+    units = {node: event.units for node, (_, event) in files.items()}
+    assert sum(units.values()) >= tokens > 0 and all(u > 0 for u in units.values())
+
+    task_file = tmp_path / "task.json"
+    task_file.write_text(json.dumps(pipeline_task()))
+    for node, (path, event) in files.items():
+        checked = subprocess.run(
+            [str(Path(sys.executable).parent / "intellect-validator"), "check", str(path), "--node", node,
+             "--work-units", str(event.units), "--work-key", event.work_key, "--task", str(task_file),
+             "--json"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+        assert json.loads(checked.stdout.strip().splitlines()[-1])["verdict"] == "accept"
