@@ -73,6 +73,7 @@ class WorkerDaemon:
         self._wake = asyncio.Event()
         self._problem: str | None = None  # the standing refusal last logged (see _say_once)
         self.port = settings.api_port
+        self.throughput: float | None = None  # worker/benchmark.py, once measured
         self.heartbeater = Heartbeater(
             keys.node, runtime, interval=settings.heartbeat_interval, timeout=settings.request_timeout,
             initial_status=self.state.last_task, on_status=self._save_status,
@@ -119,7 +120,7 @@ class WorkerDaemon:
         return NodeMetadata(
             node_address=self.keys.node.address, provider_address=self.keys.provider.address,
             ip_address=self.settings.public_ip, port=self.port, p2p_port=self.settings.p2p_port,
-            compute_specs=self.specs,
+            compute_specs=self.specs, throughput=self.throughput,
             versions={"worker": __version__},
         )
 
@@ -194,6 +195,20 @@ class WorkerDaemon:
                 log.warning("metadata upload failed", discovery=self.settings.discovery_url, error=str(exc))
                 delay = min(delay, 2.0)
             await self._sleep(self._stop, delay)
+
+    async def _benchmark(self) -> None:
+        """Measure the throughput figure in a child process (never in this one), then tell discovery."""
+        from worker.benchmark import measured_throughput
+
+        value = await asyncio.to_thread(measured_throughput, self.settings.state_dir, self.specs, __version__)
+        if value is None:
+            log.warning("throughput benchmark failed: this node is grouped after the measured ones")
+            return
+        self.throughput = value
+        log.info("throughput measured", tokens_per_second=value)
+        with contextlib.suppress(Exception):  # the next periodic upload carries it anyway
+            await upload_metadata(self.settings.discovery_url, self.keys.node, self.metadata(),
+                                  self.settings.request_timeout)  # fmt: skip
 
     def _say_once(self, problem: str | None, retry: str = "") -> None:
         """Log a standing problem when it first appears (or changes), not at every retry."""
@@ -325,6 +340,8 @@ class WorkerDaemon:
         write_pid(self.settings.state_dir)  # `deregister` finds (and stops) this daemon by it
         await self._resume()
         loops = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop())]
+        if self.settings.benchmark:
+            loops.append(asyncio.create_task(self._benchmark()))
         if self.uploader is not None:
             loops.append(asyncio.create_task(self._upload_loop()))
         await self._stop.wait()

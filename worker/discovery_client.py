@@ -16,7 +16,9 @@ from intellect.wire.nodes import NodeMetadata
 async def upload_metadata(discovery_url: str, node: Wallet, metadata: NodeMetadata, timeout: float) -> None:
     # An unset p2p port is left out rather than sent as null: a discovery older than the field (unknown
     # fields are refused) still takes the upload of a worker that does not use it.
-    body = metadata.model_dump_json(exclude={"p2p_port"} if metadata.p2p_port is None else None).encode()
+    # Optional fields left unset are left out, so a discovery older than them still accepts the upload.
+    unset = {name for name in ("p2p_port", "throughput") if getattr(metadata, name) is None}
+    body = metadata.model_dump_json(exclude=unset or None).encode()
     async with httpx.AsyncClient(base_url=discovery_url, timeout=timeout, auth=SignedAuth(node)) as client:
         response = await client.put("/nodes", content=body, headers={"Content-Type": "application/json"})
     if 400 <= response.status_code < 500:

@@ -58,6 +58,10 @@ class WorkerSettings(IntellectSettings):
         default=None, description="value of ${WORKER_P2P_SEED} in this worker's tasks (unset: a task "
         "using it fails, naming this setting)",
     )
+    benchmark: bool = Field(
+        default=True, description="measure this machine's decode throughput once (worker/benchmark.py, "
+        "cached per version and hardware) and report it, so groups put nodes of similar speed together",
+    )
     p2p_port: int | None = Field(
         default=None, ge=1, le=65535,
         description="port of this node's peer-to-peer inbox (group workloads): advertised to discovery "

@@ -47,6 +47,11 @@ class NodeMetadata(WireModel):
         default=None, ge=1, le=65535,
         description="port of the node's peer-to-peer inbox (group workloads); None: the API port",
     )
+    throughput: float | None = Field(
+        default=None, ge=0, le=1e9,
+        description="decode tokens/s of the worker's reference benchmark (worker/benchmark.py); groups "
+                    "put nodes of similar throughput together",
+    )
     compute_specs: ComputeSpecs
     location: Location | None = None
     versions: dict[str, str] = Field(default_factory=dict, description="software versions, e.g. worker")

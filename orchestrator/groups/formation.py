@@ -1,4 +1,11 @@
-"""Pure group formation: which healthy, ungrouped nodes go together, nearest first.
+"""Pure group formation: which healthy, ungrouped nodes go together: fastest first, nearest among equals.
+
+A group runs at its slowest member's pace (one batch's stages run one after another), so the fastest
+free node seeds each group and is joined by nodes of similar measured throughput (within
+`SIMILAR_SPEED` of it), nearest first; then by the next fastest; nodes that reported no throughput come
+last, nearest first (the old rule). Throughput is the worker's benchmark figure (`worker/benchmark.py`):
+measured by the worker's code, so a modified worker can misreport it; what that buys is placement,
+never pay (pay is per validated token), see docs/storage-and-groups.md.
 
 No I/O here: the scheduler feeds candidates in and persists what comes out, so this is easy to test.
 """
@@ -20,6 +27,22 @@ class Candidate:
     specs: ComputeSpecs
     location: Location | None = None
     p2p_address: str | None = None
+    throughput: float | None = None  # decode tokens/s of the reference benchmark (None: not reported)
+
+
+SIMILAR_SPEED = 0.8  # a node at least this fraction of the seed's throughput counts as equally fast
+
+
+def _speed(c: Candidate) -> float:
+    return c.throughput if c.throughput is not None and c.throughput > 0 else -1.0
+
+
+def _joining_order(seed: Candidate, c: Candidate) -> tuple[int, float, str]:
+    if seed.throughput is None or c.throughput is None:
+        return (2, distance_km(seed.location, c.location), c.address)
+    if _speed(c) >= SIMILAR_SPEED * _speed(seed):
+        return (0, distance_km(seed.location, c.location), c.address)
+    return (1, -_speed(c), c.address)
 
 
 @dataclass
@@ -38,9 +61,10 @@ def distance_km(a: Location | None, b: Location | None) -> float:
 
 
 def form_groups(candidates: list[Candidate], topologies: list[Topology]) -> list[ProposedGroup]:
-    """Greedy: for each topology in order, seed with the first free node (stable order) and add its
-    nearest free neighbours up to max_size; keep the group only if it reaches min_size."""
-    free = sorted(candidates, key=lambda c: c.address.lower())
+    """Greedy: for each topology in order, seed with the fastest free node (address order among equals)
+    and add free nodes of similar speed, nearest first, then the next fastest, up to max_size; keep the
+    group only if it reaches min_size."""
+    free = sorted(candidates, key=lambda c: (-_speed(c), c.address.lower()))
     groups: list[ProposedGroup] = []
     for topology in topologies:
         while True:
@@ -48,7 +72,7 @@ def form_groups(candidates: list[Candidate], topologies: list[Topology]) -> list
             if len(fitting) < topology.min_size:
                 break
             seed = fitting[0]
-            others = sorted(fitting[1:], key=lambda c: (distance_km(seed.location, c.location), c.address))
+            others = sorted(fitting[1:], key=lambda c: _joining_order(seed, c))
             members = [seed, *others[: topology.max_size - 1]]
             groups.append(ProposedGroup(topology, members))
             taken = {m.address for m in members}

@@ -66,7 +66,8 @@ def candidate(row: NodeRow) -> Candidate:
     port = meta.p2p_port if meta is not None and meta.p2p_port is not None else row.port
     p2p = f"{row.ip_address}:{port}" if row.ip_address and port else None
     return Candidate(address=row.address, specs=meta.compute_specs if meta else NO_SPECS,
-                     location=meta.location if meta else None, p2p_address=p2p)
+                     location=meta.location if meta else None, p2p_address=p2p,
+                     throughput=meta.throughput if meta else None)
 
 
 def _dissolve(session: Session, group: NodeGroupRow, reason: str, changes: Changes) -> None:

@@ -1,0 +1,42 @@
+"""Pure group formation: the fastest free node seeds a group, nodes of similar measured speed join it
+nearest first, slower ones after; nodes that reported no figure come last (nearest first, as before)."""
+
+from __future__ import annotations
+
+from intellect.wire.nodes import ComputeSpecs, Location
+from orchestrator.groups.formation import Candidate, form_groups
+from orchestrator.groups.topology import parse_topology_name
+
+SPECS = ComputeSpecs(cpu_cores=4, ram_mb=8000, disk_free_mb=10_000)
+BERLIN, PARIS, TOKYO = Location(latitude=52.5, longitude=13.4), Location(latitude=48.9, longitude=2.35), \
+    Location(latitude=35.7, longitude=139.7)  # fmt: skip
+
+
+def node(name: str, speed: float | None, where: Location | None = None) -> Candidate:
+    return Candidate(address=name, specs=SPECS, location=where, throughput=speed)
+
+
+def members(groups) -> list[list[str]]:  # noqa: ANN001
+    return [[m.address for m in g.members] for g in groups]
+
+
+def test_the_fastest_nodes_are_grouped_together() -> None:
+    nodes = [node("a", 100), node("b", 900), node("c", 120), node("d", 1000)]
+    assert members(form_groups(nodes, [parse_topology_name("2x0GB")])) == [["d", "b"], ["c", "a"]]
+
+
+def test_among_equally_fast_nodes_the_nearest_joins_first() -> None:
+    nodes = [node("seed", 1000, BERLIN), node("tokyo", 990, TOKYO), node("paris", 850, PARIS),
+             node("slow-paris", 300, PARIS)]  # fmt: skip
+    # paris is within 80 % of the seed's speed and nearer than tokyo: it joins first.
+    assert members(form_groups(nodes, [parse_topology_name("2x0GB")]))[0] == ["seed", "paris"]
+    three = form_groups(nodes, [parse_topology_name("3x0GB")])
+    assert members(three) == [["seed", "paris", "tokyo"]]  # the slow one is left for a slower group
+
+
+def test_nodes_without_a_figure_come_after_measured_ones_and_keep_the_nearest_rule() -> None:
+    nodes = [node("x", None, TOKYO), node("y", None, PARIS), node("z", None, BERLIN), node("m", 10)]
+    groups = members(form_groups(nodes, [parse_topology_name("2x0GB")]))
+    assert groups[0][0] == "m"  # measured first, even when slow
+    unmeasured = form_groups([n for n in nodes if n.throughput is None], [parse_topology_name("2x0GB")])
+    assert members(unmeasured) == [["x", "z"]]  # x seeds (address order); Berlin is nearer Tokyo than Paris

@@ -1,0 +1,88 @@
+"""The worker's throughput figure: decode tokens per second of the shipped tiny model on this machine.
+
+Groups run at their slowest member's pace, so the orchestrator puts nodes of similar speed together
+(`orchestrator/groups/formation.py`). The figure is measured, not configured: a fixed workload (the
+tiny model, a batch of 8 rows, 32 decode steps with its KV cache, one torch thread per core the
+worker may use) timed after a warm-up. It runs once in a child process (`python -m worker.benchmark`,
+niced, bounded in time) so the daemon never imports torch, and is cached in the worker's state folder
+for the same worker version and hardware. Where torch is missing or the run fails, the node reports
+no figure and is grouped after the nodes that did.
+
+A modified worker can still report any number. What a high figure buys is a place in a fast group,
+where it is then the slowest member; pay is per validated token, so no figure changes what a node
+earns (docs/storage-and-groups.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from intellect.wire.nodes import ComputeSpecs
+
+CACHE_FILE = "benchmark.json"
+BATCH, PROMPT, STEPS = 8, 16, 32
+
+
+def run_benchmark(threads: int | None = None) -> float:
+    """Decode tokens/s (rows × steps / seconds) of the tiny model, best of two timed runs."""
+    import torch
+
+    from workloads.model.loading import load_model
+
+    torch.set_num_threads(max(1, threads or (os.cpu_count() or 1)))
+    model = load_model("tiny", dtype=torch.bfloat16)
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(0, vocab, (BATCH, PROMPT), generator=torch.Generator().manual_seed(0))
+
+    def decode(steps: int) -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = model(input_ids=ids, use_cache=True)
+            cache, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            for _ in range(steps):
+                out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+                cache, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        return time.perf_counter() - started
+
+    decode(4)  # warm-up: kernels, allocator
+    best = min(decode(STEPS) for _ in range(2))
+    return BATCH * STEPS / best
+
+
+def _fingerprint(specs: ComputeSpecs, version: str) -> str:
+    gpus = ",".join(f"{g.count}x{g.model}" for g in specs.gpus)
+    return f"{version}|{specs.cpu_model}|{specs.cpu_cores}|{gpus}"
+
+
+def measured_throughput(state_dir: Path, specs: ComputeSpecs, version: str,
+                        timeout: float = 180.0) -> float | None:  # fmt: skip
+    """The cached figure for this worker version and hardware, else a fresh run (None if it fails)."""
+    cache = state_dir / CACHE_FILE
+    key = _fingerprint(specs, version)
+    try:
+        saved = json.loads(cache.read_text())
+        if saved.get("fingerprint") == key and float(saved["tokens_per_second"]) > 0:
+            return float(saved["tokens_per_second"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        done = subprocess.run([sys.executable, "-m", "worker.benchmark"], capture_output=True, text=True,
+                              timeout=timeout, preexec_fn=lambda: os.nice(19))  # fmt: skip
+        value = float(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        value = None
+    if value is None or value <= 0:
+        return None
+    state_dir.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"fingerprint": key, "tokens_per_second": round(value, 1),
+                                 "measured_at": int(time.time())}))  # fmt: skip
+    return round(value, 1)
+
+
+if __name__ == "__main__":
+    print(f"{run_benchmark():.1f}")
