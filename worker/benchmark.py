@@ -15,6 +15,8 @@ earns (docs/storage-and-groups.md).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -59,29 +61,68 @@ def _fingerprint(specs: ComputeSpecs, version: str) -> str:
     return f"{version}|{specs.cpu_model}|{specs.cpu_cores}|{gpus}"
 
 
-def measured_throughput(state_dir: Path, specs: ComputeSpecs, version: str,
-                        timeout: float = 180.0) -> float | None:  # fmt: skip
-    """The cached figure for this worker version and hardware, else a fresh run (None if it fails)."""
-    cache = state_dir / CACHE_FILE
-    key = _fingerprint(specs, version)
+def cached_throughput(state_dir: Path, specs: ComputeSpecs, version: str) -> float | None:
+    """The figure measured before for this worker version and hardware, if any."""
     try:
-        saved = json.loads(cache.read_text())
-        if saved.get("fingerprint") == key and float(saved["tokens_per_second"]) > 0:
+        saved = json.loads((state_dir / CACHE_FILE).read_text())
+        if saved.get("fingerprint") == _fingerprint(specs, version) and float(saved["tokens_per_second"]) > 0:
             return float(saved["tokens_per_second"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    return None
+
+
+def save_throughput(state_dir: Path, specs: ComputeSpecs, version: str, value: float) -> float:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / CACHE_FILE).write_text(json.dumps({"fingerprint": _fingerprint(specs, version),
+                                                    "tokens_per_second": round(value, 1),
+                                                    "measured_at": int(time.time())}))  # fmt: skip
+    return round(value, 1)
+
+
+def parse_output(returncode: int | None, stdout: str) -> float | None:
+    try:
+        value = float(stdout.strip().splitlines()[-1]) if returncode == 0 else None
+    except (ValueError, IndexError):
+        return None
+    return value if value is not None and value > 0 else None
+
+
+async def measure_async(state_dir: Path, specs: ComputeSpecs, version: str,
+                        timeout: float = 180.0) -> float | None:  # fmt: skip
+    """What the daemon awaits: the cached figure, else a run in a niced child process that is killed
+    when the daemon stops (cancellation) or the run takes longer than `timeout`."""
+    cached = cached_throughput(state_dir, specs, version)
+    if cached is not None:
+        return cached
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "worker.benchmark", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, preexec_fn=lambda: os.nice(19),
+    )  # fmt: skip
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
+    value = parse_output(proc.returncode, out.decode(errors="replace"))
+    return save_throughput(state_dir, specs, version, value) if value is not None else None
+
+
+def measured_throughput(state_dir: Path, specs: ComputeSpecs, version: str,
+                        timeout: float = 180.0) -> float | None:  # fmt: skip
+    """Blocking form (CLI, tests): the cached figure, else a fresh run (None if it fails)."""
+    cached = cached_throughput(state_dir, specs, version)
+    if cached is not None:
+        return cached
     try:
         done = subprocess.run([sys.executable, "-m", "worker.benchmark"], capture_output=True, text=True,
                               timeout=timeout, preexec_fn=lambda: os.nice(19))  # fmt: skip
-        value = float(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        value = None
-    if value is None or value <= 0:
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    state_dir.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({"fingerprint": key, "tokens_per_second": round(value, 1),
-                                 "measured_at": int(time.time())}))  # fmt: skip
-    return round(value, 1)
+    value = parse_output(done.returncode, done.stdout)
+    return save_throughput(state_dir, specs, version, value) if value is not None else None
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ the two nodes and hands each its place, the next member's address and the group'
 worker runs its member (`python -m workloads.pipeline.task`, its stage only); the two members stream
 activations over their authenticated sockets; each writes the batch and its worker uploads it and
 submits it on chain for its share. Both files are then judged by `intellect-validator check` with the
-task's plug-in: accepted, and the two shares add up to the batch's tokens.
+task's plug-in: accepted, and the two shares add up to the batch's tokens. A member killed mid-run
+is restarted by its worker, the other times out on it and restarts too, the group goes on from the
+first batch it lacks: every batch is submitted exactly once by each member.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -146,3 +150,43 @@ def test_a_pipeline_task_runs_across_two_workers_and_pays_each_member(tmp_path: 
         )  # fmt: skip
         assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
         assert json.loads(checked.stdout.strip().splitlines()[-1])["verdict"] == "accept"
+
+
+def member_process(index: int) -> psutil.Process | None:
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "workloads.pipeline.task" in " ".join(proc.info["cmdline"] or []) and \
+                    proc.environ().get("INTELLECT_PIPELINE_GROUP_INDEX") == str(index):  # fmt: skip
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_a_member_killed_mid_run_costs_its_batch_only_and_nothing_is_credited_twice(tmp_path: Path) -> None:
+    settings = {"batch_size": 2, "batches": 4, "max_new_tokens": 32, "timeout_seconds": 8}
+    task = {**pipeline_task(), "workload": {"type": "pipeline", "settings": settings}}
+    with group_stack(tmp_path) as cluster:
+        for i in (0, 1):
+            wait_until(f"worker {i} Healthy", lambda i=i: cluster.state_of(i) == "Healthy", 120)
+        assert cluster.orch("POST", "/tasks", json=task).status_code == 201
+        victim = wait_until("member 1 running", lambda: member_process(1), 180)
+        folder = Path(victim.environ()["INTELLECT_DATA_DIR"]) / "pipeline"
+        wait_until("member 1's first batch written", lambda: any(folder.glob("pipeline-batch000001-*")), 180)
+        victim.kill()  # mid-run: the worker restarts it; member 0 times out on it and restarts too
+        reader = EventReader(cluster.chain, pool_id=cluster.pool_id, kinds=("WorkSubmitted",))
+
+        def all_in() -> list | None:
+            found = reader.read(cluster.chain.deployment.block).events
+            return found if len(found) >= 8 else None
+
+        events = wait_until("every batch submitted by both members", all_in, 420, every=1.0)
+        time.sleep(5)  # anything submitted twice would show up now
+        events = reader.read(cluster.chain.deployment.block).events
+        batches: dict[str, list[int]] = {}
+        for event in events:
+            stored = cluster.orch("GET", f"/storage/files/{event.work_key.removeprefix('0x')}").json()
+            data = tmp_path / "f.json"
+            data.write_bytes(httpx.get(stored["url"], timeout=30).content)
+            batches.setdefault(event.node, []).append(read_group_file(data).batch)
+    assert {n: sorted(b) for n, b in batches.items()} == {n.address: [1, 2, 3, 4] for n in cluster.nodes}

@@ -32,3 +32,28 @@ def test_metadata_carries_the_figure_and_bounds_it() -> None:
     for bad in (-1, 1e12):
         with pytest.raises(ValueError):
             NodeMetadata.model_validate(base | {"throughput": bad})
+
+
+@pytest.mark.slow
+def test_a_stopping_daemon_kills_a_benchmark_still_running(tmp_path: Path) -> None:
+    """Cancelled (the daemon stops), the child is killed at once: a stop never waits for a benchmark."""
+    import asyncio
+    import time
+
+    import psutil
+
+    from worker.benchmark import measure_async
+
+    async def cancel_soon() -> float:
+        task = asyncio.create_task(measure_async(tmp_path, SPECS, "3.0"))
+        await asyncio.sleep(1.0)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    assert asyncio.run(cancel_soon()) < 5
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if "worker.benchmark" in " ".join(p.info["cmdline"] or [])]
+    assert left == [] and not (tmp_path / CACHE_FILE).exists()

@@ -175,7 +175,9 @@ def test_daemon_says_once_that_its_node_left_the_registry_and_backs_off(
     # 0.2, 0.4, 0.8 s apart (then 1.6): a handful of tries in 2.5 s, not one per metadata_refresh (0.1 s).
     assert 3 <= len(attempts) <= 5
     gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
-    assert all(later > earlier * 1.5 for earlier, later in zip(gaps, gaps[1:], strict=False))
+    # Each wait at least the doubled back-off (a lower bound: a slow upload or chain read under load only
+    # adds to a gap; comparing gaps with each other failed when one call happened to be slow).
+    assert all(gap >= 0.95 * 0.2 * 2**k for k, gap in enumerate(gaps)), gaps
 
 
 def test_an_ejected_node_stops_its_task_at_once_and_says_why(devnet: Devnet, tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def run(s: PipelineTaskSettings) -> int:
     from workloads.model.loading import load_tokenizer
     from workloads.pipeline.files import plan_group_batch, write_group_file
     from workloads.pipeline.stages import load_stage, plan_stages
-    from workloads.pipeline.transport import MemberLink
+    from workloads.pipeline.transport import MemberError, MemberLink
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(2, s.group_size)))
     if s.group_size > 1 and (len(s.group_secret) < 32 or not s.next_address or not s.p2p_port):
@@ -124,6 +124,10 @@ def run(s: PipelineTaskSettings) -> int:
             _announce(path, stage_layers_total(s.model))
             if number >= s.batches:
                 break
+    except MemberError as exc:  # a peer died, stalled or misbehaved: this batch is dropped, nothing written
+        print(f"error: {exc} (member {exc.member}); the batch is redone when the group runs again",
+              file=sys.stderr)  # fmt: skip
+        return 3
     finally:
         if link is not None:
             link.close()
