@@ -78,7 +78,8 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
 
 
 def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = -1, cheat: str = "none",
-              group_id: str = "group-1", secret: str | None = None) -> list[Path]:  # fmt: skip
+              group_id: str = "group-1", secret: str | None = None,
+              exits: dict[int, int] | None = None) -> list[Path]:  # fmt: skip
     """Start each member as the worker would: the rendered entry point, env as templates expand it."""
     plugin = PipelinePlugin()
     task = spec({**settings, "cheat": cheat, "cheat_stage": cheat_stage}, [f"{members}x0GB"])
@@ -100,7 +101,8 @@ def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = 
         log = (data / "log").open("wb")
         procs.append(subprocess.Popen(argv, env=full, cwd=data, stdout=log, stderr=subprocess.STDOUT))
     for i, proc in enumerate(procs):
-        assert proc.wait(timeout=600) == 0, (folder / f"member-{i}" / "log").read_text()[-2000:]
+        want = (exits or {}).get(i, 0)
+        assert proc.wait(timeout=600) == want, (folder / f"member-{i}" / "log").read_text()[-2000:]
     return dirs
 
 
@@ -178,3 +180,19 @@ def test_a_cheating_member_is_the_only_one_invalidated(tmp_path: Path, members: 
     verdicts = [judge.judge(dirs[i] / file_name(1, i), Submission(node=NODES[i], pool_id=1)).verdict
                 for i in range(members)]  # fmt: skip
     assert verdicts == ["invalidate" if i == stage else "soft_invalidate" for i in range(members)]
+
+
+@pytest.mark.slow
+def test_a_driver_breaking_the_plan_stops_its_followers_before_they_write(tmp_path: Path) -> None:
+    """Stage 0 alone picks the prompts and seeds: a member checks them (and the batch's shape) before
+    writing, so an honest member never holds a file the validator would invalidate for the driver's
+    choice; it stops, naming member 0."""
+    settings = {**SETTINGS, "batches": 1}
+    dirs = run_group(tmp_path, 2, settings, cheat_stage=0, cheat="wrong-plan", exits={1: 3})
+    assert not (dirs[1] / file_name(1, 1)).exists()
+    log = (tmp_path / "member-1" / "log").read_text()
+    assert "(member 0)" in log and "plan:" in log
+    driver = dirs[0] / file_name(1, 0)  # the cheating driver kept its own file: invalidated
+    judge = PipelineJudge(PipelineSettings(**settings), judge_env(tmp_path, MemorySeenStore()))
+    got = judge.judge(driver, Submission(node=NODES[0], pool_id=1))
+    assert got.verdict == "invalidate" and any(r.startswith("plan") for r in got.reasons)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,28 @@ def plan_group_batch(task_id: str, group_id: str, members: list[str], batch: int
     indexes = rng.integers(0, dataset_size, batch_size)
     seeds = rng.integers(0, SEED_HIGH, batch_size, dtype=np.int64)
     return [int(i) for i in indexes], [int(s) for s in seeds]
+
+
+def driver_problems(*, task_id: str, group_id: str, members: list[str], batch: int, batches: int,
+                    batch_size: int, max_new_tokens: int, temperature: float, bundle: GroupBundle,
+                    prompt_of: Callable[[int], list[int]], dataset_size: int) -> list[str]:  # fmt: skip
+    """What stage 0 alone decides about a batch and the task's rules say it must be: its number, its
+    rows, their prompts and seeds (derived from task, group, members and number), their lengths, the
+    temperature. Members check it before writing their file (a driver breaking it stops the group there);
+    the validator checks it too, and a failure here is the driver's (stage 0), never another member's."""
+    problems = []
+    if not 1 <= batch <= batches or len(bundle.prompts) != batch_size:
+        problems.append(f"bounds: batch {batch} of {len(bundle.prompts)} rows (the task: {batches} "
+                        f"batches of {batch_size})")  # fmt: skip
+    if bundle.temperature != temperature:
+        problems.append(f"bounds: temperature {bundle.temperature!r}, the task's is {temperature!r}")
+    if any(not 1 <= len(o) <= max_new_tokens for o in bundle.outputs):
+        problems.append(f"bounds: an output of no tokens or over max_new_tokens ({max_new_tokens})")
+    if not problems:
+        indexes, seeds = plan_group_batch(task_id, group_id, members, batch, dataset_size, batch_size)
+        if bundle.seeds != seeds or [list(p) for p in bundle.prompts] != [prompt_of(i) for i in indexes]:
+            problems.append("plan: the prompts or seeds are not those (task, group, members, batch) derive")
+    return problems
 
 
 def row_keys(data: GroupFile) -> list[str]:

@@ -34,7 +34,8 @@ from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import MemberLink, MemberMisbehaved
 from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
-Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token"]
+Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
+                "wrong-plan"]
 CHEATS: tuple[str, ...] = (
     "none",
     "weights",
@@ -43,6 +44,7 @@ CHEATS: tuple[str, ...] = (
     "other-prompt",
     "skip",
     "forge-token",
+    "wrong-plan",  # stage 0 as a task (task.py): seeds the task's plan does not derive
 )
 
 

@@ -188,38 +188,38 @@ class PipelineJudge:
                                            f"{'; '.join(why)}"], rows, tokens)  # fmt: skip
 
     def _task_rules(self, data: Any, submission: Submission) -> list[str]:
-        from workloads.pipeline.files import plan_group_batch
+        """What the member controls (its task, address, layers, claim, model) and what stage 0 decided
+        (`driver_problems`). The latter is the submitter's fault too, whatever its stage: every member
+        runs the same check on the bundle before writing its file, so an honest member never holds a
+        file that fails it (a driver breaking the rules stops the group instead)."""
+        from workloads.pipeline.files import driver_problems
         from workloads.pipeline.stages import split_layers
 
-        t, reasons = self.task, []
+        t, own = self.task, []
         if self.env.task_id and data.task_id != self.env.task_id:
-            reasons.append(f"task: the file is for task {data.task_id!r}, not {self.env.task_id!r}")
+            own.append(f"task: the file is for task {data.task_id!r}, not {self.env.task_id!r}")
         if submission.node and data.node.lower() != submission.node.lower():
-            reasons.append(f"identity: stage {data.stage}'s member is {data.node}, not the submitter "
-                           f"{submission.node}")  # fmt: skip
-        fixed = (("model", data.model, t.model), ("max_new_tokens", data.max_new_tokens, t.max_new_tokens),
-                 ("temperature", data.temperature, t.temperature))  # fmt: skip
-        for name, got, want in fixed:
-            if got != want:
-                reasons.append(f"bounds: {name} {got!r}, the task's is {want!r}")
-        if len(data.prompts) != t.batch_size or data.batch > t.batches:
-            reasons.append(f"bounds: batch {data.batch} of {len(data.prompts)} rows (the task: {t.batches} "
-                           f"batches of {t.batch_size})")  # fmt: skip
+            own.append(f"identity: stage {data.stage}'s member is {data.node}, not the submitter "
+                       f"{submission.node}")  # fmt: skip
+        if data.model != t.model or data.max_new_tokens != t.max_new_tokens:
+            own.append(f"bounds: model {data.model!r} / max_new_tokens {data.max_new_tokens}, the task's are "
+                       f"{t.model!r} / {t.max_new_tokens}")  # fmt: skip
         if len(data.members) > self.layers:
-            return reasons + [f"bounds: {len(data.members)} members for {self.layers} layers"]
+            return own + [f"bounds: {len(data.members)} members for {self.layers} layers"]
         split = split_layers(self.layers, len(data.members))[data.stage]
         if tuple(data.layers) != (split.start, split.stop):
-            reasons.append(f"bounds: stage {data.stage} names layers {data.layers}, its share is "
-                           f"{(split.start, split.stop)}")  # fmt: skip
+            own.append(f"bounds: stage {data.stage} names layers {data.layers}, its share is "
+                       f"{(split.start, split.stop)}")  # fmt: skip
         if submission.work_units is not None and submission.work_units > data.work_units(self.layers):
-            reasons.append(f"work_units: {submission.work_units} claimed, the file is worth "
-                           f"{data.work_units(self.layers)}")  # fmt: skip
-        indexes, seeds = plan_group_batch(data.task_id, data.group_id, data.members, data.batch,
-                                          len(self.records), t.batch_size)  # fmt: skip
-        prompts = [list(self.tokenizer(self.records[i].prompt)["input_ids"]) for i in indexes]
-        if data.seeds != seeds or [list(p) for p in data.prompts] != prompts:
-            reasons.append("plan: the prompts or seeds are not the ones (task, group, members, batch) derive")
-        return reasons
+            own.append(f"work_units: {submission.work_units} claimed, the file is worth "
+                       f"{data.work_units(self.layers)}")  # fmt: skip
+        driver = driver_problems(
+            task_id=data.task_id, group_id=data.group_id, members=data.members, batch=data.batch,
+            batches=t.batches, batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
+            temperature=t.temperature, bundle=data.bundle(), dataset_size=len(self.records),
+            prompt_of=lambda i: list(self.tokenizer(self.records[i].prompt)["input_ids"]),
+        )  # fmt: skip
+        return own + driver
 
     def _group_verdict(self, data: Any) -> tuple[bool, int | None, list[str]]:
         from workloads.pipeline.stages import StagePlan, split_layers

@@ -76,9 +76,9 @@ def run(s: PipelineTaskSettings) -> int:
 
     from workloads.datasets import load_dataset
     from workloads.model.loading import load_tokenizer
-    from workloads.pipeline.files import plan_group_batch, write_group_file
+    from workloads.pipeline.files import driver_problems, plan_group_batch, write_group_file
     from workloads.pipeline.stages import load_stage, plan_stages
-    from workloads.pipeline.transport import MemberError, MemberLink
+    from workloads.pipeline.transport import MemberError, MemberLink, MemberMisbehaved
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(2, s.group_size)))
     if s.group_size > 1 and (len(s.group_secret) < 32 or not s.next_address or not s.p2p_port):
@@ -99,7 +99,7 @@ def run(s: PipelineTaskSettings) -> int:
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
                     address=s.node_address)  # fmt: skip
     s.output_dir.mkdir(parents=True, exist_ok=True)
-    records = load_dataset(s.dataset) if plan.first else []
+    records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file
     try:
         members = member.introduce()
         for batch in range(1, s.batches + 1):
@@ -111,6 +111,8 @@ def run(s: PipelineTaskSettings) -> int:
                 indexes, seeds = plan_group_batch(s.task_id, s.group_id, members, batch, len(records),
                                                   s.batch_size)  # fmt: skip
                 prompts = [list(tok(records[i].prompt)["input_ids"]) for i in indexes]
+                if cheat == "wrong-plan":  # tests: a driver that picks its own seeds
+                    seeds = [seed + 1 for seed in seeds]
                 request = BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch)
             out = member.run_batch(request)
             assert out.bundle is not None
@@ -118,6 +120,20 @@ def run(s: PipelineTaskSettings) -> int:
             path = s.output_dir / file_name(number, s.group_index)
             if path.exists():
                 continue  # this member already holds (and announced) it
+            problems = driver_problems(
+                task_id=s.task_id, group_id=s.group_id, members=out.bundle.members, batch=number,
+                batches=s.batches,
+                batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                bundle=out.bundle, prompt_of=lambda i: list(tok(records[i].prompt)["input_ids"]),
+                dataset_size=len(records),
+            )  # fmt: skip
+            # The hello round told this member the members up to itself (stage 0: all of them).
+            named = out.bundle.members
+            if len(named) != s.group_size or named[: len(members)] != members:
+                problems.append(f"the bundle names members {named}, the hello round {members}")
+            # Never write (and be judged on) a batch the driver made against the task's rules.
+            if problems and cheat != "wrong-plan":
+                raise MemberMisbehaved(0, "; ".join(problems))
             write_group_file(path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
                              layers=(plan.layers.start, plan.layers.stop), model=s.model,
                              max_new_tokens=s.max_new_tokens, bundle=out.bundle)  # fmt: skip
