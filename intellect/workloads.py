@@ -112,6 +112,17 @@ class Workload(Protocol):
         ...
 
 
+def with_program(spec: TaskSpec, env: dict[str, str], image: str, entrypoint: list[str]) -> TaskSpec:
+    """`spec` with `env` as its env vars and, where the task gave none, the plug-in's image and entry
+    point (a task may bring its own, e.g. the worker's Python under the process runtime)."""
+    update: dict[str, Any] = {"env_vars": env}
+    if not spec.image:
+        update["image"] = image
+    if spec.entrypoint is None and not spec.cmd:
+        update["entrypoint"] = list(entrypoint)
+    return TaskSpec.model_validate(spec.model_dump() | update)
+
+
 def installed() -> dict[str, EntryPoint]:
     """Every plug-in registered in this environment, by name (a name registered twice: the last wins)."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}

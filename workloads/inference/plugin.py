@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from intellect.wire.tasks import TaskSpec
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError
+from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, with_program
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import ENV_PREFIX, TaskSettings, parse_env_value
 
@@ -146,12 +146,7 @@ class InferencePlugin:
         env[NODE_ADDRESS_ENV] = OWN_ADDRESS
         for name, value in given.items():
             env[ENV_PREFIX + name.upper()] = _env_text(value)
-        update: dict[str, Any] = {"env_vars": env}
-        if not spec.image:
-            update["image"] = IMAGE
-        if spec.entrypoint is None and not spec.cmd:
-            update["entrypoint"] = list(ENTRYPOINT)
-        return TaskSpec.model_validate(spec.model_dump() | update)
+        return with_program(spec, env, IMAGE, ENTRYPOINT)
 
     def work_units(self, path: Path) -> int:
         from workloads.rollouts import read_rollouts

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError
+from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, with_program
 from workloads.pipeline.member import CHEATS
 from workloads.pipeline.task import ENV_PREFIX
 
@@ -106,12 +106,7 @@ class PipelinePlugin:
             env[ENV_PREFIX + name.upper()] = str(value)
         for name, value in RUNTIME_ENV.items():
             env[ENV_PREFIX + name] = value
-        update: dict[str, Any] = {"env_vars": env}
-        if not spec.image:
-            update["image"] = IMAGE
-        if spec.entrypoint is None and not spec.cmd:
-            update["entrypoint"] = list(ENTRYPOINT)
-        return TaskSpec.model_validate(spec.model_dump() | update)
+        return with_program(spec, env, IMAGE, ENTRYPOINT)
 
     def work_units(self, path: Path) -> int:
         from workloads.pipeline.files import read_group_file
