@@ -13,6 +13,7 @@ from validator.checks.context import rows_named
 from validator.thresholds import ValidationThresholds
 from workloads.inference.verify import token_checks
 from workloads.model.prefill import prefill_batch
+from workloads.model.sampler import replay_fault
 from workloads.rollouts import Rollout
 from workloads.toploc import ToplocThresholds, verify_proofs_batch
 
@@ -90,6 +91,8 @@ def recompute(
         max_mant_err_median=th.chunk_max_mant_median,
     )
     failed: dict[str, list[int]] = {}
+    sampling_why: dict[str, int] = {}  # the first fault of each kind, with its row, for the reason
+    replay = th.replay_limits()
     means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
     lp_signed, lp_tokens = 0.0, 0
     for start in range(0, len(rows), th.prefill_batch_size):
@@ -107,10 +110,11 @@ def recompute(
                 exps.append(c.exp_mismatches)
             if not verdict.passed:
                 failed.setdefault("toploc", []).append(i)
-            gap = float(gaps[i - start].max())
-            gaps_all.append(gap)
-            if gap > th.sampling_tolerance:
+            gaps_all.append(float(gaps[i - start].max()))
+            fault = replay_fault(gaps[i - start], replay)
+            if fault:
                 failed.setdefault("sampling", []).append(i)
+                sampling_why.setdefault(fault, i)
             lp = logprobs[i - start]
             signed = torch.tensor(r.output_logprobs, dtype=torch.float32) - lp
             diff = signed.abs()
@@ -129,7 +133,7 @@ def recompute(
                 eos_lps.append(float(lp[-1]))
                 # An unlikely EOS is forced only if the seed's Gumbel replay would not have picked it:
                 # honest samples do land on rare EOS tokens now and then.
-                if float(lp[-1]) < th.min_eos_logprob and float(gaps[i - start][-1]) > th.sampling_tolerance:
+                if float(lp[-1]) < th.min_eos_logprob and float(gaps[i - start][-1]) > th.sampling_max_gap:
                     failed.setdefault("an unlikely (forced) EOS", []).append(i)
             elif len(tokens) != max_new_tokens:
                 failed.setdefault("output cut short (no EOS, under the task's max_new_tokens)", []).append(i)
@@ -150,7 +154,8 @@ def recompute(
     )
     labels = {
         "toploc": "TOPLOC proofs that do not match the recomputed hidden states",
-        "sampling": "tokens the seed's Gumbel sampling does not reproduce",
+        "sampling": "tokens the seed's Gumbel sampling does not reproduce ("
+                    + "; ".join(f"row {row}: {why}" for why, row in list(sampling_why.items())[:2]) + ")",
         "logprobs": f"logprobs off the recomputed ones (row mean > {th.logprob_mean_tolerance} + "
                     f"{th.logprob_tolerance}/tokens, a token > {th.logprob_tolerance}, or more than "
                     f"{th.logprob_max_outliers} token(s) > {th.logprob_outlier})",

@@ -13,6 +13,7 @@ from transformers import PreTrainedModel
 
 from workloads.model import sampler
 from workloads.model.prefill import PrefillResult, prefill_batch
+from workloads.model.sampler import ReplayLimits, replay_fault
 from workloads.rollouts import Rollout
 from workloads.toploc import ToplocThresholds, verify_proofs_batch
 
@@ -30,7 +31,7 @@ def tiny_model_thresholds() -> ToplocThresholds:
 
 class CheckSettings(BaseModel):
     toploc: ToplocThresholds | None = None  # None: the reference thresholds
-    sampling_tolerance: float = 0.25  # perturbed-score gap allowed for bf16 recompute near-ties
+    replay: ReplayLimits = ReplayLimits()  # perturbed-score gaps allowed for bf16 recompute near-ties
     logprob_tolerance: float = 0.25  # |claimed - recomputed| per token
     min_eos_logprob: float = math.log(1e-4)  # an EOS that unlikely was forced, not sampled
     prefill_batch_size: int = 64
@@ -71,9 +72,9 @@ def check_rollouts(
             reasons: list[str] = []
             if not verdict.passed:
                 reasons.append(f"toploc: {verdict.reason}")
-            bad = int((gaps[offset] > cfg.sampling_tolerance).sum())
-            if bad:
-                reasons.append(f"sampling: {bad} tokens not reproduced by the seed")
+            fault = replay_fault(gaps[offset], cfg.replay)
+            if fault:
+                reasons.append(f"sampling: {fault}")
             lp = logprobs[offset]
             claimed = torch.tensor(r.output_logprobs, dtype=torch.float32)
             logprobs_ok = bool(((claimed - lp).abs() <= cfg.logprob_tolerance).all())
@@ -93,7 +94,7 @@ def check_rollouts(
                     row=start + offset,
                     passed=not reasons,
                     toploc=verdict.passed,
-                    sampling=not bad,
+                    sampling=fault is None,
                     logprobs=logprobs_ok,
                     termination=termination_ok,
                     reasons=reasons,

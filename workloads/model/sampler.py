@@ -16,6 +16,8 @@ tokens of a whole file from one prefill's logits at negligible cost.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -91,3 +93,33 @@ def sampling_gaps(logits: torch.Tensor, tokens: torch.Tensor, seed: int, tempera
     n = logits.shape[0]
     s = scores(logits, [seed] * n, list(range(n)), temperature)
     return s.max(dim=-1).values - s.gather(-1, tokens.view(-1, 1)).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class ReplayLimits:
+    """How far below the seed's Gumbel maximum an honest token can replay.
+
+    Decode (batched, KV cache, left padding) and a validator's prefill round bf16 differently, so
+    where the two best perturbed scores of a position are nearly tied the replay can put the other
+    one first. On trained checkpoints that happens to about one token in tens of thousands, by up
+    to a few tenths (`bench/sampling_calibration.py`, docs/validator.md). So: a token beyond `cap`
+    is never honest; a row may hold `per_row` tokens beyond `near_tie` (a near tie), no more. A
+    cheat that swaps in the runner-up gains at most that one token a row, within `cap`."""
+
+    near_tie: float = 0.2
+    cap: float = 1.0
+    per_row: int = 1
+
+
+def replay_fault(gaps: torch.Tensor, limits: ReplayLimits) -> str | None:
+    """Why one row's tokens are not the seed's draws (None when they are), from its gaps."""
+    if gaps.numel() == 0:
+        return None
+    worst = float(gaps.max())
+    if worst > limits.cap:
+        return f"a token {worst:.2f} below the seed's Gumbel maximum (honest near ties: up to {limits.cap})"
+    ties = int((gaps > limits.near_tie).sum())
+    if ties > limits.per_row:
+        return (f"{ties} tokens more than {limits.near_tie} below the seed's Gumbel maximum "
+                f"(honest: at most {limits.per_row})")
+    return None

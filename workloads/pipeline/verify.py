@@ -24,6 +24,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.model import sampler
+from workloads.model.sampler import ReplayLimits
 from workloads.pipeline.stages import StagePlan, boundary_activations
 from workloads.toploc import ToplocThresholds, verify_proofs_batch
 from workloads.toploc.proof import ChunkResult
@@ -80,7 +81,7 @@ class GroupThresholds:
         max_exp_mismatches=12, max_mant_err_mean=8.0, max_mant_err_median=4.0))  # fmt: skip
     inner: Envelope = TINY_INNER  # a stage before the last outside it is faulty...
     clean: Envelope = TINY_CLEAN  # ...when every stage before it stays inside this
-    sampling_tolerance: float = 0.2
+    replay: ReplayLimits = ReplayLimits()
     logprob_tolerance: float = 0.5
 
 
@@ -146,9 +147,10 @@ def _token_faults(logits: torch.Tensor, rows: GroupRows, th: GroupThresholds) ->
     for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True)):
         row_logits = logits[i, len(p) - 1 : len(p) + len(o) - 1]
         tokens = torch.tensor(o)
-        gap = float(sampler.sampling_gaps(row_logits, tokens, rows.seeds[i], rows.temperature).max())
-        if gap > th.sampling_tolerance:
-            faults.append(f"row {i}: tokens the seed's Gumbel draw does not give (gap {gap:.2f})")
+        gaps = sampler.sampling_gaps(row_logits, tokens, rows.seeds[i], rows.temperature)
+        fault = sampler.replay_fault(gaps, th.replay)
+        if fault:
+            faults.append(f"row {i}: tokens the seed's Gumbel draw does not give ({fault})")
             continue
         lp = sampler.token_logprobs(row_logits, tokens, rows.temperature)
         err = float((torch.tensor(rows.logprobs[i]) - lp).abs().max())
