@@ -133,7 +133,7 @@ def main() -> None:
     checks = [
         ("median-chunk share", "median_chunk_share", th.file_max_median_chunks),
         ("file mantissa mean", "mant_mean", th.file_max_mant_mean),
-        ("max sampling gap", "max_gap", th.sampling_tolerance),
+        ("max sampling gap (cap; one near tie > 0.2 a row)", "max_gap", th.sampling_max_gap),
         ("max logprob error", "max_logprob_error", th.logprob_tolerance),
         ("max exp mismatches", "max_exp_mismatches", float(th.chunk_max_exp_mismatches)),
         ("max chunk mant mean", "max_chunk_mean", th.chunk_max_mant_mean),
