@@ -30,7 +30,7 @@ compose-env: ## compose.env for docker-compose.yml: a fresh chain mnemonic, role
 	$(BIN)/intellect compose env --out compose.env
 
 test: lint ## the full test suite (starts its own anvil, Redis and servers)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 
 test-fast: ## pure functions and in-process apps over one Redis: no chain, no containers (< 60 s)
 	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider

@@ -4,9 +4,12 @@ Groups run at their slowest member's pace, so the orchestrator puts nodes of sim
 (`orchestrator/groups/formation.py`). The figure is measured, not configured: a fixed workload (the
 tiny model, a batch of 8 rows, 32 decode steps with its KV cache, one torch thread per core the
 worker may use) timed after a warm-up. It runs once in a child process (`python -m worker.benchmark`,
-niced, bounded in time) so the daemon never imports torch, and is cached in the worker's state folder
-for the same worker version and hardware. Where torch is missing or the run fails, the node reports
-no figure and is grouped after the nodes that did.
+niced, bounded in time) so the daemon never imports torch, and is cached for the same worker version
+and hardware in the worker's state folder and in a cache shared by every worker of the machine
+(`INTELLECT_CACHE_DIR`, default `~/.cache/intellect`): the figure describes the machine, and several
+workers starting at once on one host (a devnet, a test suite) measure it once, under a file lock,
+instead of each spending ten seconds of CPU the others need. Where torch is missing or the run fails,
+the node reports no figure and is grouped after the nodes that did.
 
 A modified worker can still report any number. What a high figure buys is a place in a fast group,
 where it is then the slowest member; pay is per validated token, so no figure changes what a node
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from intellect.wire.nodes import ComputeSpecs
@@ -61,10 +66,17 @@ def _fingerprint(specs: ComputeSpecs, version: str) -> str:
     return f"{version}|{specs.cpu_model}|{specs.cpu_cores}|{gpus}"
 
 
-def cached_throughput(state_dir: Path, specs: ComputeSpecs, version: str) -> float | None:
-    """The figure measured before for this worker version and hardware, if any."""
+def machine_cache_dir() -> Path:
+    """The cache every worker of this machine shares (`INTELLECT_CACHE_DIR`, else the XDG cache)."""
+    explicit = os.environ.get("INTELLECT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "intellect"
+
+
+def _read(folder: Path, specs: ComputeSpecs, version: str) -> float | None:
     try:
-        saved = json.loads((state_dir / CACHE_FILE).read_text())
+        saved = json.loads((folder / CACHE_FILE).read_text())
         if saved.get("fingerprint") == _fingerprint(specs, version) and float(saved["tokens_per_second"]) > 0:
             return float(saved["tokens_per_second"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -72,12 +84,57 @@ def cached_throughput(state_dir: Path, specs: ComputeSpecs, version: str) -> flo
     return None
 
 
+def _write(folder: Path, specs: ComputeSpecs, version: str, value: float) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{CACHE_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps({"fingerprint": _fingerprint(specs, version), "tokens_per_second": value,
+                               "measured_at": int(time.time())}))  # fmt: skip
+    tmp.replace(folder / CACHE_FILE)  # readers never see half a file
+
+
+def cached_throughput(state_dir: Path, specs: ComputeSpecs, version: str) -> float | None:
+    """The figure measured before for this worker version and hardware, by this worker or by another
+    worker of the machine (then kept in this worker's folder too), if any."""
+    value = _read(state_dir, specs, version)
+    if value is not None:
+        return value
+    value = _read(machine_cache_dir(), specs, version)
+    if value is not None:
+        with contextlib.suppress(OSError):
+            _write(state_dir, specs, version, value)
+    return value
+
+
 def save_throughput(state_dir: Path, specs: ComputeSpecs, version: str, value: float) -> float:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    (state_dir / CACHE_FILE).write_text(json.dumps({"fingerprint": _fingerprint(specs, version),
-                                                    "tokens_per_second": round(value, 1),
-                                                    "measured_at": int(time.time())}))  # fmt: skip
-    return round(value, 1)
+    value = round(value, 1)
+    _write(state_dir, specs, version, value)
+    with contextlib.suppress(OSError):  # an unwritable home cache only costs the next worker a run
+        _write(machine_cache_dir(), specs, version, value)
+    return value
+
+
+@contextlib.asynccontextmanager
+async def machine_lock(poll: float = 0.25) -> AsyncIterator[None]:
+    """One measurement at a time on this machine: the others wait, then read its figure. Polls a
+    non-blocking flock so the daemon's event loop never blocks; the kernel drops the lock if the
+    holder dies."""
+    folder = machine_cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = (folder / f"{CACHE_FILE}.lock").open("a")
+    except OSError:  # no shared cache here: measure unguarded
+        yield
+        return
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(poll)
+        yield
+    finally:
+        handle.close()  # closing releases the lock
 
 
 def parse_output(returncode: int | None, stdout: str) -> float | None:
@@ -95,6 +152,14 @@ async def measure_async(state_dir: Path, specs: ComputeSpecs, version: str,
     cached = cached_throughput(state_dir, specs, version)
     if cached is not None:
         return cached
+    async with machine_lock():
+        cached = cached_throughput(state_dir, specs, version)  # measured while this one waited
+        if cached is not None:
+            return cached
+        return await _measure_child(state_dir, specs, version, timeout)
+
+
+async def _measure_child(state_dir: Path, specs: ComputeSpecs, version: str, timeout: float) -> float | None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "worker.benchmark", stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL, preexec_fn=lambda: os.nice(19),

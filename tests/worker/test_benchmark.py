@@ -9,9 +9,51 @@ from pathlib import Path
 import pytest
 
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
-from worker.benchmark import CACHE_FILE, _fingerprint, measured_throughput
+from worker.benchmark import CACHE_FILE, _fingerprint, cached_throughput, measured_throughput, save_throughput
 
 SPECS = ComputeSpecs(cpu_model="test-cpu", cpu_cores=2, ram_mb=4000, disk_free_mb=1000)
+
+
+@pytest.fixture(autouse=True)
+def machine_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test its own machine-wide cache: the user's (or the suite's) figures never leak in."""
+    folder = tmp_path / "machine-cache"
+    monkeypatch.setenv("INTELLECT_CACHE_DIR", str(folder))
+    return folder
+
+
+def test_workers_of_one_machine_share_the_figure(tmp_path: Path, machine_cache: Path) -> None:
+    assert save_throughput(tmp_path / "a", SPECS, "1.0", 500.04) == 500.0
+    assert json.loads((machine_cache / CACHE_FILE).read_text())["tokens_per_second"] == 500.0
+    assert cached_throughput(tmp_path / "b", SPECS, "1.0") == 500.0  # another worker, nothing measured
+    assert json.loads((tmp_path / "b" / CACHE_FILE).read_text())["tokens_per_second"] == 500.0
+    assert cached_throughput(tmp_path / "c", SPECS, "1.1") is None  # another version measures again
+    other = SPECS.model_copy(update={"cpu_cores": 64})
+    assert cached_throughput(tmp_path / "d", other, "1.0") is None  # so does other hardware
+
+
+@pytest.mark.slow
+def test_workers_starting_at_once_measure_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three daemons of one machine start together: one child measures, the others wait and read it."""
+    import asyncio
+
+    spawned: list[tuple[str, ...]] = []
+    real_exec = asyncio.create_subprocess_exec
+
+    async def counting_exec(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a spy, the real child runs
+        spawned.append(args)
+        return await real_exec(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", counting_exec)
+    from worker.benchmark import measure_async
+
+    async def three() -> list[float | None]:
+        runs = (measure_async(tmp_path / f"w{i}", SPECS, "4.0") for i in range(3))
+        return list(await asyncio.gather(*runs))
+
+    values = asyncio.run(three())
+    assert len(spawned) == 1, spawned
+    assert values[0] is not None and values[0] > 0 and values == [values[0]] * 3
 
 
 @pytest.mark.slow
