@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from devnet import demo as demo_mod
-from devnet import network
+from devnet import hosts_cli, network
 from devnet.compose_cli import app as compose_app
 from devnet.dashboard import start_dashboard, write_dashboard_env
 from devnet.state import DevnetState
@@ -52,6 +52,7 @@ def _summary(state: DevnetState) -> dict:
             {"name": p.name, "pid": p.pid, "alive": p.alive(), "url": p.url, "log": p.log}
             for p in state.processes
         ],
+        "hosts": {h.name: h.model_dump() for h in state.world.hosts.values()} if state.world else None,
         "state_file": str(Path(state.directory) / "devnet.json"),
         "orchestrator_admin_token_file": str(Path(state.directory) / "orchestrator" / "admin-token"),
     }
@@ -111,6 +112,10 @@ def up(
         "inflated-units | none",
     ),
     timeout: float = typer.Option(3600, help="--demo: give up after this many seconds"),
+    hosts: bool = typer.Option(
+        False, "--hosts", help="every process on a host of its own (network namespaces, root): worker 1 "
+        "public, the others behind a NAT home router; `devnet partition A B` cuts a link",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
@@ -121,6 +126,9 @@ def up(
     worker_env: dict[int, dict[str, str]] = {}
     was_running = False  # a devnet already ran here before this `up` (a failure then stops nothing)
     try:
+        if demo and hosts:
+            raise demo_mod.DemoError("--hosts with --demo is not built yet: `up --hosts` starts the pool's "
+                                     "services and workers on their own hosts")  # fmt: skip
         if demo:
             plan.check()
             if count < 2:
@@ -139,7 +147,7 @@ def up(
         with console.status("bringing the devnet up") as status:
             state = network.up(
                 directory, port, progress=lambda msg: status.update(msg), workers=count, runtime=runtime,
-                worker_env=worker_env,
+                worker_env=worker_env, hosts=hosts,
             )  # fmt: skip
             if demo:
                 status.update("recording the validators and the slashing quorum on chain")
@@ -414,3 +422,8 @@ def env(directory: Path = DirOption) -> None:
     }
     for name, value in values.items():
         print(f"export {name}={shlex.quote(value)}")
+
+
+devnet_app.command("partition")(hosts_cli.partition)
+devnet_app.command("heal")(hosts_cli.heal)
+devnet_app.command("hosts")(hosts_cli.hosts)

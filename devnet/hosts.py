@@ -32,6 +32,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
+
 PREFIX = "ix"
 MAX_WORLDS = 200
 MAX_HOMES = 9
@@ -64,8 +66,7 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-@dataclass
-class Host:
+class Host(BaseModel):
     name: str
     netns: str
     address: str  # its own address (private behind a home)
@@ -75,6 +76,14 @@ class Host:
     def argv(self, command: list[str]) -> list[str]:
         """`command` run inside this host (the pid of the Popen is the command's own: `ip` execs)."""
         return ["ip", "netns", "exec", self.netns, *command]
+
+
+class WorldRecord(BaseModel):
+    """What a devnet keeps of its world (devnet.json) to cut links and remove it later."""
+
+    index: int
+    hosts: dict[str, Host] = {}
+    homes: dict[str, int] = {}
 
 
 @dataclass
@@ -116,6 +125,13 @@ class World:
     def attach(cls, index: int) -> World:
         """The world numbered `index` as it exists now (for destroying it after its maker died)."""
         return cls(index)
+
+    def record(self) -> WorldRecord:
+        return WorldRecord(index=self.index, hosts=dict(self.hosts), homes=dict(self.homes))
+
+    @classmethod
+    def from_record(cls, record: WorldRecord) -> World:
+        return cls(record.index, dict(record.hosts), dict(record.homes))
 
     def _in(self, netns: str, *argv: str) -> None:
         """`ip <argv>` inside `netns`."""
@@ -174,7 +190,7 @@ class World:
         if behind is None:
             address = self._next_public()
             self._plug(netns, self.core, "br0", f"{address}/24", name)
-            host = Host(name, netns, address, None, address)
+            host = Host(name=name, netns=netns, address=address, public_address=address)
         else:
             if behind not in self.homes:
                 raise HostsError(f"no home router {behind!r} in world {self.index}: add it first")
@@ -184,7 +200,8 @@ class World:
             router = f"{PREFIX}{self.index}-{behind}"
             self._plug(netns, router, "lan", f"{address}/24", name)
             self._in(netns, "route", "add", "default", "via", f"10.{90 + lan}.{self.index}.1")
-            host = Host(name, netns, address, behind, f"10.88.{self.index}.{2 + lan}")
+            host = Host(name=name, netns=netns, address=address, home=behind,
+                        public_address=f"10.88.{self.index}.{2 + lan}")  # fmt: skip
         self.hosts[name] = host
         return host
 

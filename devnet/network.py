@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 
 from devnet.bootstrap import ROLES, bootstrap
+from devnet.hosts import World
+from devnet.placement import Placement, destroy_world, world_exists
 from devnet.state import DevAccount, DevnetState, ManagedProcess
 from intellect.identity import Wallet
 from ledger.client import LedgerClient
@@ -45,36 +47,55 @@ def up(
     workers: int = 2,
     runtime: str = "process",
     worker_env: dict[int, dict[str, str]] | None = None,
+    hosts: bool = False,
 ) -> DevnetState:
-    """Start (or resume) the devnet in `directory`; idempotent while it is running."""
+    """Start (or resume) the devnet in `directory`; idempotent while it is running. `hosts`: every
+    process on a host of its own (devnet/hosts.py), workers after the first behind NAT."""
     from devnet.services import start_services
 
     if not 0 <= workers <= MAX_WORKERS:
         raise DevnetError(f"--workers must be between 0 and {MAX_WORKERS}")
     if runtime not in ("process", "docker", "auto"):
         raise DevnetError(f"--runtime {runtime!r}: use process, docker or auto")
-    state = _chain_up(directory, port, progress)
+    if hosts and runtime != "process":
+        raise DevnetError("--hosts runs tasks with --runtime process (containers are not wired into hosts)")
+    state, placement = _chain_up(directory, port, progress, hosts)
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state
     state.processes = [p for p in state.processes if p.name == "anvil"]
-    return start_services(state, workers, runtime, progress, worker_env)
+    return start_services(state, workers, runtime, progress, worker_env, placement)
 
 
-def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetState:
+def _chain_up(
+    directory: Path, port: int | None, progress: Progress, hosts: bool
+) -> tuple[DevnetState, Placement]:
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     state = DevnetState.load(directory)
     if state is not None:
+        placement = Placement(World.from_record(state.world) if state.world else None)
+        if hosts != (state.world is not None):
+            raise DevnetError(f"the devnet in {directory} was started {'with' if state.world else 'without'} "
+                              "--hosts: `intellect devnet down --purge` first to change that")  # fmt: skip
         recorded = state.process("anvil")
         if recorded and recorded.alive():
             progress("chain already running")
-            return state
-        return _resume(directory, state, progress)
+            return state, placement
+        if state.world and not world_exists(directory):
+            raise DevnetError(f"the hosts of the devnet in {directory} are gone (the machine restarted?): "
+                              "`intellect devnet down --purge` and start again")  # fmt: skip
+        return _resume(directory, state, progress, placement), placement
 
+    placement = Placement.create(directory) if hosts else Placement()
+    if hosts:
+        progress("made the hosts' network: namespaces, a bridge, a NAT home router")
+    host = placement.host("chain")
     progress("starting anvil")
     chain = Anvil.start(
-        port, accounts=len(ROLES), state_path=directory / "anvil-state.json", log_path=directory / "anvil.log"
-    )
+        port, accounts=len(ROLES), state_path=directory / "anvil-state.json",
+        log_path=directory / "anvil.log", host=placement.bind(host), address=placement.address(host),
+        wrap=placement.wrap(host, []),
+    )  # fmt: skip
     try:
         wallets = {role: Wallet.from_key(chain.dev_keys[i]) for i, role in enumerate(ROLES)}
         done = bootstrap(chain.rpc_url, wallets, directory, progress)
@@ -95,18 +116,22 @@ def _chain_up(directory: Path, port: int | None, progress: Progress) -> DevnetSt
         processes=[
             _record("anvil", chain.pid, chain.command, directory / "anvil.log", chain.rpc_url)
         ],
+        world=placement.world.record() if placement.world else None,
     )
     state.save()
-    return state
+    return state, placement
 
 
-def _resume(directory: Path, state: DevnetState, progress: Progress) -> DevnetState:
+def _resume(directory: Path, state: DevnetState, progress: Progress, placement: Placement) -> DevnetState:
     """Restart anvil from its dumped state (same port), keeping every on-chain record."""
     port = int(state.rpc_url.rsplit(":", 1)[1])
     progress("resuming anvil from its saved chain state")
+    host = placement.host("chain")
     chain = Anvil.start(
-        port, accounts=len(ROLES), state_path=directory / "anvil-state.json", log_path=directory / "anvil.log"
-    )
+        port, accounts=len(ROLES), state_path=directory / "anvil-state.json",
+        log_path=directory / "anvil.log", host=placement.bind(host), address=placement.address(host),
+        wrap=placement.wrap(host, []),
+    )  # fmt: skip
     client = LedgerClient(chain.rpc_url, Path(state.deployment_path), check=False)
     try:
         client.check()
@@ -139,6 +164,8 @@ def down(directory: Path, purge: bool = False, progress: Progress = print) -> li
                 stopped.append(proc.name)
         state.processes = []
         state.save()
+    for name in destroy_world(directory):
+        progress(f"removed host {name}")
     for proc in strays(directory):
         name = " ".join(proc.cmdline()[:2]) if proc.is_running() else str(proc.pid)
         with contextlib.suppress(psutil.Error):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from intellect.net import free_port, wait_for_port
@@ -19,10 +20,12 @@ Progress = Callable[[str], None]
 
 def start_services(
     state: DevnetState, workers: int, runtime: str, progress: Progress,
-    worker_env: dict[int, dict[str, str]] | None = None,
+    worker_env: dict[int, dict[str, str]] | None = None, placement: Placement | None = None,
 ) -> DevnetState:  # fmt: skip
     """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
-    environment (the demo's cheating operator sets its task environment there)."""
+    environment (the demo's cheating operator sets its task environment there). `placement`: each on
+    a host of its own (`up --hosts`), worker 1 public and the others behind the home router."""
+    where = placement or Placement()
     directory = Path(state.directory)
     env = base_env(directory)
     procs: list[ManagedProcess] = []
@@ -31,35 +34,24 @@ def start_services(
     port = free_port()
     redis_dir = directory / "redis"
     redis_dir.mkdir(exist_ok=True)
-    redis = spawn(
-        "redis",
-        [
-            str(redis_server_binary()),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dir",
-            str(redis_dir),
-            "--appendonly",
-            "yes",
-            "--save",
-            "",
-        ],
-        env,
-        directory,
-        f"redis://127.0.0.1:{port}/0",
-    )
+    host = where.host("redis")
+    argv = [str(redis_server_binary()), "--bind", where.bind(host), "--port", str(port),
+            "--dir", str(redis_dir), "--appendonly", "yes", "--save", ""]  # fmt: skip
+    if host:
+        argv += ["--protected-mode", "no"]  # reachable from the other hosts, as a pool's Redis would be
+    redis = spawn("redis", where.wrap(host, argv), env, directory, f"redis://{where.address(host)}:{port}/0")
     procs.append(redis)
-    wait_for_port("127.0.0.1", port)
+    wait_for_port(where.address(host), port)
 
     progress("starting discovery")
     port = free_port()
+    host = where.host("discovery")
     discovery = spawn(
         "discovery",
-        [str(BIN / "intellect-discovery"), "serve"],
+        where.wrap(host, [str(BIN / "intellect-discovery"), "serve"]),
         env
         | {
+            "INTELLECT_DISCOVERY_HOST": where.bind(host),
             "INTELLECT_DISCOVERY_PORT": str(port),
             "INTELLECT_DISCOVERY_REDIS_URL": redis.url or "",
             "INTELLECT_DISCOVERY_RPC_URL": state.rpc_url,
@@ -68,19 +60,23 @@ def start_services(
             "INTELLECT_DISCOVERY_POOL_ID": str(state.pool_id),
         },
         directory,
-        f"http://127.0.0.1:{port}",
+        f"http://{where.address(host)}:{port}",
     )
     procs.append(discovery)
     wait_healthy(discovery)
 
     progress("starting the orchestrator")
     port = free_port()
+    host = where.host("orch")
+    orchestrator_url = f"http://{where.address(host)}:{port}"
     orchestrator = spawn(
         "orchestrator",
-        [str(BIN / "intellect-orchestrator"), "serve"],
+        where.wrap(host, [str(BIN / "intellect-orchestrator"), "serve"]),
         env
         | {
+            "INTELLECT_ORCH_HOST": where.bind(host),
             "INTELLECT_ORCH_PORT": str(port),
+            "INTELLECT_ORCH_PUBLIC_URL": orchestrator_url,
             "INTELLECT_ORCH_POOL_ID": str(state.pool_id),
             "INTELLECT_ORCH_REDIS_URL": redis.url or "",
             "INTELLECT_ORCH_RPC_URL": state.rpc_url,
@@ -91,7 +87,7 @@ def start_services(
             "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "2",
         },
         directory,
-        f"http://127.0.0.1:{port}",
+        orchestrator_url,
     )
     procs.append(orchestrator)
     wait_healthy(orchestrator)
@@ -99,11 +95,15 @@ def start_services(
     for index in range(1, workers + 1):
         progress(f"starting worker {index}")
         port = free_port()
+        host = where.host(f"w{index}", nat=index > 1)
         worker = spawn(
             f"worker-{index}",
-            [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", runtime, "--api-port", str(port)],
+            where.wrap(host, [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", runtime,
+                              "--api-port", str(port)]),  # fmt: skip
             env
             | {
+                "INTELLECT_WORKER_API_HOST": where.bind(host),
+                "INTELLECT_WORKER_ADVERTISED_IP": where.address(host),
                 "INTELLECT_WORKER_PROVIDER_KEY": state.key_ref(f"provider-{index}"),
                 "INTELLECT_WORKER_NODE_KEY": state.key_ref(f"node-{index}"),
                 "INTELLECT_WORKER_RPC_URL": state.rpc_url,
@@ -119,12 +119,15 @@ def start_services(
             }
             | (worker_env or {}).get(index, {}),
             directory,
-            f"http://127.0.0.1:{port}",
+            # behind the home router nobody can call it, this machine neither: its health is its heartbeat
+            f"http://{where.address(host)}:{port}" if where.reachable(host) else None,
         )
         procs.append(worker)
     for worker in procs[3:]:
         wait_healthy(worker)
 
     state.processes.extend(procs)
+    if where.world is not None:
+        state.world = where.world.record()
     state.save()
     return state

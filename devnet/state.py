@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
+from devnet.hosts import WorldRecord
 from intellect.keyfiles import write_key_file
 
 STATE_FILE = "devnet.json"
@@ -83,6 +84,7 @@ class DevnetState(BaseModel):
     accounts: list[DevAccount]
     processes: list[ManagedProcess] = Field(default_factory=list)
     started_at: float = Field(default_factory=time.time)
+    world: WorldRecord | None = Field(None, description="the multi-host world of `up --hosts`")
 
     def account(self, role: str) -> DevAccount:
         return next(a for a in self.accounts if a.role == role)

@@ -1,7 +1,8 @@
 """Liveness loop: every check period, compare last heartbeats (Redis) with the TTL and move node states.
 
 Healthy → Unhealthy when the last heartbeat is older than the TTL; Unhealthy → Dead after
-`miss_threshold` such checks in a row; Dead nodes still in the pool are ejected on chain (setting).
+`miss_threshold` such checks in a row; Dead → Healthy when it heartbeats again; Dead nodes still in
+the pool whose last heartbeat is `eject_after_seconds` old are ejected on chain (settings).
 WaitingForHeartbeat never sticks: after `invite_timeout_seconds` the node goes back to Discovered and
 the invite loop invites it again.
 """
@@ -32,9 +33,15 @@ def live_task_count(ctx: Context) -> int:
     return ctx.tasks.count_live()
 
 
-async def eject_dead(ctx: Context) -> None:
+async def eject_dead(ctx: Context, seen: dict[str, float | None], now: float) -> None:
+    """Eject on chain the Dead nodes silent for `eject_after_seconds` (a Dead node's beat can still
+    make it Healthy before that: a partition that heals costs it nothing on chain)."""
+    grace = ctx.settings.eject_after_seconds
     dead = [r for r in await run_in_threadpool(ctx.book.all, [NodeState.DEAD]) if r.in_pool]
     for row in dead:
+        last = seen.get(row.address)
+        if grace and last is not None and now - last < grace:
+            continue
         try:
             tx = await run_in_threadpool(ctx.chain.eject, row.address)
         except Exception as exc:  # keep it Dead; the next check retries
@@ -49,11 +56,12 @@ async def eject_dead(ctx: Context) -> None:
 async def check_pass(ctx: Context, grace_until: float = 0.0) -> None:
     watched = await run_in_threadpool(ctx.book.all, WATCHED)
     seen = await ctx.live.last_seen([r.address for r in watched])
-    changed = await run_in_threadpool(ctx.book.apply_checks, liveness(ctx), seen, time.time(), grace_until)
+    now = time.time()
+    changed = await run_in_threadpool(ctx.book.apply_checks, liveness(ctx), seen, now, grace_until)
     for row in changed:
         await ctx.live.set_state(row.address, NodeState(row.state) if may_heartbeat(row) else None)
     if ctx.settings.eject_dead_nodes:
-        await eject_dead(ctx)
+        await eject_dead(ctx, seen, now)
     for state, count in (await run_in_threadpool(ctx.book.counts)).items():
         ctx.metrics.nodes.labels(state).set(count)
     ctx.metrics.tasks.set(await run_in_threadpool(live_task_count, ctx))

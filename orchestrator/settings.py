@@ -39,6 +39,13 @@ class OrchestratorSettings(IntellectSettings):
     invite_valid_seconds: int = Field(default=3600, ge=60, description="on-chain expiry of an invite")
     invite_max_backoff_seconds: float = Field(default=600.0, gt=0)
     eject_dead_nodes: bool = True
+    # Dead (no work, its group dissolved) comes at most `dead_within_seconds` after the last beat; the
+    # on-chain ejection waits longer, so a link that drops for a minute costs an honest node nothing
+    # on chain (a Dead node that heartbeats again is Healthy at the next check). docs/orchestrator.md.
+    eject_after_seconds: float = Field(
+        default=120.0, ge=0, description="a Dead node is ejected on chain once its last heartbeat is this "
+        "old (0: as soon as it is Dead)",
+    )
     http_timeout_seconds: float = Field(default=10.0, gt=0)
     http_retries: int = Field(default=3, ge=1)
     max_skew_seconds: int = 60

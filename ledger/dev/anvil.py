@@ -32,10 +32,11 @@ def dev_keys(count: int = DEFAULT_ACCOUNTS, mnemonic: str = DEV_MNEMONIC) -> lis
 class Anvil:
     """A running anvil process. Use `Anvil.start()` (or `with Anvil.start() as chain:`)."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, accounts: int, log_path: Path | None):
+    def __init__(self, process: subprocess.Popen[bytes], port: int, accounts: int, log_path: Path | None,
+                 address: str = "127.0.0.1"):  # fmt: skip
         self.process = process
         self.port = port
-        self.rpc_url = f"http://127.0.0.1:{port}"
+        self.rpc_url = f"http://{address}:{port}"
         self.dev_keys: list[str] = dev_keys(accounts)
         self._log_path = log_path
         self._http = httpx.Client(timeout=10)
@@ -64,7 +65,12 @@ class Anvil:
         state_path: Path | None = None,
         log_path: Path | None = None,
         timeout: float = 20.0,
+        host: str = "127.0.0.1",
+        address: str | None = None,
+        wrap: list[str] | None = None,
     ) -> Anvil:
+        """`host`: the bind address; `address`: where clients reach it (default `host`); `wrap`: a
+        command prefix it runs under (a network namespace of the multi-host devnet)."""
         if not ANVIL_BIN.exists():
             raise LedgerError(f"anvil not found at {ANVIL_BIN}: run `make install` (npm ci)")
         attempts = 1 if port is not None else 3  # a random free port can be taken between probe and bind
@@ -72,9 +78,10 @@ class Anvil:
         for _ in range(attempts):
             chosen = port if port is not None else free_port()
             cmd = [
+                *(wrap or []),
                 str(ANVIL_BIN),
                 "--host",
-                "127.0.0.1",
+                host,
                 "--port",
                 str(chosen),
                 "--chain-id",
@@ -93,7 +100,7 @@ class Anvil:
                 cmd += ["--state", str(state_path), "--state-interval", "1"]
             out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            chain = cls(proc, chosen, accounts, log_path)
+            chain = cls(proc, chosen, accounts, log_path, address or host)
             if chain._wait_ready(timeout):
                 return chain
             last_error = f"exit code {proc.poll()}"

@@ -176,7 +176,8 @@ class NodeBook:
         changed. `seen` holds each node's last heartbeat (unix time, from Redis).
 
         Healthy → Unhealthy when the last heartbeat is older than the TTL; Unhealthy → Dead after
-        `miss_threshold` such checks in a row; WaitingForHeartbeat → Discovered (re-invite) after the
+        `miss_threshold` such checks in a row; Dead (still in the pool) → Healthy on a fresh heartbeat;
+        WaitingForHeartbeat → Discovered (re-invite) after the
         invite timeout. Until `grace_until` (start-up + TTL) a missing heartbeat is not counted: after
         an orchestrator restart, nodes get one TTL to find it again before they can turn Unhealthy."""
         ttl = policy.ttl_seconds
@@ -197,6 +198,9 @@ class NodeBook:
                         else:
                             row.state = NodeState.UNHEALTHY.value
                             row.reason = f"heartbeat older than {ttl}s ({row.misses} missed checks)"
+                elif row.state == NodeState.DEAD.value:
+                    if fresh and row.in_pool:  # back before its ejection: a link that dropped, healed
+                        row.state, row.misses, row.reason = NodeState.HEALTHY.value, 0, None
                 elif row.state == NodeState.WAITING_FOR_HEARTBEAT.value:
                     timeout = policy.invite_timeout_seconds
                     if fresh:

@@ -159,6 +159,7 @@ class Cluster:
             "INTELLECT_ORCH_HEARTBEAT_TTL_SECONDS": str(TTL),
             "INTELLECT_ORCH_CHECK_INTERVAL_SECONDS": str(CHECK),
             "INTELLECT_ORCH_MISS_THRESHOLD": str(MISSES),
+            "INTELLECT_ORCH_EJECT_AFTER_SECONDS": "0",  # ejected as soon as Dead: what these tests watch
             "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "1",
             "INTELLECT_ORCH_INVITE_TIMEOUT_SECONDS": "10",
             "INTELLECT_ORCH_INVITE_MAX_BACKOFF_SECONDS": "2",

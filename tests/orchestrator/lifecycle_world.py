@@ -18,7 +18,7 @@ from tests.support.testing import serve_in_thread
 
 FAST = dict(heartbeat_interval_seconds=0.5, heartbeat_ttl_seconds=1.5, check_interval_seconds=0.5,
             miss_threshold=2, invite_interval_seconds=0.5, invite_timeout_seconds=4, http_timeout_seconds=5,
-            http_retries=2)
+            http_retries=2, eject_after_seconds=6)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20, what: str = "condition") -> object:

@@ -75,3 +75,25 @@ def test_a_node_beating_on_time_or_a_little_late_stays_healthy(tmp_path: Path, l
         apply_checks(ctx, {NODE: last}, last + gap - 0.01)  # the check just before the next beat lands
         assert state_of(ctx) == NodeState.HEALTHY.value, f"check {k}, {gap:.1f}s since the last beat"
         last += gap
+
+
+@pytest.mark.parametrize("cut", [20.0, 90.0])
+def test_a_partition_that_heals_before_the_ejection_grace_costs_nothing(tmp_path: Path, cut: float) -> None:
+    """A link down `cut` seconds: the node is Dead (no work) during it, and Healthy again at the first
+    check after its next beat; the ejection grace (120 s of silence) is never reached."""
+    ctx = world(tmp_path)
+    s = ctx.settings
+    assert s.eject_after_seconds > cut + s.heartbeat_interval_seconds + s.check_interval_seconds
+    last = 10_000.0
+    now = last + s.heartbeat_interval_seconds - 0.01  # the cut starts just before the next beat
+    states = []
+    while now < last + s.heartbeat_interval_seconds + cut:
+        apply_checks(ctx, {NODE: last}, now)
+        states.append(state_of(ctx))
+        now += s.check_interval_seconds
+    if cut >= s.dead_within_seconds:
+        assert NodeState.DEAD.value in states  # no work meanwhile
+    beat = now  # healed: the worker's next heartbeat lands
+    apply_checks(ctx, {NODE: beat}, beat + 0.1)
+    assert state_of(ctx) == NodeState.HEALTHY.value
+

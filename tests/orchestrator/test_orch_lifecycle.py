@@ -45,8 +45,15 @@ def test_invite_heartbeat_task_death_ejection_and_return(devnet, redis_url, disc
         assert record["task"]["state"] == "running" and record["metrics"] == {"tok_s": 12.5}
         logs = orch.admin("GET", f"/nodes/{node.address}/logs?tail=2")
         assert logs.status_code == 200 and logs.json()["lines"] == ["line 1", "line 2"]
-        # silence → Unhealthy → Dead → ejected on chain
+        # silence → Unhealthy → Dead; a beat before the ejection grace brings it back, nothing on chain
         wait_for(lambda: orch.node(node.address)["state"] == "Unhealthy", what="Unhealthy")
+        wait_for(lambda: orch.node(node.address)["state"] == "Dead", what="Dead")
+        assert devnet.client().is_node_in_pool(devnet.pool_id, node.address)
+        assert orch.heartbeat(node).status_code == 200
+        wait_for(lambda: orch.node(node.address)["state"] == "Healthy", what="Healthy again (a healed link)")
+        assert devnet.client().is_node_in_pool(devnet.pool_id, node.address)
+        # silence past the grace → Dead → ejected on chain
+        wait_for(lambda: orch.node(node.address)["state"] == "Dead", what="Dead again")
         wait_for(lambda: orch.node(node.address)["state"] == "Ejected", what="Ejected")
         assert not devnet.client().is_node_in_pool(devnet.pool_id, node.address)
         r = orch.heartbeat(node)
