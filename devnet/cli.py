@@ -126,9 +126,6 @@ def up(
     worker_env: dict[int, dict[str, str]] = {}
     was_running = False  # a devnet already ran here before this `up` (a failure then stops nothing)
     try:
-        if demo and hosts:
-            raise demo_mod.DemoError("--hosts with --demo is not built yet: `up --hosts` starts the pool's "
-                                     "services and workers on their own hosts")  # fmt: skip
         if demo:
             plan.check()
             if count < 2:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from intellect.net import free_port
@@ -45,8 +46,12 @@ def start_dashboard(state: DevnetState) -> ManagedProcess:
     """`intellect-dashboard serve` on a free port, configured for this devnet; waits until it answers."""
     directory = Path(state.directory)
     port = free_port()
-    env = base_env(directory) | dashboard_env(state) | {"INTELLECT_DASHBOARD_PORT": str(port)}
-    proc = spawn("dashboard", [str(BIN / "intellect-dashboard"), "serve"], env, directory,
-                 f"http://127.0.0.1:{port}")
+    where = Placement.of(state)
+    host = where.host("dash")
+    own = {"INTELLECT_DASHBOARD_PORT": str(port), "INTELLECT_DASHBOARD_HOST": where.bind(host)}
+    env = base_env(directory) | dashboard_env(state) | own
+    proc = spawn("dashboard", where.wrap(host, [str(BIN / "intellect-dashboard"), "serve"]), env, directory,
+                 f"http://{where.address(host)}:{port}")  # fmt: skip
+    where.save(state)
     wait_healthy(proc, timeout=60)
     return proc

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from intellect.client import OrchestratorClient
@@ -182,11 +183,18 @@ def start_learning_services(
     orchestrator = state.process("orchestrator")
     if orchestrator is None or orchestrator.url is None:
         raise DemoError("the devnet has no orchestrator running")
+    # `up --hosts`: the trainer with its broadcast origin (which reads its checkpoints from disk) on one
+    # host, the relay and each validator on hosts of their own
+    where = Placement.of(state)
+    names = ("trainer", "relay", *(f"v{i + 1}" for i in range(plan.validators)))
+    at = {name: where.host(name) for name in names}
     trainer_port = free_port()
-    trainer_url = f"http://127.0.0.1:{trainer_port}"
+    trainer_url = f"http://{where.address(at['trainer'])}:{trainer_port}"
     validator_ports = [free_port() for _ in range(plan.validators)]
+    validator_urls = [f"http://{where.address(at[f'v{i + 1}'])}:{p}" for i, p in enumerate(validator_ports)]
     origin_port, relay_port = free_port(), free_port()
-    relays = [f"http://127.0.0.1:{relay_port}", f"http://127.0.0.1:{origin_port}"]  # the origin as fallback
+    relays = [f"http://{where.address(at['relay'])}:{relay_port}",
+              f"http://{where.address(at['trainer'])}:{origin_port}"]  # the origin as fallback  # fmt: skip
     spec = task_spec(plan, trainer_url, runtime, relays)
     task_file = directory / "demo" / "task.json"
     task_file.parent.mkdir(parents=True, exist_ok=True)
@@ -195,10 +203,11 @@ def start_learning_services(
     progress("starting the trainer")
     trainer = spawn(
         "trainer",
-        [str(BIN / "intellect-train"), "--cpu-demo", "--port", str(trainer_port),
-         "--rollouts", f"http://127.0.0.1:{validator_ports[0]}", "--pool-id", str(state.pool_id),
-         "--output-dir", str(directory / "trainer"), "--max-steps", str(plan.steps),
-         "--poll-seconds", "0.5", "--keep", "10"],
+        where.wrap(at["trainer"], [
+            str(BIN / "intellect-train"), "--cpu-demo", "--host", where.bind(at["trainer"]),
+            "--public-url", trainer_url, "--port", str(trainer_port), "--rollouts", validator_urls[0], "--pool-id", str(state.pool_id),
+            "--output-dir", str(directory / "trainer"), "--max-steps", str(plan.steps),
+            "--poll-seconds", "0.5", "--keep", "10"]),
         env | {"OMP_NUM_THREADS": "2"},
         directory,
         trainer_url,
@@ -209,15 +218,19 @@ def start_learning_services(
     broadcast = directory / "broadcast"
     origin = spawn(
         "broadcast-origin",
-        [str(BIN / "intellect-broadcast"), "origin", "--dir", str(broadcast / "origin"),
-         "--port", str(origin_port), "--watch", str(directory / "trainer"), "--shard-size", str(1 << 20)],
+        where.wrap(at["trainer"], [
+            str(BIN / "intellect-broadcast"), "origin", "--dir", str(broadcast / "origin"),
+            "--host", where.bind(at["trainer"]), "--port", str(origin_port),
+            "--watch", str(directory / "trainer"), "--shard-size", str(1 << 20)]),
         env, directory, relays[1],
     )  # fmt: skip
     wait_healthy(origin, timeout=60)
     relay = spawn(
         "broadcast-relay",
-        [str(BIN / "intellect-broadcast"), "relay", "--upstream", relays[1],
-         "--dir", str(broadcast / "relay-1"), "--port", str(relay_port)],
+        where.wrap(at["relay"], [
+            str(BIN / "intellect-broadcast"), "relay", "--upstream", relays[1],
+            "--dir", str(broadcast / "relay-1"), "--host", where.bind(at["relay"]),
+            "--port", str(relay_port)]),
         env, directory, relays[0],
     )  # fmt: skip
     wait_healthy(relay, timeout=60)
@@ -228,9 +241,11 @@ def start_learning_services(
         progress(f"starting {role}")
         validators.append(spawn(
             role,
-            [str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id), "--port", str(port),
-             "--step-url", f"{trainer_url}/step",
-             "--orchestrator-url", orchestrator.url, "--data-dir", str(directory / role)],
+            where.wrap(at[f"v{i + 1}"], [
+                str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id),
+                "--host", where.bind(at[f"v{i + 1}"]), "--port", str(port),
+                "--step-url", f"{trainer_url}/step", "--orchestrator-url", orchestrator.url,
+                "--data-dir", str(directory / role)]),
             env | {
                 "INTELLECT_VALIDATOR_RPC_URL": state.rpc_url,
                 "INTELLECT_VALIDATOR_DEPLOYMENT": state.deployment_path,
@@ -238,10 +253,11 @@ def start_learning_services(
                 "INTELLECT_VALIDATOR_POLL_SECONDS": "0.5",
             },
             directory,
-            f"http://127.0.0.1:{port}",
+            validator_urls[i],
         ))  # fmt: skip
     for v in validators:
         wait_healthy(v, timeout=180)
+    where.save(state)
     return trainer, [origin, relay], validators, task_file
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devnet.hosts import Host, World
+from devnet.state import DevnetState
 
 MARKER = "world.json"  # written as soon as the world exists: `down` finds it even if `up` was killed
 HOME = "home"
@@ -18,6 +19,17 @@ HOME = "home"
 @dataclass
 class Placement:
     world: World | None = None
+
+    @classmethod
+    def of(cls, state: DevnetState) -> Placement:
+        """The placement of a running devnet (loopback unless it was started with --hosts)."""
+        return cls(World.from_record(state.world) if state.world else None)
+
+    def save(self, state: DevnetState) -> None:
+        """Record the hosts made since (`devnet hosts`, `partition` name them from the state)."""
+        if self.world is not None:
+            state.world = self.world.record()
+            state.save()
 
     @classmethod
     def create(cls, directory: Path) -> Placement:

@@ -125,3 +125,65 @@ def test_down_removes_the_world_of_an_up_killed_with_9(tmp_path: Path) -> None:
         wait_until(f"pid {pid} gone", lambda pid=pid: not Path(f"/proc/{pid}").exists()
                    or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 10)  # fmt: skip
     assert f"ix{index}r" not in ip("-o", "link")
+
+
+def test_demo_across_hosts_with_nat_workers_and_two_partitions(tmp_path: Path) -> None:
+    """The whole RL run with every process on its own host, the honest w2 and the cheating w3 behind
+    NAT, and two 20 s cuts while it trains (w2 ↔ orchestrator, validator-2 ↔ chain): the cheater and
+    only the cheater is slashed, no honest file is voted invalid, every honest node is in the pool at
+    the end and earned, the trainer reaches its last step."""
+    directory = tmp_path / "demo"
+    steps = 8
+    argv = [*INTELLECT, "devnet", "up", "--demo", "--hosts", "--dir", str(directory), "--workers", "3",
+            "--validators", "2", "--quorum", "2", "--steps", str(steps), "--timeout", "1200",
+            "--json"]  # fmt: skip
+    cuts: list[tuple[str, str, set[str]]] = []
+    try:
+        with (tmp_path / "out").open("w") as out, (tmp_path / "err").open("w") as err:
+            demo = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+            # once the trainer has published a checkpoint, cut one link at a time for 20 s
+            wait_until("the first trainer step", lambda: (directory / "trainer" / "step_1.json").exists()
+                       or demo.poll() is not None, 600)  # fmt: skip
+            state = json.loads((directory / "devnet.json").read_text())
+            orch = next(p["url"] for p in state["processes"] if p["name"] == "orchestrator")
+            token = (directory / "orchestrator" / "admin-token").read_text().strip()
+            w2 = next(a["address"] for a in state["accounts"] if a["role"] == "node-2")
+
+            def w2_state() -> str:
+                reply = httpx.get(f"{orch}/nodes", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+                return next((n["state"] for n in reply.json()["nodes"] if n["address"] == w2), "?")
+
+            for a, b in (("w2", "orch"), ("v2", "chain")):
+                if demo.poll() is not None:
+                    break
+                assert run("devnet", "partition", a, b, "--dir", str(directory)).returncode == 0
+                states = set()
+                until = time.monotonic() + 20
+                while time.monotonic() < until:
+                    states.add(w2_state())
+                    time.sleep(1)
+                assert run("devnet", "heal", a, b, "--dir", str(directory)).returncode == 0
+                cuts.append((a, b, states))
+            returncode = demo.wait(timeout=1500)
+        stderr = (tmp_path / "err").read_text()[-3000:]
+        out_text = (tmp_path / "out").read_text()
+        assert out_text.strip(), stderr
+        report = json.loads(out_text)
+        # the protocol's promise first, with its reasons
+        assert report["honest_invalidations"] == [], report["honest_invalidations"]
+        assert report["honest_out_of_pool"] == {}, report["honest_out_of_pool"]
+        assert returncode == 0, stderr
+        assert len(cuts) == 2, "the run ended before both links were cut: the test would prove less"
+        assert all("Ejected" not in states for _, _, states in cuts), cuts
+        assert report["steps"] >= steps and report["cheater_ejected"]
+        devnet = json.loads((directory / "devnet.json").read_text())
+        accounts = {a["role"]: a["address"] for a in devnet["accounts"]}
+        honest = [accounts["node-1"], accounts["node-2"]]
+        assert all(report["claimable"][n] + report["pending"][n] > 0 for n in honest), report["claimable"]
+        chain = LedgerClient(devnet["rpc_url"], Path(devnet["deployment_path"]))
+        assert all(chain.is_node_in_pool(devnet["pool_id"], n) for n in honest)
+        assert not chain.is_node_in_pool(devnet["pool_id"], accounts["node-3"])
+        print(f"cuts: {cuts}; {report['files_judged']} files judged in {report['wall_seconds']:.0f} s")
+    finally:
+        down = run("devnet", "down", "--dir", str(directory), "--purge")
+    assert down.returncode == 0, down.stderr
