@@ -205,7 +205,8 @@ def start_learning_services(
         "trainer",
         where.wrap(at["trainer"], [
             str(BIN / "intellect-train"), "--cpu-demo", "--host", where.bind(at["trainer"]),
-            "--public-url", trainer_url, "--port", str(trainer_port), "--rollouts", validator_urls[0], "--pool-id", str(state.pool_id),
+            "--public-url", trainer_url, "--port", str(trainer_port), "--rollouts", validator_urls[0],
+            "--pool-id", str(state.pool_id),
             "--output-dir", str(directory / "trainer"), "--max-steps", str(plan.steps),
             "--poll-seconds", "0.5", "--keep", "10"]),
         env | {"OMP_NUM_THREADS": "2"},
