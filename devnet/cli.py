@@ -16,6 +16,7 @@ from devnet import demo as demo_mod
 from devnet import hosts_cli, network
 from devnet.compose_cli import app as compose_app
 from devnet.dashboard import start_dashboard, write_dashboard_env
+from devnet.options import DirOption
 from devnet.state import DevnetState
 from devnet.task_cli import app as task_app
 from intellect.cli import service_app
@@ -32,12 +33,6 @@ app.add_typer(compose_app, name="compose")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
-DirOption = typer.Option(
-    Path(".devnet"),
-    "--dir",
-    envvar="INTELLECT_DEVNET_DIR",
-    help="where the devnet keeps its chain state, logs and devnet.json",
-)
 
 
 def _summary(state: DevnetState) -> dict:

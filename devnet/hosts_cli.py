@@ -1,6 +1,6 @@
 """`intellect devnet partition A B`, `heal A B` and `hosts`: the links of a devnet started with
 `up --hosts` (devnet/hosts.py). Host names as `intellect devnet hosts` lists them: chain, redis,
-discovery, orch, w1, w2, … (and, with --demo later, the learning services)."""
+discovery, orch, w1, w2, … and with --demo trainer, relay, v1, v2, …, dash."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from devnet.hosts import HostsError, World
+from devnet.options import DirOption, HostA, HostB
 from devnet.placement import world_exists
 from devnet.state import DevnetState
 
@@ -43,26 +44,18 @@ def _cut(directory: Path, a: str, b: str, heal: bool) -> None:
     console.print(f"{'healed' if heal else 'cut'} the link {a} ↔ {b}")
 
 
-def partition(
-    a: str = typer.Argument(..., help="a host, as `intellect devnet hosts` lists them"),
-    b: str = typer.Argument(..., help="the other host"),
-    directory: Path = typer.Option(Path(".devnet"), "--dir", envvar="INTELLECT_DEVNET_DIR"),
-) -> None:
+def partition(a: str = HostA, b: str = HostB, directory: Path = DirOption) -> None:
     """Cut the link between two hosts, both ways (connections in flight stall, new ones time out)."""
     _cut(directory, a, b, heal=False)
 
 
-def heal(
-    a: str = typer.Argument(..., help="a host, as `intellect devnet hosts` lists them"),
-    b: str = typer.Argument(..., help="the other host"),
-    directory: Path = typer.Option(Path(".devnet"), "--dir", envvar="INTELLECT_DEVNET_DIR"),
-) -> None:
+def heal(a: str = HostA, b: str = HostB, directory: Path = DirOption) -> None:
     """Restore a link `partition` cut."""
     _cut(directory, a, b, heal=True)
 
 
 def hosts(
-    directory: Path = typer.Option(Path(".devnet"), "--dir", envvar="INTELLECT_DEVNET_DIR"),
+    directory: Path = DirOption,
     as_json: bool = typer.Option(False, "--json", help="print the hosts as JSON"),
 ) -> None:
     """The hosts of a devnet started with `up --hosts`: address, the address others see, NAT."""

@@ -82,8 +82,9 @@ def _chain_up(
             progress("chain already running")
             return state, placement
         if state.world and not world_exists(directory):
-            raise DevnetError(f"the hosts of the devnet in {directory} are gone (the machine restarted?): "
-                              "`intellect devnet down --purge` and start again")  # fmt: skip
+            raise DevnetError(f"the hosts of the devnet in {directory} are gone (`down` removes them; a "
+                              "--hosts devnet does not resume): `intellect devnet down --purge`, then "
+                              "`up --hosts` again")  # fmt: skip
         return _resume(directory, state, progress, placement), placement
 
     placement = Placement.create(directory) if hosts else Placement()

@@ -91,7 +91,7 @@ def recompute(
         max_mant_err_median=th.chunk_max_mant_median,
     )
     failed: dict[str, list[int]] = {}
-    sampling_why: dict[str, int] = {}  # the first fault of each kind, with its row, for the reason
+    sampling_why: list[str] = []  # the first two faults, with their rows, for the reason
     replay = th.replay_limits()
     means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
     lp_signed, lp_tokens = 0.0, 0
@@ -114,7 +114,8 @@ def recompute(
             fault = replay_fault(gaps[i - start], replay)
             if fault:
                 failed.setdefault("sampling", []).append(i)
-                sampling_why.setdefault(fault, i)
+                if len(sampling_why) < 2:
+                    sampling_why.append(f"row {i}: {fault}")
             lp = logprobs[i - start]
             signed = torch.tensor(r.output_logprobs, dtype=torch.float32) - lp
             diff = signed.abs()
@@ -154,8 +155,7 @@ def recompute(
     )
     labels = {
         "toploc": "TOPLOC proofs that do not match the recomputed hidden states",
-        "sampling": "tokens the seed's Gumbel sampling does not reproduce ("
-                    + "; ".join(f"row {row}: {why}" for why, row in list(sampling_why.items())[:2]) + ")",
+        "sampling": f"tokens the seed's Gumbel sampling does not reproduce ({'; '.join(sampling_why)})",
         "logprobs": f"logprobs off the recomputed ones (row mean > {th.logprob_mean_tolerance} + "
                     f"{th.logprob_tolerance}/tokens, a token > {th.logprob_tolerance}, or more than "
                     f"{th.logprob_max_outliers} token(s) > {th.logprob_outlier})",
