@@ -1,6 +1,6 @@
 """`intellect devnet partition A B`, `heal A B` and `hosts`: the links of a devnet started with
 `up --hosts` (devnet/hosts.py). Host names as `intellect devnet hosts` lists them: chain, redis,
-discovery, orch, w1, w2, … and with --demo trainer, relay, v1, v2, …, dash."""
+discovery, storage, orch, w1, w2, … and with --demo trainer, relay, v1, v2, …, dash."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from devnet.bootstrap import ROLES, bootstrap
 from devnet.hosts import World
 from devnet.placement import Placement, destroy_world, world_exists
 from devnet.state import DevAccount, DevnetState, ManagedProcess
+from devnet.storage import StorageUnavailable, require_moto
 from intellect.identity import Wallet
 from ledger.client import LedgerClient
 from ledger.dev.anvil import Anvil
@@ -50,7 +51,8 @@ def up(
     hosts: bool = False,
 ) -> DevnetState:
     """Start (or resume) the devnet in `directory`; idempotent while it is running. `hosts`: every
-    process on a host of its own (devnet/hosts.py), workers after the first behind NAT."""
+    process on a host of its own (devnet/hosts.py), workers after the first behind NAT, uploads on a
+    storage host (devnet/storage.py)."""
     from devnet.services import start_services
 
     if not 0 <= workers <= MAX_WORKERS:
@@ -59,6 +61,11 @@ def up(
         raise DevnetError(f"--runtime {runtime!r}: use process, docker or auto")
     if hosts and runtime != "process":
         raise DevnetError("--hosts runs tasks with --runtime process (containers are not wired into hosts)")
+    if hosts:
+        try:
+            require_moto()  # before the world and the chain: the storage host is moto's S3 server
+        except StorageUnavailable as exc:
+            raise DevnetError(str(exc)) from None
     state, placement = _chain_up(directory, port, progress, hosts)
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state

@@ -1,4 +1,5 @@
-"""The off-chain half of the devnet: one Redis, discovery, the orchestrator and a few workers.
+"""The off-chain half of the devnet: one Redis, discovery, the orchestrator and a few workers; with
+`up --hosts` also a storage host (an S3 server, devnet/storage.py) the orchestrator keeps uploads on.
 
 Each is its own detached process started by devnet/processes.py, so `intellect devnet down` stops it
 by pid and `intellect devnet restart NAME` starts it again as it was.
@@ -12,6 +13,7 @@ from pathlib import Path
 from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
+from devnet.storage import start_storage
 from intellect.net import free_port, wait_for_port
 from intellect.redis_server import redis_server_binary
 
@@ -24,7 +26,8 @@ def start_services(
 ) -> DevnetState:  # fmt: skip
     """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
     environment (the demo's cheating operator sets its task environment there). `placement`: each on
-    a host of its own (`up --hosts`), worker 1 public and the others behind the home router."""
+    a host of its own (`up --hosts`), worker 1 public and the others behind the home router, and the
+    uploads on a storage host of their own, so worker ↔ storage is a link apart from worker ↔ orch."""
     where = placement or Placement()
     directory = Path(state.directory)
     env = base_env(directory)
@@ -65,6 +68,11 @@ def start_services(
     procs.append(discovery)
     wait_healthy(discovery)
 
+    storage_env: dict[str, str] = {}  # on loopback: the orchestrator's embedded disk storage
+    if where.world is not None:
+        storage, storage_env = start_storage(where, env, directory, progress)
+        procs.append(storage)
+
     progress("starting the orchestrator")
     port = free_port()
     host = where.host("orch")
@@ -85,13 +93,15 @@ def start_services(
             "INTELLECT_ORCH_DISCOVERY_URL": discovery.url or "",
             "INTELLECT_ORCH_MANAGER_KEY": state.key_ref("pool-manager"),
             "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "2",
-        },
+        }
+        | storage_env,
         directory,
         orchestrator_url,
     )
     procs.append(orchestrator)
     wait_healthy(orchestrator)
 
+    services = len(procs)
     for index in range(1, workers + 1):
         progress(f"starting worker {index}")
         port = free_port()
@@ -123,7 +133,7 @@ def start_services(
             f"http://{where.address(host)}:{port}" if where.reachable(host) else None,
         )
         procs.append(worker)
-    for worker in procs[3:]:
+    for worker in procs[services:]:
         wait_healthy(worker)
 
     state.processes.extend(procs)

@@ -94,6 +94,10 @@ def test_hosts_devnet_nat_workers_join_and_a_short_cut_ejects_no_one(tmp_path: P
         assert set(chain.pool_nodes(info["pool_id"])) == set(nodes.values())
         bad = run("devnet", "partition", "w2", "nowhere", "--dir", str(directory))
         assert bad.returncode == 1 and "no host 'nowhere'" in bad.stderr
+        # a restart on a host: its port is probed in its namespace, where its address exists
+        restarted = run("devnet", "restart", "storage", "orchestrator", "--dir", str(directory), "--json")
+        assert restarted.returncode == 0, restarted.stderr
+        wait_until("every worker Healthy after the restarts", all_healthy, 120)
     finally:
         down = run("devnet", "down", "--dir", str(directory), "--purge")
     assert down.returncode == 0, down.stderr
