@@ -7,11 +7,26 @@ and logs the 1st, 2nd, 4th, 8th... failure in a row, then says once when it reco
 
 from __future__ import annotations
 
+import sys
+
+import httpx
 import structlog
+from redis.exceptions import RedisError
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import Timeout as RequestsTimeout
+from sqlalchemy.exc import OperationalError
+
+from intellect.errors import PeerError
 
 log = structlog.get_logger("intellect.orchestrator.pacing")
 
 MAX_BACKOFF_SECONDS = 30.0
+# A service this loop needs did not answer (Redis, the database, the chain's RPC, discovery): a
+# partition or an outage, said in one line. Anything else is a bug and keeps its traceback.
+OUTAGES: tuple[type[BaseException], ...] = (
+    RedisError, OperationalError, RequestsConnectionError, RequestsTimeout, httpx.TransportError, PeerError,
+    ConnectionError, TimeoutError,
+)
 
 
 class Pacing:
@@ -29,11 +44,18 @@ class Pacing:
         self.failures = 0
 
     def failed(self) -> None:
-        """Count a failure; log it (with the traceback) on the 1st, 2nd, 4th, 8th... in a row."""
+        """Count a failure (call it in the `except` block); log it on the 1st, 2nd, 4th, 8th... in a
+        row: one line when a service it needs is unreachable, else with the traceback."""
         self.failures += 1
-        if self.failures & (self.failures - 1) == 0:
-            log.exception(f"{self.name} failed", failures_in_a_row=self.failures,
-                          next_try_seconds=self.delay())
+        if self.failures & (self.failures - 1):
+            return
+        exc = sys.exc_info()[1]
+        context = {"failures_in_a_row": self.failures, "next_try_seconds": self.delay()}
+        if isinstance(exc, OUTAGES):
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning(f"{self.name} failed: a service it needs is unreachable", error=error, **context)
+        else:
+            log.exception(f"{self.name} failed", **context)
 
     def delay(self) -> float:
         """The interval while passes succeed; interval x 2^failures (capped) while they fail."""
