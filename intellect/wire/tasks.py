@@ -235,6 +235,16 @@ class GroupContext(WireModel):
     group_index: int = Field(ge=0)
     group_size: int = Field(ge=1)
     next_p2p_address: str | None = None
+    # Members behind NAT (nobody can call them; they joined by fetching their invite): every link of
+    # the ring is opened by an end that can be called.
+    prev_p2p_address: str | None = Field(
+        default=None, description="set when this member is behind NAT: its inbox dials the predecessor's "
+        "outbox here (the predecessor's P2P port + 1), rather than listening",
+    )  # fmt: skip
+    next_dials_in: bool = Field(
+        default=False, description="the next member is behind NAT: this member's outbox listens on its "
+        "P2P port + 1 and the next member dials it",
+    )  # fmt: skip
     topology: str | None = None
     secret: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$",

@@ -16,6 +16,8 @@ TASK_VARIABLES = frozenset(
         "GROUP_INDEX",
         "GROUP_SIZE",
         "NEXT_P2P_ADDRESS",
+        "P2P_INBOX",
+        "P2P_OUTBOX",
         "GROUP_SECRET",
         "WORKER_P2P_SEED",
         "WORKER_P2P_PORT",

@@ -28,6 +28,7 @@ class Candidate:
     location: Location | None = None
     p2p_address: str | None = None
     throughput: float | None = None  # decode tokens/s of the reference benchmark (None: not reported)
+    reachable: bool = True  # False: behind NAT (the pool could not call it; it fetched its invite)
 
 
 SIMILAR_SPEED = 0.8  # a node at least this fraction of the seed's throughput counts as equally fast
@@ -73,11 +74,51 @@ def form_groups(candidates: list[Candidate], topologies: list[Topology]) -> list
                 break
             seed = fitting[0]
             others = sorted(fitting[1:], key=lambda c: _joining_order(seed, c))
-            members = [seed, *others[: topology.max_size - 1]]
-            groups.append(ProposedGroup(topology, members))
+            members = _callable_ring([seed, *others], topology.max_size)
+            if len(members) < topology.min_size:  # the seed is behind NAT and too few can be called
+                free = [c for c in free if c.address != seed.address]
+                continue
+            groups.append(ProposedGroup(topology, ring_order(members)))
             taken = {m.address for m in members}
             free = [c for c in free if c.address not in taken]
     return groups
+
+
+def _callable_ring(ordered: list[Candidate], size: int) -> list[Candidate]:
+    """The first `size` of `ordered` (the seed first), passing over nodes behind NAT beyond what a ring
+    can carry: each link needs one end that can be called, so at most half the members may sit behind
+    NAT (a group of one has no link: any node may form it)."""
+    members: list[Candidate] = []
+    for c in ordered:
+        if len(members) == size:
+            break
+        members.append(c)
+    if size == 1 or len(members) <= 1:
+        return members[:1]
+    while sum(not m.reachable for m in members) * 2 > len(members):
+        # too many behind NAT: swap the last of them for the next reachable node not yet taken
+        spare = next((c for c in ordered if c.reachable and c not in members), None)
+        last_nat = max(i for i, m in enumerate(members) if not m.reachable)
+        members.pop(last_nat)
+        if spare is not None:
+            members.append(spare)
+    return members
+
+
+def ring_order(members: list[Candidate]) -> list[Candidate]:
+    """The members in ring order with no two behind NAT next to each other (nobody could open the link
+    between them): reachable and NAT-ed members alternate while both last, reachable ones fill the
+    rest. Order within each kind is kept (the seed, the fastest, stays stage 0 when it can be
+    called). A ring that cannot avoid it (more than half behind NAT) comes back as given."""
+    callable_, behind = [m for m in members if m.reachable], [m for m in members if not m.reachable]
+    if not behind or len(behind) > len(callable_):
+        return members
+    ring: list[Candidate] = []
+    for i, m in enumerate(callable_):
+        ring.append(m)
+        if i < len(behind):
+            ring.append(behind[i])
+    return ring
 
 
 def merge_candidates(sizes: dict[str, int], topology: Topology) -> list[tuple[str, str]]:

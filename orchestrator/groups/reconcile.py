@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata, NodeState
 from intellect.wire.tasks import TaskSpec, TaskState
-from orchestrator.groups.formation import Candidate, form_groups, merge_candidates
+from orchestrator.groups.formation import Candidate, form_groups, merge_candidates, ring_order
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
 from orchestrator.store.nodes import audit
@@ -67,7 +67,10 @@ def candidate(row: NodeRow) -> Candidate:
     p2p = f"{row.ip_address}:{port}" if row.ip_address and port else None
     return Candidate(address=row.address, specs=meta.compute_specs if meta else NO_SPECS,
                      location=meta.location if meta else None, p2p_address=p2p,
-                     throughput=meta.throughput if meta else None)
+                     throughput=meta.throughput if meta else None,
+                     # its API could not be called when it was invited (it fetched the invite itself):
+                     # nobody can open a connection to it, its peers included
+                     reachable=row.joined_via != "pull")
 
 
 def _dissolve(session: Session, group: NodeGroupRow, reason: str, changes: Changes) -> None:
@@ -82,7 +85,7 @@ def _create(session: Session, topology: str, members: list[Candidate], task_id: 
     gid = str(uuid.uuid4())
     session.add(NodeGroupRow(id=gid, topology=topology, task_id=task_id, created_at=utcnow()))
     session.flush()  # the group row first: members reference it
-    for position, member in enumerate(members):
+    for position, member in enumerate(ring_order(members)):
         session.add(GroupMemberRow(node_address=member.address, group_id=gid, position=position,
                                    p2p_address=member.p2p_address))
     audit(session, "groups", "group_formed", gid, topology=topology, task=task_id,

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from intellect.wire.tasks import AssignedTask, GroupContext, Task
 from orchestrator.groups.reconcile import Changes, reconcile
 from orchestrator.groups.topology import Topology
-from orchestrator.models import GroupMemberRow, NodeGroupRow, TaskRow
+from orchestrator.models import GroupMemberRow, NodeGroupRow, NodeRow, TaskRow
 from orchestrator.pacing import Pacing
 from orchestrator.scheduling import Plan, task_from_row
 
@@ -42,6 +42,14 @@ class GroupPlan:
         if node_address in self.by_node:
             return self.by_node[node_address]
         return self.default
+
+
+def listening_outbox(p2p_address: str | None) -> str | None:
+    """Where a member listens for a next member behind NAT: its P2P port + 1 (docs/storage-and-groups.md)."""
+    if not p2p_address or ":" not in p2p_address:
+        return None
+    host, _, port = p2p_address.rpartition(":")
+    return f"{host}:{int(port) + 1}" if port.isdigit() and int(port) < 65535 else None
 
 
 def group_secret(key: bytes, task_id: str, group_id: str) -> str:
@@ -66,6 +74,9 @@ class GroupScheduler:
         members: dict[str, list[GroupMemberRow]] = {}
         for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
             members.setdefault(member.group_id, []).append(member)
+        grouped = [m.node_address for ring in members.values() for m in ring]
+        behind_nat = set(session.scalars(select(NodeRow.address).where(
+            NodeRow.address.in_(grouped), NodeRow.joined_via == "pull")))  # fmt: skip
         # Grouped nodes never fall back to a plain task: they are reserved for their group's work.
         by_node: dict[str, AssignedTask | None] = {m.node_address: None
                                                    for ring in members.values() for m in ring}
@@ -76,9 +87,15 @@ class GroupScheduler:
                 continue
             secret = group_secret(self.secret_key, task.id, gid) if self.secret_key is not None else None
             for i, member in enumerate(ring):
-                nxt = ring[(i + 1) % len(ring)].p2p_address if len(ring) > 1 else None
-                context = GroupContext(group_id=gid, group_index=i, group_size=len(ring),
-                                       next_p2p_address=nxt, topology=group.topology, secret=secret)
+                prev, nxt = ring[i - 1], ring[(i + 1) % len(ring)]
+                linked = len(ring) > 1
+                context = GroupContext(
+                    group_id=gid, group_index=i, group_size=len(ring), topology=group.topology, secret=secret,
+                    next_p2p_address=nxt.p2p_address if linked else None,
+                    prev_p2p_address=listening_outbox(prev.p2p_address)
+                    if linked and member.node_address in behind_nat else None,
+                    next_dials_in=linked and nxt.node_address in behind_nat,
+                )  # fmt: skip
                 by_node[member.node_address] = AssignedTask(task=task, group=context)
         return GroupPlan(by_node, AssignedTask(task=plain) if plain else None)
 

@@ -40,3 +40,32 @@ def test_nodes_without_a_figure_come_after_measured_ones_and_keep_the_nearest_ru
     assert groups[0][0] == "m"  # measured first, even when slow
     unmeasured = form_groups([n for n in nodes if n.throughput is None], [parse_topology_name("2x0GB")])
     assert members(unmeasured) == [["x", "z"]]  # x seeds (address order); Berlin is nearer Tokyo than Paris
+
+
+def nat(name: str, speed: float | None = None) -> Candidate:
+    return Candidate(address=name, specs=SPECS, throughput=speed, reachable=False)
+
+
+def test_no_two_members_behind_nat_are_neighbours_in_the_ring() -> None:
+    # each link of the ring needs one end that can be called: at most half the members behind NAT,
+    # and they alternate with reachable ones
+    nodes = [nat("n1", 1000), nat("n2", 990), nat("n3", 980), node("r1", 500), node("r2", 400)]
+    groups = members(form_groups(nodes, [parse_topology_name("4x0GB")]))
+    assert groups == [["r1", "n1", "r2", "n2"]]  # n3 passed over; fastest first within each kind
+    pairs = members(form_groups(nodes, [parse_topology_name("2x0GB")]))
+    assert pairs == [["r1", "n1"], ["r2", "n2"]]  # n3 has no reachable partner left: no group for it
+    assert form_groups([nat("a"), nat("b")], [parse_topology_name("2x0GB")]) == []
+    alone = form_groups([nat("a")], [parse_topology_name("1x0GB")])
+    assert members(alone) == [["a"]]  # a group of one has no link
+
+
+def test_ring_order_alternates_and_leaves_an_all_reachable_ring_alone() -> None:
+    from orchestrator.groups.formation import ring_order
+
+    given = [nat("n1"), nat("n2"), node("r1", 1), node("r2", 1), node("r3", 1)]
+    order = [m.address for m in ring_order(given)]
+    assert order == ["r1", "n1", "r2", "n2", "r3"]
+    plain = [node("a", 1), node("b", 1), node("c", 1)]
+    assert ring_order(plain) == plain
+    for i in range(len(order)):  # cyclically: no NAT-ed neighbours, the last and the first included
+        assert not (order[i].startswith("n") and order[(i + 1) % len(order)].startswith("n"))

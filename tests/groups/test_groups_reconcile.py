@@ -182,3 +182,29 @@ def test_peers_are_given_the_advertised_p2p_port_else_the_api_port(tmp_path) -> 
     # the ring: each member is told where the next one listens
     assert plan.task_for(inbox).group.next_p2p_address == "10.0.0.1:9002"
     assert plan.task_for(api_only).group.next_p2p_address == "10.0.0.1:7001"
+
+
+def test_a_member_behind_nat_dials_both_links_and_its_predecessor_listens(tmp_path) -> None:
+    """A node that fetched its invite (nobody could call it) joins a group only next to reachable ones;
+    the plan tells it to dial its predecessor's listening outbox (P2P port + 1), and tells the
+    predecessor to listen there."""
+    make = sessions(tmp_path)
+    with make() as s, s.begin():
+        public = add_node(s, "berlin", 80_000, port=9001, p2p_port=7001)
+        home = add_node(s, "paris", 80_000, port=9002, p2p_port=7002)
+        home_too = add_node(s, "paris", 80_000, port=9003, p2p_port=7003)
+        for address in (home, home_too):
+            s.get(NodeRow, address).joined_via = "pull"
+        add_task(s, ["2x64GB"])
+    with make() as s:
+        assert not candidate(s.get(NodeRow, home)).reachable and candidate(s.get(NodeRow, public)).reachable
+    with make() as s, s.begin():
+        assert len(reconcile(s, {}).formed) == 1  # the two behind NAT cannot make a pair
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    placed = [a for a in (home, home_too) if plan.task_for(a) is not None and plan.task_for(a).group]
+    assert len(placed) == 1
+    inside, outside = plan.task_for(placed[0]).group, plan.task_for(public).group
+    assert inside.prev_p2p_address == "10.0.0.1:7002" and not inside.next_dials_in  # public's 7001 + 1
+    assert outside.next_dials_in and outside.prev_p2p_address is None
+    assert inside.next_p2p_address == "10.0.0.1:7001"  # its outbox dials public's inbox as usual

@@ -72,6 +72,8 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
     assert env["INTELLECT_PIPELINE_GROUP_SECRET"] == "${GROUP_SECRET}"
     assert env["INTELLECT_PIPELINE_NEXT_ADDRESS"] == "${NEXT_P2P_ADDRESS}"
     assert env["INTELLECT_PIPELINE_P2P_PORT"] == "${WORKER_P2P_PORT}"
+    assert env["INTELLECT_PIPELINE_INBOX"] == "${P2P_INBOX}"
+    assert env["INTELLECT_PIPELINE_OUTBOX"] == "${P2P_OUTBOX}"
 
 
 # ---- members as tasks, and the judge (real processes) --------------------------------------------
@@ -90,7 +92,8 @@ def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = 
     for i in range(members):
         values = {"GROUP_ID": group_id, "GROUP_INDEX": str(i), "GROUP_SIZE": str(members),
                   "GROUP_SECRET": secret, "NEXT_P2P_ADDRESS": f"127.0.0.1:{ports[(i + 1) % members]}",
-                  "WORKER_P2P_PORT": str(ports[i]), "NODE_ADDRESS": NODES[i], "TASK_ID": "task-1"}
+                  "WORKER_P2P_PORT": str(ports[i]), "NODE_ADDRESS": NODES[i], "TASK_ID": "task-1",
+                  "P2P_INBOX": "listen", "P2P_OUTBOX": f"127.0.0.1:{ports[(i + 1) % members]}"}
         env = {k: expand(v, values) for k, v in rendered.env_vars.items()}
         data = folder / f"member-{i}"
         data.mkdir(parents=True, exist_ok=True)

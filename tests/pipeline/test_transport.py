@@ -77,3 +77,47 @@ def test_an_oversized_frame_never_arrives_and_a_malformed_one_is_refused() -> No
     finally:
         for link in links:
             link.close()
+
+
+def test_a_member_behind_nat_opens_both_of_its_links_and_only_its_peer_hears_a_listening_outbox() -> None:
+    """Member 1 cannot be called: its inbox dials member 0's listening outbox, its outbox dials member
+    2 as usual. The roles stay: member 1's inbox still admits member 0's key alone, and member 0's
+    listening outbox hands frames only to a peer that holds member 1's key."""
+    secret, n = secrets.token_bytes(32), 3
+    ports = [free_port() for _ in range(n)]
+    out0 = f"tcp://127.0.0.1:{free_port()}"
+    inbox = [f"tcp://127.0.0.1:{p}" for p in ports]
+    links = [
+        MemberLink(0, n, secret, inbox[0], None, outbox_bind=out0, max_frame_bytes=1 << 20, timeout=2.0),
+        MemberLink(1, n, secret, None, inbox[2], inbox_dial=out0, max_frame_bytes=1 << 20, timeout=2.0),
+        MemberLink(2, n, secret, inbox[2], inbox[0], max_frame_bytes=1 << 20, timeout=2.0),
+    ]
+    context = zmq.Context()
+    stranger = context.socket(zmq.PULL)  # dials the listening outbox with keys of its own
+    public, secret_key = zmq.curve_keypair()
+    stranger.curve_server, stranger.curve_publickey, stranger.curve_secretkey = True, public, secret_key
+    stranger.setsockopt(zmq.LINGER, 0)
+    try:
+        for link in links:
+            link.connect()
+        stranger.connect(out0)
+        for step in range(4):  # PUSH would deal frames round-robin to every peer that shook hands
+            sent = torch.full((1, 2, 8), float(step)).to(torch.bfloat16)
+            links[0].send({"kind": "act", "step": step}, sent)
+            frame = links[1].recv("act")
+            assert frame.header["step"] == step and torch.equal(frame.tensor, sent)
+        assert stranger.poll(500) == 0
+        links[1].send({"kind": "act", "step": 9}, torch.zeros(1, 2, 8, dtype=torch.bfloat16))
+        assert links[2].recv("act").header["step"] == 9
+        links[2].send({"kind": "tok", "tokens": [3]})
+        assert links[0].recv("tok").header["tokens"] == [3]  # round the ring
+    finally:
+        stranger.close()
+        context.term()
+        for link in links:
+            link.close()
+
+
+def test_a_link_opened_from_neither_end_is_refused() -> None:
+    with pytest.raises(ValueError, match="either binds or dials"):
+        MemberLink(0, 2, b"k" * 32, None, "tcp://127.0.0.1:1", max_frame_bytes=1024)

@@ -59,3 +59,16 @@ def test_the_p2p_port_is_a_port(tmp_path: Path) -> None:
     for bad in (0, 65536):
         with pytest.raises(ValueError, match="p2p_port"):
             config(tmp_path, p2p_port=bad)
+
+
+def test_how_a_member_opens_its_links_follows_who_can_be_called(tmp_path: Path) -> None:
+    env = {"LINKS": "${P2P_INBOX} ${P2P_OUTBOX}"}
+    plain = prepare(assigned(env, group()), config(tmp_path), None, "/data")
+    assert plain.env["LINKS"] == "listen 10.0.0.2:7001"  # as before NAT-ed members existed
+    behind = GroupContext(group_id="g1", group_index=1, group_size=2, next_p2p_address="10.0.0.1:7000",
+                          prev_p2p_address="10.0.0.1:7001")  # fmt: skip
+    assert prepare(assigned(env, behind), config(tmp_path), None, "/data").env["LINKS"] == (
+        "10.0.0.1:7001 10.0.0.1:7000")  # it dials both of its links
+    before = GroupContext(group_id="g1", group_index=0, group_size=2, next_p2p_address="192.168.1.5:7000",
+                          next_dials_in=True)  # fmt: skip
+    assert prepare(assigned(env, before), config(tmp_path), None, "/data").env["LINKS"] == "listen listen"

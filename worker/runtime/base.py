@@ -112,6 +112,8 @@ _NO_GROUP = "the task is not assigned to a node group"
 WHY_NO_VALUE = {  # why a known variable can lack a value, for the task's failure detail (docs/runtime.md)
     "GROUP_ID": _NO_GROUP, "GROUP_INDEX": _NO_GROUP, "GROUP_SIZE": _NO_GROUP,
     "NEXT_P2P_ADDRESS": "the task's node group has no next peer address",
+    "P2P_INBOX": _NO_GROUP,
+    "P2P_OUTBOX": "the task's node group has no next peer address",
     "GROUP_SECRET": "the task is not in a node group, or its group has no secret (an orchestrator too "
                     "old to derive one?)",
     "WORKER_P2P_SEED": "this worker has no p2p seed configured (INTELLECT_WORKER_P2P_SEED)",
@@ -136,6 +138,14 @@ def template_values(desired: AssignedTask, config: RuntimeConfig, socket_path: s
         }
         if desired.group.next_p2p_address is not None:
             values["NEXT_P2P_ADDRESS"] = desired.group.next_p2p_address
+        # How this member's links open (docs/storage-and-groups.md, "Members behind NAT"): "listen",
+        # or the address to dial. A member behind NAT dials its predecessor's listening outbox; the
+        # member before one behind NAT listens with its outbox (at WORKER_P2P_PORT + 1).
+        values["P2P_INBOX"] = desired.group.prev_p2p_address or "listen"
+        if desired.group.next_dials_in:
+            values["P2P_OUTBOX"] = "listen"
+        elif desired.group.next_p2p_address is not None:
+            values["P2P_OUTBOX"] = desired.group.next_p2p_address
         if desired.group.secret is not None:
             values["GROUP_SECRET"] = desired.group.secret
     if config.p2p_seed is not None:

@@ -3,6 +3,9 @@
     INTELLECT_PIPELINE_GROUP_SECRET=<hex> python -m workloads.pipeline --index 1 --members 2 \\
         --bind tcp://0.0.0.0:5601 --next tcp://10.0.0.1:5600 --out member-1.json
 
+A member behind NAT replaces `--bind` by `--dial-prev` (its predecessor, which then gives
+`--listen-next` instead of `--next`): every link is opened by whichever end can make the call.
+
 Stage 0 also takes `--request` (a JSON file: prompts, seeds, max_new_tokens, temperature; or a list
 of them, one batch each, the others then given `--batches N`). Each member writes what it made (its
 proofs; stage 0 and the last also the tokens) to `--out` as JSON (a list for several batches), or,
@@ -45,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", type=int, required=True)
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--weights", type=Path, default=None, help="safetensors of the whole model")
-    parser.add_argument("--bind", required=True, help="this member's inbox, e.g. tcp://127.0.0.1:5600")
-    parser.add_argument("--next", required=True, help="the next member's inbox")
+    parser.add_argument("--bind", help="this member's inbox, e.g. tcp://127.0.0.1:5600")
+    parser.add_argument("--next", help="the next member's inbox")
+    parser.add_argument("--dial-prev", help="behind NAT: instead of --bind, dial the predecessor's listening "
+                        "outbox (its --listen-next)")
+    parser.add_argument("--listen-next", help="instead of --next, listen here for a next member behind NAT")
     parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
     parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
     parser.add_argument("--out", type=Path, required=True)
@@ -63,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not 0 <= args.index < args.members:
         print(f"error: --index {args.index} is not in a group of {args.members} (0..{args.members - 1})",
+              file=sys.stderr)
+        return 2
+    if (args.bind is None) == (args.dial_prev is None) or (args.next is None) == (args.listen_next is None):
+        print("error: give one of --bind and --dial-prev, and one of --next and --listen-next",
               file=sys.stderr)
         return 2
     if (args.index == 0) != (args.request is not None):
@@ -84,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tok = load_tokenizer(args.model)
     link = MemberLink(args.index, args.members, bytes.fromhex(secret), args.bind, args.next,
-                      max_frame_bytes=args.max_frame_bytes, timeout=args.timeout)  # fmt: skip
+                      max_frame_bytes=args.max_frame_bytes, timeout=args.timeout,
+                      inbox_dial=args.dial_prev, outbox_bind=args.listen_next)  # fmt: skip
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address)

@@ -36,6 +36,7 @@ TOPOLOGIES = "scheduling_config.plugins.node_groups.allowed_topologies"
 RUNTIME_ENV = {
     "GROUP_ID": "${GROUP_ID}", "GROUP_INDEX": "${GROUP_INDEX}", "GROUP_SIZE": "${GROUP_SIZE}",
     "GROUP_SECRET": "${GROUP_SECRET}", "NEXT_ADDRESS": "${NEXT_P2P_ADDRESS}",
+    "INBOX": "${P2P_INBOX}", "OUTBOX": "${P2P_OUTBOX}",
     "P2P_PORT": "${WORKER_P2P_PORT}", "NODE_ADDRESS": "${NODE_ADDRESS}", "TASK_ID": "${TASK_ID}",
 }  # fmt: skip
 

@@ -50,6 +50,11 @@ class PipelineTaskSettings(IntellectSettings):
     group_size: int = Field(1, ge=1, le=64)
     group_secret: str = ""
     next_address: str = ""
+    # How the two links open (${P2P_INBOX}, ${P2P_OUTBOX}): "listen" on this worker's port (the inbox on
+    # P2P_PORT, the outbox on P2P_PORT + 1 for a next member behind NAT), or an address to dial.
+    # Unset (an orchestrator that predates NAT groups): the inbox listens, the outbox dials next_address.
+    inbox: str = "listen"
+    outbox: str = ""
     p2p_port: int = Field(0, ge=0, le=65535)
     node_address: str = ""
     task_id: str = ""
@@ -67,6 +72,10 @@ class PipelineTaskSettings(IntellectSettings):
         return self
 
 
+def _tcp(address: str) -> str:
+    return address if "://" in address else f"tcp://{address}"
+
+
 def file_name(batch: int, stage: int) -> str:
     return f"pipeline-batch{batch:06d}-stage{stage}.json"
 
@@ -81,7 +90,8 @@ def run(s: PipelineTaskSettings) -> int:
     from workloads.pipeline.transport import MemberError, MemberLink, MemberMisbehaved
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(2, s.group_size)))
-    if s.group_size > 1 and (len(s.group_secret) < 32 or not s.next_address or not s.p2p_port):
+    outbox = s.outbox or s.next_address
+    if s.group_size > 1 and (len(s.group_secret) < 32 or not outbox or not s.p2p_port):
         print("error: a group member needs INTELLECT_PIPELINE_GROUP_SECRET, _NEXT_ADDRESS and _P2P_PORT "
               "(the task's ${GROUP_SECRET}, ${NEXT_P2P_ADDRESS}, ${WORKER_P2P_PORT})", file=sys.stderr)
         return 2
@@ -90,10 +100,12 @@ def run(s: PipelineTaskSettings) -> int:
     tok = load_tokenizer(s.model)
     link = None
     if s.group_size > 1:
-        next_address = s.next_address if "://" in s.next_address else f"tcp://{s.next_address}"
+        listen_in, listen_out = s.inbox == "listen", outbox == "listen"
         link = MemberLink(s.group_index, s.group_size, bytes.fromhex(s.group_secret),
-                          f"tcp://0.0.0.0:{s.p2p_port}", next_address, max_frame_bytes=64 << 20,
-                          timeout=s.timeout_seconds)  # fmt: skip
+                          f"tcp://0.0.0.0:{s.p2p_port}" if listen_in else None,
+                          None if listen_out else _tcp(outbox), max_frame_bytes=64 << 20,
+                          timeout=s.timeout_seconds, inbox_dial=None if listen_in else _tcp(s.inbox),
+                          outbox_bind=f"tcp://0.0.0.0:{s.p2p_port + 1}" if listen_out else None)  # fmt: skip
         link.connect()
     cheat = s.cheat if s.cheat_stage == s.group_index else "none"
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),

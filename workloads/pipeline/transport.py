@@ -6,7 +6,13 @@ curve authentication and encryption, with a ZAP hook that decides which client k
 all in one well-kept library, with no broker and no code generation (gRPC would add both).
 
 Each member binds one inbox (PULL, CURVE server) and connects one outbox (PUSH) to the next member's
-inbox, in a ring: activations flow stage 0 → 1 → … → n-1, sampled tokens flow n-1 → 0. Member keys
+inbox, in a ring: activations flow stage 0 → 1 → … → n-1, sampled tokens flow n-1 → 0. A member
+behind NAT cannot be called, so on its links the connection goes the other way, keeping the roles:
+its inbox dials its predecessor's outbox, which listens (`inbox_dial`, `outbox_bind`); its outbox
+dials the next member's inbox as usual. Which end listens is transport only: the inbox is the CURVE
+server whichever way the TCP connection was opened, so it still admits its predecessor's key alone,
+and a listening outbox is a CURVE client that completes a handshake only with a peer holding the
+next member's key. Every link needs one end that can be called (docs/storage-and-groups.md). Member keys
 are derived from the group secret the task gets (`member_keys`): an inbox accepts exactly one client
 key, its predecessor's, so nobody outside the group (nor another member) can feed it. A peer that
 sends nothing for `timeout` seconds raises `MemberTimeout` naming it; a frame that is not what the
@@ -75,10 +81,15 @@ class Frame:
 
 
 class MemberLink:
-    """Member `index`'s inbox (bound at `bind`) and outbox (connected to `next_address`)."""
+    """Member `index`'s inbox (bound at `bind`, or dialling `inbox_dial`: the predecessor's listening
+    outbox) and outbox (connected to `next_address`, or listening at `outbox_bind` for a next member
+    behind NAT)."""
 
-    def __init__(self, index: int, members: int, group_secret: bytes, bind: str, next_address: str, *,
-                 max_frame_bytes: int, timeout: float = 30.0) -> None:  # fmt: skip
+    def __init__(self, index: int, members: int, group_secret: bytes, bind: str | None,
+                 next_address: str | None, *, max_frame_bytes: int, timeout: float = 30.0,
+                 inbox_dial: str | None = None, outbox_bind: str | None = None) -> None:  # fmt: skip
+        if (bind is None) == (inbox_dial is None) or (next_address is None) == (outbox_bind is None):
+            raise ValueError("a member's inbox either binds or dials, and so does its outbox")
         self.index, self.members, self.timeout = index, members, timeout
         self.prev, self.next = (index - 1) % members, (index + 1) % members
         self.context = zmq.Context()
@@ -94,7 +105,10 @@ class MemberLink:
         self.inbox.curve_publickey = public
         self.inbox.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + MAX_HEADER_BYTES)
         self.inbox.setsockopt(zmq.LINGER, 0)
-        self.inbox.bind(bind)
+        if inbox_dial is not None:
+            self.inbox.connect(inbox_dial)
+        else:
+            self.inbox.bind(bind or "")
         self.bound = str(self.inbox.getsockopt_string(zmq.LAST_ENDPOINT))
         self.outbox = self.context.socket(zmq.PUSH)
         self.outbox.curve_secretkey = secret
@@ -103,11 +117,19 @@ class MemberLink:
         self.outbox.setsockopt(zmq.LINGER, 2000)
         self.outbox.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
         self.next_address = next_address
+        self.outbox_bind = outbox_bind
         self.bytes_sent = 0
         self.bytes_received = 0
 
     def connect(self, next_address: str | None = None) -> None:
-        self.outbox.connect(next_address or self.next_address)
+        """Open the outbox: dial the next member's inbox, or listen for it (`outbox_bind`)."""
+        if self.outbox_bind is not None and next_address is None:
+            self.outbox.bind(self.outbox_bind)
+            return
+        target = next_address or self.next_address
+        if target is None:
+            raise ValueError("the outbox has no next member's address to dial")
+        self.outbox.connect(target)
 
     def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None) -> None:
         head = json.dumps(header | ({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix(
