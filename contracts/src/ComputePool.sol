@@ -110,6 +110,7 @@ contract ComputePool is AccessControl {
     mapping(uint256 => SlashingPolicy) public slashingPolicies;
     mapping(uint256 => EnumerableSet.AddressSet) private _poolValidators;
     mapping(uint256 => mapping(bytes32 => uint256)) private _votes;
+    mapping(uint256 => mapping(bytes32 => uint256)) private _softVotes;
     mapping(uint256 => mapping(bytes32 => mapping(address => bool))) private _voted;
     mapping(uint256 => mapping(bytes32 => uint256)) private _softDropped;
 
@@ -406,15 +407,23 @@ contract ComputePool is AccessControl {
         uint256 votes = ++_votes[poolId][workKey];
         emit InvalidationVoted(poolId, workKey, msg.sender, false, votes);
         if (votes >= policy.quorum) _invalidate(p, w, policy.amount);
+        // the quorum agrees the work is bad but not that it was cheating: no slash, no pay
+        else if (votes + _softVotes[poolId][workKey] >= policy.quorum) _softInvalidate(poolId, w);
     }
 
-    /// @notice Invalidate without a slash (e.g. a file storage lost): one vote suffices.
+    /// @notice Invalidate without a slash (e.g. a file storage lost, a checkpoint nobody can fetch):
+    /// by the pool's quorum too, soft and hard votes together, so that one validator that could not
+    /// judge (cut from storage, behind the trainer) cannot take an honest node's pay on its own.
     function voteSoftInvalidate(uint256 poolId, bytes32 workKey) external {
         _pool(poolId);
-        (Work storage w,) = _votable(poolId, workKey);
+        (Work storage w, SlashingPolicy memory policy) = _votable(poolId, workKey);
         if (w.status != WorkStatus.SUBMITTED) return;
-        emit InvalidationVoted(poolId, workKey, msg.sender, true, _votes[poolId][workKey]);
-        _softInvalidate(poolId, w);
+        mapping(address => bool) storage voted = _voted[poolId][workKey];
+        if (voted[msg.sender]) revert AlreadyVoted(poolId, workKey, msg.sender);
+        voted[msg.sender] = true;
+        uint256 votes = _votes[poolId][workKey] + ++_softVotes[poolId][workKey];
+        emit InvalidationVoted(poolId, workKey, msg.sender, true, votes);
+        if (votes >= policy.quorum) _softInvalidate(poolId, w);
     }
 
     /// @notice The pool's owner reverses a soft invalidation still inside the reward lock: the work

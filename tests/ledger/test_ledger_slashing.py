@@ -102,14 +102,21 @@ def test_without_a_policy_one_global_validator_decides(world: World) -> None:
     assert world.admin.get_work(world.pool_id, key(3)).status is WorkStatus.INVALIDATED  # type: ignore[union-attr]
 
 
-def test_soft_invalidation_takes_one_vote_and_can_be_pardoned(world: World) -> None:
-    owner, (v1, _v2, _v3) = three_validators(world)
+def test_soft_invalidation_takes_the_quorum_and_can_be_pardoned(world: World) -> None:
+    owner, (v1, v2, v3) = three_validators(world)
     owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
     world.onboard(world.provider, world.node)
     world.provider.submit_work(world.pool_id, world.node.address, key(4), 3)
     stake = world.admin.get_provider(world.provider.address).stake
+    # one validator that could not judge (cut from storage, behind the trainer) takes no one's pay
     v1.slashing.vote_soft_invalidate(world.pool_id, key(4))
+    assert world.admin.get_work(world.pool_id, key(4)).status is WorkStatus.SUBMITTED  # type: ignore[union-attr]
+    assert world.admin.pending_rewards(world.node.address) == 3 * ONE_TOKEN
+    with reverts("AlreadyVoted"):  # nor does it get a second say, soft or hard
+        v1.slashing.vote_invalidate(world.pool_id, key(4))
+    v2.slashing.vote_soft_invalidate(world.pool_id, key(4))  # the quorum-th vote decides
     assert world.admin.get_work(world.pool_id, key(4)).status is WorkStatus.SOFT_INVALIDATED  # type: ignore[union-attr]
+    v3.slashing.vote_soft_invalidate(world.pool_id, key(4))  # decided already: a no-op
     assert world.admin.pending_rewards(world.node.address) == 0
     assert world.admin.get_provider(world.provider.address).stake == stake  # no slash
     assert world.admin.is_node_in_pool(world.pool_id, world.node.address)
@@ -120,6 +127,20 @@ def test_soft_invalidation_takes_one_vote_and_can_be_pardoned(world: World) -> N
     assert world.admin.pending_rewards(world.node.address) == 3 * ONE_TOKEN
     with reverts("NotSoftInvalidated"):
         owner.slashing.pardon(world.pool_id, key(4))
+
+
+def test_a_soft_and_a_hard_vote_make_a_quorum_that_rejects_without_slashing(world: World) -> None:
+    owner, (v1, v2, _v3) = three_validators(world)
+    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(5), 2)
+    stake = world.admin.get_provider(world.provider.address).stake
+    v1.slashing.vote_invalidate(world.pool_id, key(5))
+    v2.slashing.vote_soft_invalidate(world.pool_id, key(5))
+    # the quorum agrees the work is bad, not that it was cheating: not paid, nobody slashed or ejected
+    assert world.admin.get_work(world.pool_id, key(5)).status is WorkStatus.SOFT_INVALIDATED  # type: ignore[union-attr]
+    assert world.admin.get_provider(world.provider.address).stake == stake
+    assert world.admin.is_node_in_pool(world.pool_id, world.node.address)
 
 
 def test_slashing_through_the_pool_cli(world: World, tmp_path) -> None:  # noqa: ANN001
