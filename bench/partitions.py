@@ -30,13 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from devnet.hosts import World  # noqa: E402
+from devnet.losses import Books, Worker  # noqa: E402
 from devnet.state import DevnetState  # noqa: E402
-from ledger.audit import Auditor  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from workloads.trainer.checkpoints import CheckpointDir  # noqa: E402
 
@@ -91,6 +89,7 @@ class Cell:
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
     wrongly: list[str] = field(default_factory=list)
+    soft_vote: list[str] = field(default_factory=list)  # one validator's soft vote on an honest file
 
     @property
     def recovery(self) -> float | None:
@@ -245,99 +244,22 @@ def measure(run: Run, cell: Cell, pairs: list[tuple[str, str]], back_timeout: fl
         cell.wrongly.append("an honest node was seen Ejected during the cut")
 
 
-def _epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
-
-
 def audit(run: Run, cells: list[Cell], cutoff: float, drain: float) -> dict[str, Any]:
-    """Let the files made before `cutoff` drain through the chain and the validators (the run goes on
-    meanwhile; later files are not counted), then look for lost, duplicated and wrongly punished work
-    and put each finding in the cell whose window (cut → back) holds its time."""
+    """The run's books (devnet/losses.py) for files made before `cutoff`, after up to `drain` s for them
+    to get through; each finding goes to the cell whose window (cut → back) holds its time."""
     ledger = LedgerClient(run.state.rpc_url, Path(run.state.deployment_path), check=False)
-    auditor = Auditor(ledger, list(run.validators.values()))
-    stamps: dict[int, float] = {}
-
-    def when(block: int) -> float:
-        if block not in stamps:
-            stamps[block] = float(ledger.w3.eth.get_block(block)["timestamp"])
-        return stamps[block]
-
-    deadline = time.time() + drain
-    while True:
-        audits = {w: auditor.node(a) for w, a in run.honest.items()}
-        entries = {
-            w: [
-                x
-                for x in [*a.unpaid, *(y for p in a.payouts for y in p.work)]
-                if when(x.submitted_block) <= cutoff
-            ]
-            for w, a in audits.items()
-        }
-        unjudged = [
-            (w, x)
-            for w, xs in entries.items()
-            for x in xs
-            if len({v.validator for v in x.verdicts}) < len(run.validators)
-        ]
-        if not unjudged or time.time() > deadline:
-            break
-        time.sleep(5)
-
-    def cell_at(t: float) -> Cell | None:
-        return next((c for c in cells if c.cut_at <= t <= (c.back_at or c.healed_at + 600)), None)
-
-    totals: Counter[str] = Counter()
-
-    def note(kind: str, t: float, what: str) -> None:
-        totals[kind] += 1
-        cell = cell_at(t)
+    workers = [Worker(w, a, run.directory / f"worker-{w[1:]}") for w, a in run.honest.items()]
+    books = Books(ledger, run.state.pool_id, workers, run.validators, run.cheater)
+    found, counts = books.findings(cutoff, drain)
+    totals: Counter[str] = Counter(counts)
+    for f in found:
+        totals[f.kind] += 1
+        cell = next((c for c in cells if c.cut_at <= f.at <= (c.back_at or c.healed_at + 600)), None)
         if cell is not None:
-            getattr(cell, kind).append(what)
+            getattr(cell, f.kind).append(f.what)
         else:
-            totals[f"{kind}_outside_cuts"] += 1
-
-    for w, x in unjudged:
-        note("lost", when(x.submitted_block), f"{w} file {x.work_key[:10]} not judged by every validator")
-    for w, a in audits.items():
-        paid = Counter(y.work_key for p in a.payouts for y in p.work)
-        for key, n in paid.items():
-            if n > 1:
-                note("duplicated", time.time(), f"{w} work {key[:10]} paid {n} times")
-        for x in entries[w]:
-            if x.status in ("invalidated", "dropped", "soft_invalidated"):
-                note("wrongly", when(x.submitted_block), f"{w} file {x.work_key[:10]} {x.status}")
-            if any(n > 1 for n in Counter(v.validator for v in x.votes).values()):
-                note("duplicated", when(x.submitted_block), f"{w} file {x.work_key[:10]} voted twice")
-        if not ledger.is_node_in_pool(run.state.pool_id, run.honest[w]):
-            note("wrongly", time.time(), f"{w} out of the pool at the end")
-    for name, items in run.verdicts().items():
-        for key, n in Counter(v["work_key"] for v in items).items():
-            if n > 1:
-                t = max(v["decided_at"] for v in items if v["work_key"] == key)
-                note("duplicated", t, f"{name} judged {key[:10]} {n} times")
-        for v in items:
-            if v["node"].lower() != run.cheater.lower() and v["verdict"] != "accept":
-                note("wrongly", v["decided_at"], f"{name}: {v['verdict']} an honest file: {v['reasons'][:1]}")
-    made = 0
-    for i, w in ((1, "w1"), (2, "w2")):
-        for queue in (run.directory / f"worker-{i}").rglob("files.sqlite"):
-            with sqlite3.connect(queue) as db:
-                rows = db.execute("SELECT sha256, announced_at, submitted_at FROM files").fetchall()
-            for sha, announced, submitted in rows:
-                if _epoch(announced) > cutoff:
-                    continue
-                made += 1
-                if submitted is None:
-                    note("lost", _epoch(announced), f"{w} file {sha[:10]} made but not on chain")
-        for journal in (run.directory / f"worker-{i}").rglob("uploader.sqlite"):
-            with sqlite3.connect(journal) as db:
-                rejected = db.execute(
-                    "SELECT sha256, reason, updated_at FROM submissions WHERE state = 'rejected'"
-                ).fetchall()
-            for sha, reason, updated in rejected:
-                note("lost", _epoch(updated), f"{w} file {sha[:10]} rejected: {reason}")
-    on_chain = sum(len(xs) for xs in entries.values())
-    return {"honest_files_made": made, "honest_files_on_chain": on_chain, **totals}
+            totals[f"{f.kind}_outside_cuts"] += 1
+    return dict(totals) | {"findings": [f"{f.kind}: {f.what}" for f in found][:50]}
 
 
 def start(directory: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
@@ -447,7 +369,8 @@ def main() -> None:
         "back after heal",
         "lost",
         "dup.",
-        "wrongly ejected/slashed",
+        "wrongly punished",
+        "lone soft votes",
         "honest states in cut",
         "steps/judged in cut",
         "tracebacks",
@@ -463,6 +386,7 @@ def main() -> None:
             str(len(c.lost)),
             str(len(c.duplicated)),
             str(len(c.wrongly)),
+            str(len(c.soft_vote)),
             states,
             f"{c.steps_in_cut}/{c.judged_in_cut}",
             str(c.tracebacks),

@@ -1,0 +1,155 @@
+"""What a devnet run lost, counted twice or punished wrongly: the books of a run after partitions.
+
+Read from the run's own records, each the only writer of its part: every honest worker's file queue
+and upload journal (what it made and what became of it), the chain (`WorkSubmitted`, invalidations,
+votes and payouts, through `ledger.audit.Auditor`) and every validator's `/verdicts`.
+
+- lost: a file an honest worker made that never reached the chain, or was rejected by its uploader;
+  a file on chain that some validator never judged;
+- duplicated: a file judged twice by one validator, a vote cast twice by one validator on one file,
+  a work key in two payouts;
+- wrongly punished: an honest file dropped, invalidated or soft-invalidated on chain (its pay gone),
+  a vote to slash (`invalidate`) an honest file by any validator, an honest node out of the pool;
+- soft votes: one validator's `soft_invalidate` on an honest file (it could not judge it: behind the
+  trainer, cut from storage). Counted apart: a soft vote costs nothing below the pool's quorum; what
+  it took is under "wrongly" (on chain).
+
+Only files made before `cutoff` count: the run may still be going, and a file made a second ago is
+in flight, not lost. `drain` seconds are given for what was made before it to get through.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from ledger.audit import AuditedWork, Auditor
+from ledger.client import LedgerClient
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # lost | duplicated | wrongly | soft_vote
+    at: float  # unix time of the event (when the file was made, submitted or judged)
+    what: str
+
+
+@dataclass
+class Worker:
+    name: str  # w1, w2…
+    node: str  # its node address
+    state_dir: Path  # the worker's state folder (holds files.sqlite and uploader.sqlite)
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _verdicts(url: str) -> list[dict]:
+    items: list[dict] = []
+    while True:
+        after = items[-1]["cursor"] if items else 0
+        page = httpx.get(f"{url}/verdicts", params={"after": after, "limit": 1000}, timeout=10)
+        page.raise_for_status()
+        new = page.json().get("items", [])
+        if not new:
+            return items
+        items.extend(new)
+
+
+class Books:
+    def __init__(self, ledger: LedgerClient, pool_id: int, workers: list[Worker], validators: dict[str, str],
+                 cheater: str = "") -> None:  # fmt: skip
+        self.ledger = ledger
+        self.pool_id = pool_id
+        self.workers = workers
+        self.validators = validators  # name → URL
+        self.cheater = cheater.lower()
+        self.auditor = Auditor(ledger, list(validators.values()))
+        self._stamps: dict[int, float] = {}
+
+    def _when(self, block: int) -> float:
+        if block not in self._stamps:
+            self._stamps[block] = float(self.ledger.w3.eth.get_block(block)["timestamp"])
+        return self._stamps[block]
+
+    def _made(self, worker: Worker, cutoff: float) -> list[tuple[str, float, str | None]]:
+        """(sha256, announced at, submitted at) of each file the worker made before `cutoff`."""
+        rows = []
+        for queue in worker.state_dir.rglob("files.sqlite"):
+            with sqlite3.connect(queue) as db:
+                rows += db.execute("SELECT sha256, announced_at, submitted_at FROM files").fetchall()
+        return [(sha, _epoch(made), sent) for sha, made, sent in rows if _epoch(made) <= cutoff]
+
+    def _works(self, worker: Worker, cutoff: float) -> tuple[list[AuditedWork], list[list[str]]]:
+        audit = self.auditor.node(worker.node)
+        works = [x for x in [*audit.unpaid, *(y for p in audit.payouts for y in p.work)]
+                 if self._when(x.submitted_block) <= cutoff]  # fmt: skip
+        return works, [[y.work_key for y in p.work] for p in audit.payouts]
+
+    def settled(self, cutoff: float) -> bool:
+        """Every file made before `cutoff` is on chain and judged by every validator."""
+        for worker in self.workers:
+            if any(sent is None for _, _, sent in self._made(worker, cutoff)):
+                return False
+            works, _ = self._works(worker, cutoff)
+            if any(len({v.validator for v in x.verdicts}) < len(self.validators) for x in works):
+                return False
+        return True
+
+    def findings(self, cutoff: float, drain: float = 0.0) -> tuple[list[Finding], dict[str, int]]:
+        """Wait up to `drain` s for the books to settle, then every finding and the counts it read."""
+        deadline = time.time() + drain
+        while time.time() < deadline and not self.settled(cutoff):
+            time.sleep(5)
+        found: list[Finding] = []
+        made = on_chain = 0
+        for worker in self.workers:
+            files = self._made(worker, cutoff)
+            made += len(files)
+            found += [Finding("lost", at, f"{worker.name} file {sha[:10]} made but not on chain")
+                      for sha, at, sent in files if sent is None]  # fmt: skip
+            for journal in worker.state_dir.rglob("uploader.sqlite"):
+                with sqlite3.connect(journal) as db:
+                    rows = db.execute("SELECT sha256, reason, updated_at FROM submissions WHERE state = "
+                                      "'rejected'").fetchall()  # fmt: skip
+                found += [Finding("lost", _epoch(at), f"{worker.name} file {sha[:10]} rejected: {why}")
+                          for sha, why, at in rows]  # fmt: skip
+            works, payouts = self._works(worker, cutoff)
+            on_chain += len(works)
+            for x in works:
+                at, file = self._when(x.submitted_block), f"{worker.name} file {x.work_key[:10]}"
+                judged_by = {v.validator for v in x.verdicts}
+                if len(judged_by) < len(self.validators):
+                    found.append(Finding("lost", at, f"{file} judged by {len(judged_by)} of "
+                                                     f"{len(self.validators)} validators"))  # fmt: skip
+                if x.status in ("invalidated", "dropped", "soft_invalidated"):
+                    found.append(Finding("wrongly", at, f"{file} {x.status}"))
+                if any(n > 1 for n in Counter(v.validator for v in x.votes).values()):
+                    found.append(Finding("duplicated", at, f"{file} voted twice"))
+            for key, n in Counter(k for keys in payouts for k in keys).items():
+                if n > 1:
+                    found.append(Finding("duplicated", time.time(),
+                                         f"{worker.name} work {key[:10]} paid {n} times"))
+            if not self.ledger.is_node_in_pool(self.pool_id, worker.node):
+                found.append(Finding("wrongly", time.time(), f"{worker.name} out of the pool"))
+        honest = {w.node.lower() for w in self.workers}
+        for name, url in self.validators.items():
+            items = _verdicts(url)
+            for key, n in Counter(v["work_key"] for v in items).items():
+                if n > 1:
+                    at = max(v["decided_at"] for v in items if v["work_key"] == key)
+                    found.append(Finding("duplicated", at, f"{name} judged {key[:10]} {n} times"))
+            for v in items:
+                node = str(v["node"]).lower()
+                if node in honest and node != self.cheater and v["verdict"] != "accept":
+                    kind = "wrongly" if v["verdict"] == "invalidate" else "soft_vote"
+                    found.append(Finding(kind, v["decided_at"], f"{name}: {v['verdict']} on an honest "
+                                         f"file: {(v.get('reasons') or [''])[0][:100]}"))  # fmt: skip
+        return found, {"honest_files_made": made, "honest_files_on_chain": on_chain}
