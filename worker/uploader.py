@@ -27,7 +27,7 @@ from typing import Protocol
 import httpx
 import structlog
 from eth_utils import to_checksum_address
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
@@ -135,6 +135,15 @@ class Journal:
             return dict(db.execute("SELECT sha256, state FROM submissions").fetchall())
 
 
+def _say_retrying(state: RetryCallState) -> None:
+    """One line per failed attempt: an upload stuck behind a cut link (storage or orchestrator) is
+    otherwise silent until every attempt has timed out."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    log.warning("upload attempt failed, retrying", attempt=state.attempt_number,
+                error=f"{type(error).__name__}: {error}"[:200] if error else None,
+                retry_in=round(state.next_action.sleep, 1) if state.next_action else None)  # fmt: skip
+
+
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError):
         return True
@@ -161,7 +170,8 @@ class Uploader:
         self.timeout = timeout
         # A template: each call runs on a copy (a Retrying keeps per-call statistics).
         self.retrying = Retrying(retry=retry_if_exception(_retryable), stop=stop_after_attempt(attempts),
-                                 wait=wait_exponential(multiplier=backoff, max=10), reraise=True)
+                                 wait=wait_exponential(multiplier=backoff, max=10), reraise=True,
+                                 before_sleep=_say_retrying)  # fmt: skip
 
     # ---- upload ----
 
