@@ -90,6 +90,7 @@ class Cell:
     duplicated: list[str] = field(default_factory=list)
     wrongly: list[str] = field(default_factory=list)
     soft_vote: list[str] = field(default_factory=list)  # one validator's soft vote on an honest file
+    stale: list[str] = field(default_factory=list)  # not paid: reached the validators too late to train on
 
     @property
     def recovery(self) -> float | None:

@@ -10,6 +10,8 @@ votes and payouts, through `ledger.audit.Auditor`) and every validator's `/verdi
   a work key in two payouts;
 - wrongly punished: an honest file dropped, invalidated or soft-invalidated on chain (its pay gone),
   a vote to slash (`invalidate`) an honest file by any validator, an honest node out of the pool;
+- stale: an honest file the quorum soft-invalidated only for freshness (it reached the validators
+  after the trainer had moved past its step): not paid by policy, never slashed; counted apart;
 - soft votes: one validator's `soft_invalidate` on an honest file (it could not judge it: behind the
   trainer, cut from storage). Counted apart: a soft vote costs nothing below the pool's quorum; what
   it took is under "wrongly" (on chain).
@@ -35,7 +37,7 @@ from ledger.client import LedgerClient
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # lost | duplicated | wrongly | soft_vote
+    kind: str  # lost | duplicated | wrongly | stale | soft_vote
     at: float  # unix time of the event (when the file was made, submitted or judged)
     what: str
 
@@ -61,6 +63,16 @@ def _verdicts(url: str) -> list[dict]:
         if not new:
             return items
         items.extend(new)
+
+
+def _unpaid_kind(work: AuditedWork) -> str:
+    """"stale" when the quorum that took the file's pay found only that it came too late for the
+    trainer (made or delivered after the trainer moved past its step: not trained on, so not paid, by
+    policy, and never slashed); otherwise "wrongly"."""
+    reasons = [r for v in work.verdicts if v.verdict == "soft_invalidate" for r in v.reasons]
+    if work.status == "soft_invalidated" and reasons and all(r.startswith("freshness:") for r in reasons):
+        return "stale"
+    return "wrongly"
 
 
 class Books:
@@ -130,7 +142,7 @@ class Books:
                     found.append(Finding("lost", at, f"{file} judged by {len(judged_by)} of "
                                                      f"{len(self.validators)} validators"))  # fmt: skip
                 if x.status in ("invalidated", "dropped", "soft_invalidated"):
-                    found.append(Finding("wrongly", at, f"{file} {x.status}"))
+                    found.append(Finding(_unpaid_kind(x), at, f"{file} {x.status}"))
                 if any(n > 1 for n in Counter(v.validator for v in x.votes).values()):
                     found.append(Finding("duplicated", at, f"{file} voted twice"))
             for key, n in Counter(k for keys in payouts for k in keys).items():
