@@ -58,12 +58,20 @@ def test_invite_heartbeat_task_death_ejection_and_return(devnet, redis_url, disc
         assert not devnet.client().is_node_in_pool(devnet.pool_id, node.address)
         r = orch.heartbeat(node)
         assert r.status_code == 403 and "ejected" in r.json()["detail"]
-        # the node comes back (re-uploads its metadata) → re-invited and joins again
-        upload(discovery, node, provider, worker.url)
-        # once invited the node may heartbeat at once: Healthy is as good as WaitingForHeartbeat here
-        wait_for(lambda: len(invites) >= 2
-                 and orch.node(node.address)["state"] in ("WaitingForHeartbeat", "Healthy"),
-                 timeout=40, what="re-invite")
+        # the node comes back (re-uploads its metadata, every few seconds as a worker's refresh does: an
+        # upload stamped before the orchestrator recorded the ejection does not count as coming back)
+        # → re-invited and joins again
+        refreshed = [0.0]
+
+        def reinvited() -> bool:
+            if time.monotonic() - refreshed[0] > 3:
+                upload(discovery, node, provider, worker.url)
+                refreshed[0] = time.monotonic()
+            # once invited the node may heartbeat at once: Healthy is as good as WaitingForHeartbeat
+            state = orch.node(node.address)["state"]
+            return len(invites) >= 2 and state in ("WaitingForHeartbeat", "Healthy")
+
+        wait_for(reinvited, timeout=40, what="re-invite")
         assert devnet.client().is_node_in_pool(devnet.pool_id, node.address)
         assert orch.heartbeat(node).status_code == 200
         assert orch.node(node.address)["state"] == "Healthy"
