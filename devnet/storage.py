@@ -75,8 +75,9 @@ def start_storage(
 def _client(url: str):  # noqa: ANN202  (boto3's client type is generated at run time)
     import boto3
 
-    return boto3.client("s3", endpoint_url=url, region_name=REGION, aws_access_key_id="devnet",
-                        aws_secret_access_key="devnet")  # fmt: skip
+    return boto3.client("s3", endpoint_url=url, region_name=REGION,
+                        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
 
 
 def _wait_bucket(storage: ManagedProcess, url: str, timeout: float = 30.0) -> None:

@@ -102,12 +102,18 @@ def test_without_a_policy_one_global_validator_decides(world: World) -> None:
     assert world.admin.get_work(world.pool_id, key(3)).status is WorkStatus.INVALIDATED  # type: ignore[union-attr]
 
 
-def test_soft_invalidation_takes_the_quorum_and_can_be_pardoned(world: World) -> None:
-    owner, (v1, v2, v3) = three_validators(world)
+def quorum_of_two_with_work(world: World, work_key: bytes, units: int):  # noqa: ANN201
+    """Three pool validators, a 2-of-3 policy, the node in the pool with `work_key` submitted; returns the
+    owner, the validators and the provider's stake before any vote."""
+    owner, validators = three_validators(world)
     owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
     world.onboard(world.provider, world.node)
-    world.provider.submit_work(world.pool_id, world.node.address, key(4), 3)
-    stake = world.admin.get_provider(world.provider.address).stake
+    world.provider.submit_work(world.pool_id, world.node.address, work_key, units)
+    return owner, validators, world.admin.get_provider(world.provider.address).stake
+
+
+def test_soft_invalidation_takes_the_quorum_and_can_be_pardoned(world: World) -> None:
+    owner, (v1, v2, v3), stake = quorum_of_two_with_work(world, key(4), 3)
     # one validator that could not judge (cut from storage, behind the trainer) takes no one's pay
     v1.slashing.vote_soft_invalidate(world.pool_id, key(4))
     assert world.admin.get_work(world.pool_id, key(4)).status is WorkStatus.SUBMITTED  # type: ignore[union-attr]
@@ -130,11 +136,7 @@ def test_soft_invalidation_takes_the_quorum_and_can_be_pardoned(world: World) ->
 
 
 def test_a_soft_and_a_hard_vote_make_a_quorum_that_rejects_without_slashing(world: World) -> None:
-    owner, (v1, v2, _v3) = three_validators(world)
-    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
-    world.onboard(world.provider, world.node)
-    world.provider.submit_work(world.pool_id, world.node.address, key(5), 2)
-    stake = world.admin.get_provider(world.provider.address).stake
+    owner, (v1, v2, _v3), stake = quorum_of_two_with_work(world, key(5), 2)
     v1.slashing.vote_invalidate(world.pool_id, key(5))
     v2.slashing.vote_soft_invalidate(world.pool_id, key(5))
     # the quorum agrees the work is bad, not that it was cheating: not paid, nobody slashed or ejected
