@@ -28,6 +28,8 @@ from validator.verdicts import Judge, Submission, Verdict
 
 log = structlog.get_logger(__name__)
 
+PASS_LIMIT = 64  # files judged in one pass of the loop at most
+
 
 class JudgeLoop:
     def __init__(
@@ -57,11 +59,18 @@ class JudgeLoop:
         self.judged: list[Verdict] = []  # this process's verdicts (metrics)
 
     def run_once(self) -> int:
-        done = 0
-        for sub in self.submissions.due():
-            self.handle(sub)
-            done += 1
-        return done
+        """Judge what is due, each file at most once a pass. `due` holds a node's file until its earlier
+        ones have verdicts, so it is asked again after each round: a node's backlog is judged in one
+        pass, not one file per pass (up to `PASS_LIMIT`, so a stop request is seen between passes)."""
+        handled: set[tuple[int, str]] = set()
+        while len(handled) < PASS_LIMIT:
+            fresh = [sub for sub in self.submissions.due() if (sub.pool_id, sub.work_key) not in handled]
+            if not fresh:
+                return len(handled)
+            for sub in fresh:
+                handled.add((sub.pool_id, sub.work_key))
+                self.handle(sub)
+        return len(handled)
 
     def handle(self, sub: SubmissionRow) -> None:
         sha = sub.work_key.removeprefix("0x")

@@ -28,13 +28,18 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    and_,
     create_engine,
     delete,
+    exists,
+    inspect,
+    or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
 
 from validator.verdicts import Verdict
 
@@ -66,6 +71,7 @@ class SubmissionRow(Base):
     provider: Mapped[str] = mapped_column(String(42))
     units: Mapped[int] = mapped_column(BigInteger)
     block_number: Mapped[int] = mapped_column(BigInteger, index=True)
+    log_index: Mapped[int] = mapped_column(Integer, default=0)  # with block_number: the chain's order
     tx_hash: Mapped[str] = mapped_column(String(66))
     submitted_at: Mapped[int] = mapped_column(BigInteger)  # chain timestamp
     trainer_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -116,7 +122,21 @@ def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
         url = f"sqlite:///{data_dir / 'validator.db'}"
     engine: Engine = create_engine(url, pool_pre_ping=True)
     Base.metadata.create_all(engine)
+    _add_missing_columns(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+# Columns added after the first release: (table, column, SQL type and default). `create_all` makes
+# missing tables only, so a database written by an older validator gets them here.
+ADDED_COLUMNS = [("submissions", "log_index", "INTEGER NOT NULL DEFAULT 0")]
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    have = inspect(engine)
+    for table, column, kind in ADDED_COLUMNS:
+        if column not in {c["name"] for c in have.get_columns(table)}:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {kind}"))
 
 
 class Database:
@@ -199,13 +219,32 @@ class Submissions:
         return True
 
     def due(self, limit: int = 16) -> list[SubmissionRow]:
+        """Pending submissions whose retry time has come, in chain order, each only once every earlier
+        submission of its node is judged. A node's files are judged in the order the chain recorded
+        them, whatever held one back (storage, a retry): the grinding rule compares each file's batch
+        counter with the node's previous file, so judging them out of order would take an honest
+        node's pay. A held file waits at most until the one before it gets a verdict, which the
+        availability and soft-invalidation windows and the poison limit bound."""
         now = time.time()
+        earlier = aliased(SubmissionRow)
+        held = exists().where(
+            earlier.pool_id == SubmissionRow.pool_id,
+            earlier.node == SubmissionRow.node,
+            earlier.state == "pending",
+            or_(
+                earlier.block_number < SubmissionRow.block_number,
+                and_(
+                    earlier.block_number == SubmissionRow.block_number,
+                    earlier.log_index < SubmissionRow.log_index,
+                ),
+            ),
+        )
         with self.db.transaction() as s:
             return list(
                 s.scalars(
                     select(SubmissionRow)
-                    .where(SubmissionRow.state == "pending", SubmissionRow.next_attempt_at <= now)
-                    .order_by(SubmissionRow.block_number, SubmissionRow.work_key)
+                    .where(SubmissionRow.state == "pending", SubmissionRow.next_attempt_at <= now, ~held)
+                    .order_by(SubmissionRow.block_number, SubmissionRow.log_index)
                     .limit(limit)
                 )
             )

@@ -103,6 +103,7 @@ class Watcher:
                             provider=event.provider,
                             units=event.units,
                             block_number=event.block_number,
+                            log_index=event.log_index,
                             tx_hash=event.tx_hash,
                             submitted_at=event.timestamp,
                             trainer_step=step,

@@ -161,13 +161,15 @@ class ChokingJudge:
 def test_a_file_the_checks_choke_on_does_not_block_the_queue(tmp_path: Path) -> None:
     db = Database(open_database(None, tmp_path))
     submissions, verdicts = Submissions(db), Verdicts(db)
-    keys = ["0x" + f"{i:064x}" for i in (1, 2, 3)]  # the first is the poison, judged first
+    keys = ["0x" + f"{i:064x}" for i in (1, 2, 3, 4)]  # the first is the poison, judged first
+    # Other nodes' files are not held by it; the poisoner's own next file waits (chain order per node).
+    nodes = ["0x" + "22" * 20, "0x" + "55" * 20, "0x" + "66" * 20, "0x" + "22" * 20]
     fetcher = Fetcher("http://127.0.0.1:9", _wallet(), tmp_path / "files", max_bytes=1 << 20, timeout=1)
     for key in keys:
         fetcher.path_for(key[2:]).write_bytes(b"already downloaded")
     with db.transaction() as s:
         for i, key in enumerate(keys):
-            s.add(SubmissionRow(pool_id=1, work_key=key, node="0x" + "22" * 20,
+            s.add(SubmissionRow(pool_id=1, work_key=key, node=nodes[i],
                                 provider="0x" + "33" * 20, units=1, block_number=10 + i,
                                 tx_hash="0x" + "44" * 32, submitted_at=0))  # fmt: skip
     judge = ChokingJudge(poison=keys[0][2:])
@@ -176,13 +178,14 @@ def test_a_file_the_checks_choke_on_does_not_block_the_queue(tmp_path: Path) -> 
     loop.run_once()
     got = {v.work_key: v for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
     assert got[keys[1]].verdict == got[keys[2]].verdict == "accept"  # judged despite the poison first
-    assert keys[0] not in got  # retried, not condemned on the first failure
+    assert keys[0] not in got and keys[3] not in got  # retried, not condemned on the first failure
     for _ in range(5):
         with db.transaction() as s:  # make it due again now (the backoff is what is under test elsewhere)
             s.get(SubmissionRow, (1, keys[0])).next_attempt_at = 0.0  # type: ignore[union-attr]
         loop.run_once()
     got = {v.work_key: v for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
     assert got[keys[0]].verdict == "soft_invalidate"  # never a slash: it may be our own bug
+    assert got[keys[3]].verdict == "accept" and got[keys[3]].id > got[keys[0]].id
     assert "could not judge this file in 3 attempts" in got[keys[0]].reasons
     assert judge.calls.count(keys[0][2:] + ".parquet") == 3
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "uploads"))
 
@@ -30,7 +31,7 @@ from validator.memory import LocalCheckpoints  # noqa: E402
 from validator.pipeline import Pipeline  # noqa: E402
 from validator.service import ValidatorService  # noqa: E402
 from validator.settings import ValidatorSettings  # noqa: E402
-from validator.store import SqlNodeWindows  # noqa: E402
+from validator.store import SqlNodeWindows, SubmissionRow  # noqa: E402
 from validator.task import TaskSettings  # noqa: E402
 from validator.watcher import Watcher  # noqa: E402
 from worker.cli import app as worker_app  # noqa: E402
@@ -309,8 +310,10 @@ def test_reorg_rewinds_by_block_hash(devnet, world, tmp_path) -> None:  # noqa: 
     watcher: Watcher = service.watcher
     watcher.poll()  # everything submitted so far is queued (this validator is new)
 
-    def queued() -> set[str]:
-        return {s.work_key for s in service.submissions.due(limit=1000)}
+    def queued() -> set[str]:  # pending, due now or held behind its node's earlier files
+        with watcher.db.transaction() as s:
+            rows = s.scalars(select(SubmissionRow.work_key).where(SubmissionRow.state == "pending"))
+            return set(rows)
 
     earlier = queued()
     snapshot = devnet.anvil.rpc("evm_snapshot")

@@ -96,11 +96,12 @@ def plan_derivation(ctx: FileContext) -> list[str]:
 
 def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
     """Grinding: a node must submit a step's batch counters in order, 1, 2, 3, ... (judged in chain
-    order). Seeds and prompts come from (node, step, counter), so a node that made 16 batches and
-    submitted only its best would otherwise choose its data. A counter past the next one (a gap) is
-    not paid: soft-invalidated, not slashed (an honest worker can leave a gap when an upload is refused
-    for good), and the count continues from it. So a ground batch is never paid nor trained on, and
-    a node that abstains from a bad batch forfeits the next one as well."""
+    order: the judge loop holds a node's file until its earlier ones have verdicts). Seeds and prompts
+    come from (node, step, counter), so a node that made 16 batches and submitted only its best would
+    otherwise choose its data. A counter past the next one (a gap) is not paid: soft-invalidated, not
+    slashed (an honest worker can leave a gap when an upload is refused for good), and the count
+    continues from it. So a ground batch is never paid nor trained on, and a node that abstains from a
+    bad batch forfeits the next one as well."""
     assert ctx.info is not None
     node = (ctx.submission.node or ctx.info.node_address).lower()
     key = f"{node}#{ctx.info.task_id}#step{ctx.info.step}"

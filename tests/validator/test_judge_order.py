@@ -1,0 +1,114 @@
+"""A node's files are judged in the order the chain recorded them (block, then log index), whatever
+held one back. The grinding rule compares each file's batch counter with the node's previous file, so
+a file judged ahead of its predecessor (whose download was being retried) took an honest node's pay:
+seen twice in the partition run of issue 21. Real SQLite store, real judge loop and fetcher (storage
+down = nothing listening), real counter rule."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import sqlalchemy
+
+from intellect.identity import Wallet
+from validator.fetch import Fetcher
+from validator.judging import JudgeLoop
+from validator.memory import MemoryNodeWindows
+from validator.store import Database, SubmissionRow, Submissions, Verdicts, open_database
+from validator.verdicts import Submission, Verdict
+
+A, B = "0x" + "aa" * 20, "0x" + "bb" * 20
+
+
+def key(i: int) -> str:
+    return "0x" + f"{i:064x}"
+
+
+class CounterJudge:
+    """Judges by the grinding rule alone: each file's batch counter (here: the file's text) must follow
+    the node's previous one, in judging order, as `counter_order` keeps it."""
+
+    def __init__(self) -> None:
+        self.windows = MemoryNodeWindows()
+        self.order: list[str] = []
+
+    def judge(self, path: Path, submission: Submission) -> Verdict:
+        counter = int(path.read_text())
+        assert submission.work_key is not None and submission.node is not None
+        self.order.append(submission.work_key)
+        window = self.windows.push(submission.pool_id, submission.node, {"counter": counter}, keep=2)
+        previous = int(window[-2]["counter"]) if len(window) > 1 else 0
+        if counter != previous + 1:
+            return Verdict(file=str(path), verdict="soft_invalidate", reasons=[f"grinding: {counter}"])
+        return Verdict(file=str(path), verdict="accept")
+
+
+def queue(db: Database, rows: list[tuple[str, str, int, int]]) -> None:
+    with db.transaction() as s:
+        for work_key, node, block, log_index in rows:
+            s.add(SubmissionRow(pool_id=1, work_key=work_key, node=node, provider="0x" + "33" * 20, units=1,
+                                block_number=block, log_index=log_index, tx_hash="0x" + "44" * 32,
+                                submitted_at=int(time.time())))  # fmt: skip
+
+
+def test_a_nodes_later_files_wait_for_the_one_whose_download_is_retried(tmp_path: Path) -> None:
+    db = Database(open_database(None, tmp_path))
+    submissions, verdicts = Submissions(db), Verdicts(db)
+    wallet = Wallet.from_key("0x" + "01" * 32)
+    fetcher = Fetcher("http://127.0.0.1:9", wallet, tmp_path / "files", max_bytes=1 << 20, timeout=1)
+    # A's batches 1, 2, 3; 1 and 2 in one block, where the log index (not the work key) is the order.
+    a1, a2, a3, b1 = key(9), key(3), key(7), key(5)
+    queue(db, [(a1, A, 10, 4), (a2, A, 10, 6), (b1, B, 10, 5), (a3, A, 11, 0)])
+    for work_key, counter in ((a2, 2), (a3, 3), (b1, 1)):  # a1 not downloaded yet: storage is down
+        fetcher.path_for(work_key[2:]).write_text(str(counter))
+    judge = CounterJudge()
+    loop = JudgeLoop(submissions, verdicts, fetcher, judge, fetch_window=600, vote=False, base_delay=0.0)
+
+    loop.run_once()
+    judged = {v.work_key: v for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
+    assert list(judged) == [b1], "only the other node's file may be judged while A's first is retried"
+    with db.transaction() as s:  # the retry's time has come (the backoff is tested elsewhere)
+        row = s.get(SubmissionRow, (1, a1))
+        assert row is not None and row.attempts == 1
+        row.next_attempt_at = 0.0
+    assert [r.work_key for r in submissions.due()] == [a1]  # A's later files are held, not due
+
+    fetcher.path_for(a1[2:]).write_text("1")  # storage is back
+    loop.run_once()
+    judged = {v.work_key: v for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
+    assert judge.order == [b1, a1, a2, a3]  # chain order: (10, 4), (10, 6), (11, 0)
+    assert {k: v.verdict for k, v in judged.items()} == dict.fromkeys((a1, a2, a3, b1), "accept")
+
+
+def test_out_of_order_judging_would_have_taken_the_pay(tmp_path: Path) -> None:
+    """The same counters judged in the order the old queue gave (block, then work key) are what the
+    rule punishes: the fix is the order, not a looser rule."""
+    judge = CounterJudge()
+    sub = Submission(node=A, pool_id=1, work_key=key(1))
+    verdicts = []
+    for counter in (1, 3, 2):
+        path = tmp_path / f"{counter}.txt"
+        path.write_text(str(counter))
+        verdicts.append(judge.judge(path, sub).verdict)
+    assert verdicts == ["accept", "soft_invalidate", "soft_invalidate"]
+
+
+def test_a_database_of_an_older_validator_gets_the_new_column(tmp_path: Path) -> None:
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'validator.db'}")
+    with engine.begin() as conn:  # the submissions table as validators before log_index wrote it
+        conn.execute(sqlalchemy.text(
+            "CREATE TABLE submissions (pool_id INTEGER NOT NULL, work_key VARCHAR(66) NOT NULL, "
+            "node VARCHAR(42) NOT NULL, provider VARCHAR(42) NOT NULL, units BIGINT NOT NULL, "
+            "block_number BIGINT NOT NULL, tx_hash VARCHAR(66) NOT NULL, submitted_at BIGINT NOT NULL, "
+            "trainer_step INTEGER, state VARCHAR(16) NOT NULL, attempts INTEGER NOT NULL, "
+            "next_attempt_at FLOAT NOT NULL, last_error TEXT, PRIMARY KEY (pool_id, work_key))"))  # fmt: skip
+        conn.execute(sqlalchemy.text(
+            f"INSERT INTO submissions VALUES (1, '{key(1)}', '{A}', '{B}', 1, 7, '0x', 0, NULL, 'pending', "
+            "0, 0.0, NULL)"))  # fmt: skip
+    engine.dispose()
+    db = Database(open_database(None, tmp_path))
+    due = Submissions(db).due()
+    assert [(r.work_key, r.log_index) for r in due] == [(key(1), 0)]
+    queue(db, [(key(2), A, 7, 3)])  # and new rows keep their log index
+    assert [r.work_key for r in Submissions(db).due()] == [key(1)]  # key(2) waits for key(1)
