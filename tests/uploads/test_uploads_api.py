@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import httpx
 import pytest
@@ -12,15 +13,18 @@ from uploads_world import Orchestrator, joined_nodes, make_healthy
 
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
+from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.storage import UploadGrant, UploadRequest
+from intellect.wire.tasks import TaskState
 
 RATE = 10
+GRACE = 6  # seconds a node that worked on a deleted task may still upload its files
 
 
 @pytest.fixture(scope="module")
 def world(devnet, redis_url, tmp_path_factory):
     orch = Orchestrator(devnet, redis_url, tmp_path_factory.mktemp("orch"), upload_max_bytes=4096,
-                        upload_rate_limit_per_minute=RATE).start()
+                        upload_rate_limit_per_minute=RATE, upload_grace_seconds=GRACE).start()
     nodes = joined_nodes(devnet, 5)
     make_healthy(orch, nodes)
     yield orch, nodes
@@ -149,3 +153,23 @@ def test_template_collision_is_a_clear_409(world) -> None:
     assert orch.request_upload(nodes[4], req(task, b"one")).status_code == 200
     r = orch.request_upload(nodes[4], req(task, b"two"))
     assert r.status_code == 409 and "CURRENT_FILE_INDEX" in r.json()["detail"]
+
+
+def test_files_in_flight_when_a_task_is_deleted_may_still_be_uploaded_for_a_while(world) -> None:
+    """A run that ends deletes its task while workers still upload what they made in its last seconds
+    (seen in the multi-host demo: an honest file refused, never paid). A node that reported working on
+    the task may upload its files for `upload_grace_seconds` after the deletion; a node that never did,
+    or later, is refused."""
+    orch, nodes = world
+    worker, stranger = nodes[3], nodes[4]
+    task = orch.create_task({"name": "ending", "image": "i"})
+    beat = HeartbeatRequest(task=TaskStatus(task_id=task, state=TaskState.RUNNING))
+    assert orch.heartbeat(worker, beat).status_code == 200  # the worker's report: it runs the task
+    assert orch.admin("DELETE", f"/tasks/{task}").status_code == 200
+    r = orch.request_upload(worker, req(task, os.urandom(32)))
+    assert r.status_code == 200, r.text
+    r = orch.request_upload(stranger, req(task, os.urandom(32)))
+    assert r.status_code == 403 and "nor did it work on it" in r.json()["detail"]
+    time.sleep(GRACE + 1)
+    r = orch.request_upload(worker, req(task, os.urandom(32)))
+    assert r.status_code == 403 and f"less than {GRACE} s ago" in r.json()["detail"]
