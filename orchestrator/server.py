@@ -111,7 +111,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sessions = session_factory(engine)
         live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
         keeper = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
-                             settings.effective_groups_interval)
+                             settings.effective_groups_interval, settings.group_failed_cooldown_seconds)
         scheduler = state.scheduler or GroupScheduler(state.group_key)
         ctx = Context(settings=settings, redis=redis, sessions=sessions, live=live,
                       book=NodeBook(sessions, live), tasks=TaskStore(sessions, TaskChanges(live, keeper)),

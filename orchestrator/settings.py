@@ -9,6 +9,7 @@ from pydantic_settings import SettingsConfigDict
 
 from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
+from orchestrator.groups.failures import FAILED_COOLDOWN_SECONDS
 from orchestrator.groups.topology import Topology, parse_topology_name
 
 
@@ -68,6 +69,11 @@ class OrchestratorSettings(IntellectSettings):
     upload_max_bytes: int = Field(default=1 << 30, ge=1, description="largest file a node may upload")
     upload_rate_limit_per_minute: int = Field(default=60, ge=1, description="requests per node a minute")
     upload_url_ttl_seconds: int = Field(default=900, ge=1)
+    upload_grace_seconds: int = Field(
+        default=600, ge=0,
+        description="a node that worked on a task may still upload its files this long after the task "
+        "was deleted (files in flight when a run ends are paid, not refused)",
+    )
     download_url_ttl_seconds: int = Field(default=300, ge=1)
 
     # ---- node groups ----
@@ -75,6 +81,12 @@ class OrchestratorSettings(IntellectSettings):
     topology_names: list[str] = Field(default_factory=list, description='parsed names, e.g. ["2x640GB"]')
     groups_interval_seconds: float | None = Field(
         default=None, gt=0, description="group reconcile period; default check_interval_seconds")
+    # A member whose task failed for good dissolves its group; its node is then kept out of groups for
+    # that task this long, or the next pass would re-form the same group and watch it fail again.
+    group_failed_cooldown_seconds: float = Field(
+        default=FAILED_COOLDOWN_SECONDS, ge=0, description="a node whose group task failed for good is "
+        "not grouped for that task again until this long after the failure (0: at once)",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _ttl_covers_interval(self) -> OrchestratorSettings:

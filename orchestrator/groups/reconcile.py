@@ -2,6 +2,8 @@
 
 `reconcile(session, topologies)` is one pass in one transaction; it returns what it changed so the
 caller bumps the plan version (every replica then rebuilds its Plan). Only the leader runs it.
+A member whose task failed for good breaks its group like a dead one, and its node sits out that task
+for a cooldown (`orchestrator/groups/failures.py` says why).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from sqlalchemy.orm import Session
 
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata, NodeState
 from intellect.wire.tasks import TaskSpec, TaskState
+from orchestrator.groups.failures import (
+    FAILED_COOLDOWN_SECONDS,
+    failed_assignments,
+    failed_members,
+    recently_failed,
+)
 from orchestrator.groups.formation import Candidate, form_groups, merge_candidates, ring_order
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
@@ -81,19 +89,21 @@ def _dissolve(session: Session, group: NodeGroupRow, reason: str, changes: Chang
     changes.dissolved.append((group.id, reason))
 
 
-def _create(session: Session, topology: str, members: list[Candidate], task_id: str | None) -> str:
+def _create(session: Session, topology: str, members: list[Candidate], task_id: str | None) -> NodeGroupRow:
     gid = str(uuid.uuid4())
-    session.add(NodeGroupRow(id=gid, topology=topology, task_id=task_id, created_at=utcnow()))
+    group = NodeGroupRow(id=gid, topology=topology, task_id=task_id, created_at=utcnow())
+    session.add(group)
     session.flush()  # the group row first: members reference it
     for position, member in enumerate(ring_order(members)):
         session.add(GroupMemberRow(node_address=member.address, group_id=gid, position=position,
                                    p2p_address=member.p2p_address))
     audit(session, "groups", "group_formed", gid, topology=topology, task=task_id,
           members=[m.address for m in members])
-    return gid
+    return group
 
 
-def reconcile(session: Session, configured: dict[str, Topology]) -> Changes:
+def reconcile(session: Session, configured: dict[str, Topology],
+              failed_cooldown_seconds: float = FAILED_COOLDOWN_SECONDS) -> Changes:
     changes = Changes()
     nodes = {row.address: row for row in session.scalars(select(NodeRow))}
     tasks = list(session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None))
@@ -114,7 +124,9 @@ def reconcile(session: Session, configured: dict[str, Topology]) -> Changes:
     for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
         members.setdefault(member.group_id, []).append(member)
 
-    # 1. dissolve: a member died (or left the books), or the group's task is gone / no longer fits it
+    failed = failed_assignments(session, allowed)
+    # 1. dissolve: a member died (or left the books) or its task failed for good, or the group's task is
+    #    gone / no longer fits it
     for gid, group in list(groups.items()):
         bad = [m.node_address for m in members[gid]
                if m.node_address not in nodes or nodes[m.node_address].state not in MEMBER_OK]
@@ -129,6 +141,8 @@ def reconcile(session: Session, configured: dict[str, Topology]) -> Changes:
             reason = f"task {group.task_id} was deleted"
         elif group.task_id is not None and group.topology not in {t.name for t in allowed[group.task_id]}:
             reason = f"task {group.task_id} no longer allows topology {group.topology}"
+        else:
+            reason = failed_members(group, members[gid], failed)
         if reason:
             _dissolve(session, group, reason, changes)
             del groups[gid]
@@ -150,30 +164,42 @@ def reconcile(session: Session, configured: dict[str, Topology]) -> Changes:
                 for gid in (a, b):
                     _dissolve(session, groups.pop(gid), "merged", changes)
                     members.pop(gid)
-                new = _create(session, topology.name, joined, task_id)
+                merged = _create(session, topology.name, joined, task_id)
+                new = merged.id
                 changes.merged.append((a, b, new))
-                groups[new] = session.get(NodeGroupRow, new)  # type: ignore[assignment]
+                groups[new] = merged
                 members[new] = list(session.scalars(select(GroupMemberRow).where(
                     GroupMemberRow.group_id == new).order_by(GroupMemberRow.position)))
 
-    # 3. form groups from Healthy ungrouped nodes, for the topologies live tasks ask for
+    # 3. form groups from Healthy ungrouped nodes, for the topologies live tasks ask for, one topology
+    #    after another; a node whose task failed lately joins a topology only if another task wants it
     wanted: list[Topology] = []
     for topologies in allowed.values():
         wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
+    sitting_out = recently_failed(failed, failed_cooldown_seconds, utcnow())
     grouped = {m.node_address for ms in members.values() for m in ms}
     free = [candidate(row) for row in nodes.values()
             if row.state == NodeState.HEALTHY.value and row.address not in grouped]
-    for proposal in form_groups(free, wanted):
-        gid = _create(session, proposal.topology.name, proposal.members, None)
-        groups[gid] = session.get(NodeGroupRow, gid)  # type: ignore[assignment]
-        changes.formed.append(gid)
+    addresses = {gid: {m.node_address for m in ms} for gid, ms in members.items()}
+    for topology in wanted:
+        users = [tid for tid, tops in allowed.items() if topology.name in {t.name for t in tops}]
+        eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
+        for proposal in form_groups(eligible, [topology]):
+            formed = _create(session, proposal.topology.name, proposal.members, None)
+            gid = formed.id
+            groups[gid] = formed
+            addresses[gid] = {m.address for m in proposal.members}
+            free = [c for c in free if c.address not in addresses[gid]]
+            changes.formed.append(gid)
 
-    # 4. every group without a task gets the live task allowing its topology with the fewest groups
+    # 4. every group without a task gets the live task allowing its topology with the fewest groups,
+    #    among those none of its members sits out
     load = {tid: sum(1 for g in groups.values() if g.task_id == tid) for tid in allowed}
     for gid, group in groups.items():
         if group.task_id is not None:
             continue
-        fits = [tid for tid, tops in allowed.items() if group.topology in {t.name for t in tops}]
+        fits = [tid for tid, tops in allowed.items() if group.topology in {t.name for t in tops}
+                and not addresses.get(gid, set()) & sitting_out.get(tid, set())]
         if fits:
             chosen = min(fits, key=lambda tid: load[tid])  # `allowed` is oldest first: ties go to the oldest
             group.task_id = chosen

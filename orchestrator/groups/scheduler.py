@@ -6,7 +6,8 @@ Plan (built on every replica when the task version moves; a dict lookup per hear
   replica derives the same one and only the group's members are told it);
 - any other node runs the newest live task without `allowed_topologies`.
 The loop (leader only) runs `reconcile` every `groups_interval_seconds` or when poked (a task was
-created or deleted) and bumps the version when anything changed.
+created or deleted) and bumps the version when anything changed; `failed_cooldown_seconds` is the
+`group_failed_cooldown_seconds` setting (how long a node whose group task failed sits that task out).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from intellect.wire.tasks import AssignedTask, GroupContext, Task
+from orchestrator.groups.failures import FAILED_COOLDOWN_SECONDS
 from orchestrator.groups.reconcile import Changes, reconcile
 from orchestrator.groups.topology import Topology
 from orchestrator.models import GroupMemberRow, NodeGroupRow, NodeRow, TaskRow
@@ -104,11 +106,13 @@ class GroupKeeper:
     """Runs `reconcile` on the leader: periodically and right after task changes (`poke`)."""
 
     def __init__(self, sessions: Callable[[], Session], topologies: Callable[[], dict[str, Topology]],
-                 bump: Callable[[], Awaitable[int]], interval: float) -> None:
+                 bump: Callable[[], Awaitable[int]], interval: float,
+                 failed_cooldown_seconds: float = FAILED_COOLDOWN_SECONDS) -> None:
         self.sessions = sessions
         self.topologies = topologies
         self.bump = bump
         self.interval = interval
+        self.failed_cooldown_seconds = failed_cooldown_seconds
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
@@ -116,7 +120,7 @@ class GroupKeeper:
 
     def reconcile_once(self) -> Changes:
         with self.sessions() as session, session.begin():
-            return reconcile(session, self.topologies())
+            return reconcile(session, self.topologies(), self.failed_cooldown_seconds)
 
     async def run_once(self) -> Changes:
         changes = await run_in_threadpool(self.reconcile_once)
