@@ -50,6 +50,25 @@ class GroupVerdict:
     blamed: int | None = None  # the member at fault (None: accepted)
     reasons: list[str] = field(default_factory=list)
     failed_rows: dict[int, list[int]] = field(default_factory=dict)  # stage → rows whose proofs failed
+    stage_stats: list[StageStats] = field(default_factory=list)  # per stage, what the windows pool
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """One stage's proofs against the replay, summed over a batch's chunks: sums (not means) so that
+    a window of batches pools by adding (`pooled.py`), whatever the batches' sizes."""
+
+    chunks: int = 0
+    mant_sum: float = 0.0  # sum over chunks of the chunk's mantissa-error mean
+    exp_sum: int = 0  # sum over chunks of the chunk's exponent mismatches
+    median_chunks: int = 0  # chunks whose mantissa-error median is >= 1
+
+    @classmethod
+    def of(cls, verdicts: list[ProofVerdict]) -> StageStats:
+        chunks = [c for v in verdicts for c in v.chunks]
+        return cls(len(chunks), float(sum(c.mant_err_mean for c in chunks)),
+                   sum(c.exp_mismatches for c in chunks),
+                   sum(c.mant_err_median >= 1 for c in chunks))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,8 +134,9 @@ def judge_group(model: PreTrainedModel, plans: list[StagePlan], rows: GroupRows,
                    for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True))]  # fmt: skip
         verdicts.append(verify_proofs_batch(hiddens, rows.stage_proofs[stage.index], th.chunk))
     token_faults = _token_faults(logits, rows, th)
+    stats = [StageStats.of(v) for v in verdicts]
     if not token_faults and all(v.passed for stage in verdicts for v in stage):
-        return GroupVerdict(True)
+        return GroupVerdict(True, stage_stats=stats)
     for stage in plans:
         stage_verdicts = verdicts[stage.index]
         if stage.last:
