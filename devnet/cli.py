@@ -107,6 +107,11 @@ def up(
         "inflated-units | none",
     ),
     timeout: float = typer.Option(3600, help="--demo: give up after this many seconds"),
+    pipeline: int = typer.Option(
+        0, help="--demo: rollouts made by node groups of this many members (2 or 3), one model stage "
+        "each; --cheat then names what one member does: weights | skip | noise | other-prompt | "
+        "forge-token | none (default weights)",
+    ),
     hosts: bool = typer.Option(
         False, "--hosts", help="every process on a host of its own (network namespaces, root): worker 1 "
         "public, the others behind a NAT home router; `devnet partition A B` cuts a link",
@@ -116,9 +121,13 @@ def up(
     """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
     then Redis, discovery, the orchestrator and workers that join the pool. With --demo, also the
     trainer and validators, post the RL task and watch the reward rise and the cheater get slashed."""
-    plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout)
-    count = workers if workers is not None else (4 if demo else 2)
+    if pipeline and cheat == "forged-reward":  # the single-node default names no member's cheat
+        cheat = "weights"
+    plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout,
+                             pipeline=pipeline)  # fmt: skip
+    count = workers if workers is not None else ((2 * pipeline or 4) if demo else 2)
     worker_env: dict[int, dict[str, str]] = {}
+    groups: str | None = None  # the topology the orchestrator forms (--pipeline)
     was_running = False  # a devnet already ran here before this `up` (a failure then stops nothing)
     try:
         if demo:
@@ -131,15 +140,18 @@ def up(
                 err.print(f"a new demo run: stopping the devnet in {directory} and removing its state")
                 network.down(directory, purge=True, progress=lambda msg: None)
             if plan.cheat != "none":
-                worker_env[count] = {
-                    "INTELLECT_WORKER_TASK_ENV": json.dumps({"INTELLECT_INFER_CHEAT": plan.cheat})
-                }
+                worker_env[count] = {"INTELLECT_WORKER_TASK_ENV": json.dumps(plan.cheat_env())}
+            if plan.pipeline:
+                if count < plan.pipeline:
+                    raise demo_mod.DemoError(f"--pipeline {plan.pipeline} needs at least {plan.pipeline} "
+                                             "workers")  # fmt: skip
+                groups = plan.topology
         previous = DevnetState.load(directory.resolve())
         was_running = previous is not None and any(p.alive() for p in previous.processes)
         with console.status("bringing the devnet up") as status:
             state = network.up(
                 directory, port, progress=lambda msg: status.update(msg), workers=count, runtime=runtime,
-                worker_env=worker_env, hosts=hosts,
+                worker_env=worker_env, hosts=hosts, groups=groups,
             )  # fmt: skip
             if demo:
                 status.update("recording the validators and the slashing quorum on chain")

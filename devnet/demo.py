@@ -43,6 +43,11 @@ from workloads.trainer.checkpoints import CheckpointDir
 Progress = Callable[[str], None]
 REPO = Path(__file__).resolve().parents[1]
 CHEATS = ("forged-reward", "perturbed-model", "inflated-units")
+# What the cheating member of a pipeline group does, at whichever stage the orchestrator gives it
+# (workloads/pipeline/member.py): perturbed weights on one matrix of its layers, its layers skipped,
+# noise on (or another prompt's) activations it forwards (not at the last stage), greedy tokens
+# instead of the seed's draw (only at the last stage).
+PIPELINE_CHEATS = ("weights", "skip", "noise", "other-prompt", "forge-token")
 VALIDATOR_ROLES = ("validator", "validator-2", "validator-3")
 # Short on purpose: rewards of honest work mature within the demo, and the cheater's files are
 # still inside the invalidation window when the quorum votes (the defaults are a day).
@@ -77,16 +82,31 @@ class DemoPlan:
     n: int = 4
     max_new_tokens: int = 16
     files_per_step: int = 3
+    pipeline: int = 0  # members per node group (2 or 3): rollouts made by groups, one stage each
 
     def check(self) -> None:
         if not 1 <= self.validators <= len(VALIDATOR_ROLES):
             raise DemoError(f"--validators must be 1..{len(VALIDATOR_ROLES)}")
         if not 1 <= self.quorum <= self.validators:
             raise DemoError(f"--quorum must be 1..{self.validators} (the number of validators)")
-        if self.cheat not in (*CHEATS, "none"):
-            raise DemoError(f"--cheat {self.cheat!r}: use one of {', '.join(CHEATS)} or none")
+        cheats = PIPELINE_CHEATS if self.pipeline else CHEATS
+        if self.cheat not in (*cheats, "none"):
+            what = "a pipeline group's member" if self.pipeline else "a worker"
+            raise DemoError(f"--cheat {self.cheat!r} for {what}: use one of {', '.join(cheats)} or none")
+        if self.pipeline not in (0, 2, 3):
+            raise DemoError("--pipeline must be 2 or 3 (members per group; the tiny model has 4 layers)")
         if self.steps < 1:
             raise DemoError("--steps must be at least 1")
+
+    @property
+    def topology(self) -> str:
+        return f"{self.pipeline}x0GB"
+
+    def cheat_env(self) -> dict[str, str]:
+        """What the cheating operator injects into every task its worker runs."""
+        if self.cheat == "none":
+            return {}
+        return {"INTELLECT_PIPELINE_CHEAT" if self.pipeline else "INTELLECT_INFER_CHEAT": self.cheat}
 
 
 @dataclass
@@ -127,6 +147,8 @@ def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str])
     """The RL rollout task every worker runs: follow the trainer's step counter, fetch its checkpoints
     from the broadcast relays, write TOPLOC-proved rollout files that the worker uploads and records
     on chain."""
+    if plan.pipeline:
+        return pipeline_task_spec(plan, trainer_url, runtime, relays)
     in_container = runtime == "docker"
     # What the validators judge by: the workload plug-in checks these when the task is POSTed and
     # passes them to the program as its INTELLECT_INFER_* env vars.
@@ -157,6 +179,33 @@ def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str])
         "workload": {"type": "inference", "settings": settings},
         "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.inference"],
         "env_vars": env,
+    }
+
+
+def pipeline_task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str]) -> dict[str, Any]:
+    """The same RL run with the rollouts made by node groups: each member of a `pipeline`-member group
+    holds its stage of the trainer's checkpoint, the driver follows the trainer's step, every member
+    uploads its copy of each batch (the rollout schema's fields, and every stage's proofs)."""
+    in_container = runtime == "docker"
+    settings: dict[str, Any] = {
+        "dataset": "reverse", "batch_size": plan.batch_size, "n": plan.n,
+        "max_new_tokens": plan.max_new_tokens, "batches": 100_000, "target_lengths": [8],
+        "length_penalty": 0.0003, "step_url": f"{trainer_url}/step",
+        "checkpoint_source": "broadcast:" + ",".join(relays), "poll_seconds": 0.5,
+        "files_per_step": plan.files_per_step, "step_patience_seconds": 20, "timeout_seconds": 120,
+    }  # fmt: skip
+    env = {"OMP_NUM_THREADS": "1"}
+    if not in_container:
+        env["PYTHONPATH"] = str(REPO)
+    return {
+        "name": f"demo-rl-reverse-pipeline-{plan.pipeline}",
+        "image": "intellect-workload:latest",
+        "workload": {"type": "pipeline", "settings": settings},
+        "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.pipeline.task"],
+        "env_vars": env,
+        "scheduling_config": {"plugins": {"node_groups": {"allowed_topologies": [plan.topology]}}},
+        # every member's copy of a batch has the same name: the node's address keeps them apart
+        "storage_config": {"file_name_template": "${TASK_ID}/${NODE_ADDRESS}/${ORIGINAL_NAME}"},
     }
 
 

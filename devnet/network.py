@@ -49,10 +49,12 @@ def up(
     runtime: str = "process",
     worker_env: dict[int, dict[str, str]] | None = None,
     hosts: bool = False,
+    groups: str | None = None,
 ) -> DevnetState:
     """Start (or resume) the devnet in `directory`; idempotent while it is running. `hosts`: every
     process on a host of its own (devnet/hosts.py), workers after the first behind NAT, uploads on a
-    storage host (devnet/storage.py)."""
+    storage host (devnet/storage.py). `groups`: a node-group topology the orchestrator forms (e.g.
+    `2x0GB`), every worker with a P2P port for its group's links."""
     from devnet.services import start_services
 
     if not 0 <= workers <= MAX_WORKERS:
@@ -70,7 +72,7 @@ def up(
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state
     state.processes = [p for p in state.processes if p.name == "anvil"]
-    return start_services(state, workers, runtime, progress, worker_env, placement)
+    return start_services(state, workers, runtime, progress, worker_env, placement, groups)
 
 
 def _chain_up(

@@ -7,6 +7,7 @@ by pid and `intellect devnet restart NAME` starts it again as it was.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ Progress = Callable[[str], None]
 def start_services(
     state: DevnetState, workers: int, runtime: str, progress: Progress,
     worker_env: dict[int, dict[str, str]] | None = None, placement: Placement | None = None,
+    groups: str | None = None,
 ) -> DevnetState:  # fmt: skip
     """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
     environment (the demo's cheating operator sets its task environment there). `placement`: each on
@@ -94,7 +96,8 @@ def start_services(
             "INTELLECT_ORCH_MANAGER_KEY": state.key_ref("pool-manager"),
             "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "2",
         }
-        | storage_env,
+        | storage_env
+        | ({"INTELLECT_ORCH_TOPOLOGY_NAMES": json.dumps([groups])} if groups else {}),
         directory,
         orchestrator_url,
     )
@@ -127,6 +130,7 @@ def start_services(
                 # Everything here listens on loopback: task containers share the host's network.
                 "INTELLECT_WORKER_TASK_NETWORK": "host",
             }
+            | ({"INTELLECT_WORKER_P2P_PORT": str(free_port())} if groups else {})
             | (worker_env or {}).get(index, {}),
             directory,
             # behind the home router nobody can call it, this machine neither: its health is its heartbeat

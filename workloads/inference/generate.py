@@ -27,6 +27,20 @@ def group_advantages(rewards: np.ndarray) -> np.ndarray:
     return (rewards - rewards.mean()) / (rewards.std() + 1e-6)
 
 
+def rewards_for(tasks: list[TaskRecord], texts: list[str], lengths: list[int], targets: list[int], n: int,
+                length_penalty: float) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(task rewards, length penalties, rewards, advantages) of rows prompt-major in groups of `n`
+    (`tasks` one per prompt): the verifier's score, minus `length_penalty` × |length − target|, and
+    the group-normalised advantage. One function for every workload, so a group's batch is scored
+    exactly as one node's."""
+    task_rewards = np.array([score(tasks[r // n], text) for r, text in enumerate(texts)], dtype=np.float64)
+    penalties = length_penalty * np.abs(np.asarray(lengths) - np.asarray(targets))
+    rewards = task_rewards - penalties
+    advantages = np.concatenate([group_advantages(rewards[g : g + n]) for g in range(0, len(rewards), n)])
+    return ([float(x) for x in task_rewards], [float(x) for x in penalties], [float(x) for x in rewards],
+            [float(x) for x in advantages])  # fmt: skip
+
+
 def proofs_for(completions: list[Completion]) -> list[bytes]:
     # One batched call: the modulus search and interpolation run once over every chunk of the batch.
     from workloads.toploc.proof import build_proofs_batch  # noqa: PLC0415 - proofs are optional
@@ -77,20 +91,11 @@ def make_rollouts(
         **({"stream_proofs": True} if with_proofs and stream_proofs else {}),
     )
     t1 = time.perf_counter()
-    task_rewards = np.array(
-        [
-            score(tasks[r // plan.n], completion_text(tokenizer, c.tokens))
-            for r, c in enumerate(completions)
-        ],
-        dtype=np.float64,
-    )
-    targets = np.repeat(np.asarray(plan.target_lengths), plan.n)
-    lengths = np.array([len(c.tokens) for c in completions])
-    penalties = length_penalty * np.abs(lengths - targets)
-    rewards = task_rewards - penalties
-    advantages = np.concatenate(
-        [group_advantages(rewards[g : g + plan.n]) for g in range(0, len(rewards), plan.n)]
-    )
+    targets = [t for t in plan.target_lengths for _ in range(plan.n)]
+    task_rewards, penalties, rewards, advantages = rewards_for(
+        tasks, [completion_text(tokenizer, c.tokens) for c in completions],
+        [len(c.tokens) for c in completions], targets, plan.n, length_penalty,
+    )  # fmt: skip
     t2 = time.perf_counter()
     proofs = proofs_for(completions) if with_proofs else [b""] * len(completions)
     t3 = time.perf_counter()

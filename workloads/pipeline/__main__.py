@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from workloads.pipeline.member import CHEATS, BatchRequest, GroupBundle, Member, StageOutput
+from workloads.pipeline.member import CHEATS, BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
 from workloads.pipeline.transport import MemberError, MemberLink
 
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_stages(args.model, args.members)[args.index]
         given = json.loads(args.request.read_text()) if args.request else None
         batches = given if isinstance(given, list) else [given] if given else []
-        requests = [BatchRequest(**r) for r in batches]
+        requests = [BatchRequest(**{**r, "policy": Policy.from_header(r["policy"])} if "policy" in r else r)
+                    for r in batches]  # fmt: skip
     except (StageError, OSError, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -8,7 +8,11 @@ seeds the validator expects.
 
 The format is JSON (`GroupFile`): a group batch is small (token ids, one 258-byte proof per 32
 positions per row and stage) and its whole shape is fixed, so a size cap before parsing and the
-schema bound it completely (no nesting the schema does not name).
+schema bound it completely (no nesting the schema does not name). Its rows carry every field of the
+single-node rollout schema (`workloads/rollouts.py`: rewards, advantages, the policy's step and
+checkpoint, problem ids, …), rows prompt-major in groups of `n` completions, so the trainer takes a
+group's batch like any rollout file (`to_rollouts`); the extra is the member list and every stage's
+proofs.
 """
 
 from __future__ import annotations
@@ -16,15 +20,19 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workloads.inference.selection import SEED_HIGH
-from workloads.pipeline.member import GroupBundle
+from workloads.inference.generate import rewards_for
+from workloads.inference.selection import SEED_HIGH, BatchPlan
+from workloads.pipeline.member import GroupBundle, Policy
+from workloads.rollouts import BatchInfo, Rollout
+from workloads.verifiers import TaskRecord
 
-FORMAT = "intellect-pipeline-batch/1"
+FORMAT = "intellect-pipeline-batch/2"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
@@ -50,16 +58,49 @@ class GroupFile(BaseModel):
     temperature: float = Field(gt=0)
     max_new_tokens: int = Field(ge=1)
     stage_proofs: list[list[str]]
+    # The rollout schema's per-row fields (rows prompt-major, `n` completions per prompt).
+    n: int = Field(ge=1)
+    step: int = Field(ge=0)
+    checkpoint_step: int = Field(ge=0)
+    checkpoint_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    problem_ids: list[str]
+    task_types: list[str]
+    target_lengths: list[int]
+    task_rewards: list[float]
+    length_penalties: list[float]
+    rewards: list[float]
+    advantages: list[float]
 
     @property
     def node(self) -> str:
         return self.members[self.stage]
 
+    @property
+    def policy(self) -> Policy:
+        return Policy(self.step, self.checkpoint_step, self.checkpoint_sha256)
+
     def bundle(self) -> GroupBundle:
         proofs = [[bytes.fromhex(p) for p in stage] for stage in self.stage_proofs]
         return GroupBundle(list(self.members), [list(p) for p in self.prompts],
                            [list(o) for o in self.outputs], [list(lp) for lp in self.logprobs],
-                           list(self.seeds), self.temperature, proofs)
+                           list(self.seeds), self.temperature, proofs, self.policy)
+
+    def to_rollouts(self) -> tuple[list[Rollout], BatchInfo]:
+        """The batch as rollout rows, as the trainer reads any rollout file; each row's proof is the last
+        stage's (a single node's proof of the same tokens)."""
+        last = [bytes.fromhex(p) for p in self.stage_proofs[-1]]
+        rows = [Rollout(input_tokens=self.prompts[i], output_tokens=self.outputs[i],
+                        output_logprobs=self.logprobs[i], advantages=self.advantages[i],
+                        rewards=self.rewards[i], task_rewards=self.task_rewards[i],
+                        length_penalties=self.length_penalties[i], proofs=last[i], step=self.step,
+                        target_lengths=self.target_lengths[i], task_type=self.task_types[i],
+                        seed=self.seeds[i], temperature=self.temperature, problem_id=self.problem_ids[i])
+                for i in range(len(self.prompts))]  # fmt: skip
+        info = BatchInfo(node_address=self.members[0], step=self.step, batch_counter=self.batch,
+                         group_size=self.n, max_new_tokens=self.max_new_tokens, model=self.model,
+                         checkpoint_step=self.checkpoint_step, checkpoint_sha256=self.checkpoint_sha256,
+                         task_id=self.task_id)  # fmt: skip
+        return rows, info
 
     def output_tokens(self) -> int:
         return sum(len(o) for o in self.outputs)
@@ -71,14 +112,46 @@ class GroupFile(BaseModel):
         return math.ceil(self.output_tokens() * (stop - start) / max(1, total_layers))
 
 
+@dataclass(frozen=True)
+class Scores:
+    """The batch's rewards, per row, as the single-node workload computes them (`score_rows`)."""
+
+    problem_ids: list[str]
+    task_types: list[str]
+    target_lengths: list[int]
+    task_rewards: list[float]
+    length_penalties: list[float]
+    rewards: list[float]
+    advantages: list[float]
+
+
+def score_rows(records: list[TaskRecord], plan: BatchPlan, texts: list[str], lengths: list[int],
+               length_penalty: float) -> Scores:  # fmt: skip
+    """Every member (and every validator) scores the batch alike: the verifiers are deterministic."""
+    tasks = [records[i] for i in plan.indexes]
+    targets = [t for t in plan.target_lengths for _ in range(plan.n)]
+    task_rewards, penalties, rewards, advantages = rewards_for(
+        tasks, texts, lengths, targets, plan.n, length_penalty)  # fmt: skip
+    return Scores([tasks[r // plan.n].problem_id for r in range(len(texts))],
+                  [tasks[r // plan.n].task_type for r in range(len(texts))], targets,
+                  task_rewards, penalties, rewards, advantages)  # fmt: skip
+
+
 def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, stage: int,
-                     layers: tuple[int, int], model: str, max_new_tokens: int, bundle: GroupBundle) -> Path:
+                     layers: tuple[int, int], model: str, max_new_tokens: int, bundle: GroupBundle,
+                     n: int, scores: Scores) -> Path:  # fmt: skip
+    policy = bundle.policy
     data = GroupFile(
         format=FORMAT, task_id=task_id, group_id=group_id, batch=batch, stage=stage, layers=layers,
         model=model,
         members=bundle.members, prompts=bundle.prompts, outputs=bundle.outputs, logprobs=bundle.logprobs,
         seeds=bundle.seeds, temperature=bundle.temperature, max_new_tokens=max_new_tokens,
         stage_proofs=[[p.hex() for p in stage] for stage in bundle.stage_proofs],
+        n=n, step=policy.step, checkpoint_step=policy.checkpoint_step,
+        checkpoint_sha256=policy.checkpoint_sha256, problem_ids=scores.problem_ids,
+        task_types=scores.task_types, target_lengths=scores.target_lengths,
+        task_rewards=scores.task_rewards, length_penalties=scores.length_penalties, rewards=scores.rewards,
+        advantages=scores.advantages,
     )  # fmt: skip
     part = path.with_name(path.name + ".part")
     part.write_text(data.model_dump_json())
@@ -101,8 +174,15 @@ def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:
         where = ".".join(str(p) for p in err["loc"]) or "file"
         raise GroupFileError(f"not a group batch: {where}: {err['msg']}") from None
     rows = len(data.prompts)
-    if not (len(data.outputs) == len(data.logprobs) == len(data.seeds) == rows):
-        raise GroupFileError("prompts, outputs, logprobs and seeds differ in count")
+    per_row = (data.outputs, data.logprobs, data.seeds, data.problem_ids, data.task_types,
+               data.target_lengths, data.task_rewards, data.length_penalties, data.rewards,
+               data.advantages)  # fmt: skip
+    if any(len(column) != rows for column in per_row):
+        raise GroupFileError("the per-row fields (outputs, logprobs, seeds, rewards, …) differ in count")
+    if rows % data.n or any(data.prompts[r] != data.prompts[r - r % data.n] for r in range(rows)):
+        raise GroupFileError(f"{rows} rows are not groups of n={data.n} completions of one prompt")
+    if any(len(text) > 256 for text in (*data.problem_ids, *data.task_types)):
+        raise GroupFileError("a problem id or task type over 256 characters")
     if len(data.stage_proofs) != len(data.members) or not 0 <= data.stage < len(data.members):
         raise GroupFileError(f"stage {data.stage} of {len(data.members)} members with "
                              f"{len(data.stage_proofs)} stages of proofs")  # fmt: skip
@@ -118,39 +198,56 @@ def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:
 
 
 def plan_group_batch(task_id: str, group_id: str, members: list[str], batch: int, dataset_size: int,
-                     batch_size: int) -> tuple[list[int], list[int]]:  # fmt: skip
-    """(dataset row indexes, sampling seeds) of batch `batch` (from 1) of a group: derived from the task,
-    the group and its members in stage order, so every member and every validator gets the same."""
-    if batch < 1 or dataset_size < 1 or batch_size < 1:
-        raise ValueError("batch, dataset_size and batch_size must be positive")
+                     batch_size: int, n: int = 1, target_lengths: list[int] | None = None) -> BatchPlan:
+    """Batch `batch` (from 1) of a group: `batch_size` dataset rows, `n` sampling seeds for each (rows
+    prompt-major) and a target length per prompt, derived from the task, the group and its members in
+    stage order, so every member and every validator gets the same."""
+    if batch < 1 or dataset_size < 1 or batch_size < 1 or n < 1:
+        raise ValueError("batch, dataset_size, batch_size and n must be positive")
     text = "|".join([task_id, group_id, ",".join(m.lower() for m in members), str(batch)])
     digest = hashlib.sha256(text.encode()).digest()
     rng = np.random.default_rng(list(np.frombuffer(digest, dtype=np.uint32)))
     indexes = rng.integers(0, dataset_size, batch_size)
-    seeds = rng.integers(0, SEED_HIGH, batch_size, dtype=np.int64)
-    return [int(i) for i in indexes], [int(s) for s in seeds]
+    seeds = rng.integers(0, SEED_HIGH, batch_size * n, dtype=np.int64)
+    targets = rng.choice(np.asarray(target_lengths or [0], dtype=np.int64), batch_size)
+    return BatchPlan(indexes=[int(i) for i in indexes], seeds=[int(s) for s in seeds],
+                     target_lengths=[int(t) for t in targets], n=n)  # fmt: skip
 
 
 def driver_problems(*, task_id: str, group_id: str, members: list[str], batch: int, batches: int,
-                    batch_size: int, max_new_tokens: int, temperature: float, bundle: GroupBundle,
-                    prompt_of: Callable[[int], list[int]], dataset_size: int) -> list[str]:  # fmt: skip
+                    batch_size: int, n: int, target_lengths: list[int], max_new_tokens: int,
+                    temperature: float, bundle: GroupBundle, prompt_of: Callable[[int], list[int]],
+                    dataset_size: int) -> list[str]:  # fmt: skip
     """What stage 0 alone decides about a batch and the task's rules say it must be: its number, its
     rows, their prompts and seeds (derived from task, group, members and number), their lengths, the
     temperature. Members check it before writing their file (a driver breaking it stops the group there);
     the validator checks it too, and a failure here is the driver's (stage 0), never another member's."""
     problems = []
-    if not 1 <= batch <= batches or len(bundle.prompts) != batch_size:
+    if not 1 <= batch <= batches or len(bundle.prompts) != batch_size * n:
         problems.append(f"bounds: batch {batch} of {len(bundle.prompts)} rows (the task: {batches} "
-                        f"batches of {batch_size})")  # fmt: skip
+                        f"batches of {batch_size} prompts × {n})")  # fmt: skip
     if bundle.temperature != temperature:
         problems.append(f"bounds: temperature {bundle.temperature!r}, the task's is {temperature!r}")
     if any(not 1 <= len(o) <= max_new_tokens for o in bundle.outputs):
         problems.append(f"bounds: an output of no tokens or over max_new_tokens ({max_new_tokens})")
     if not problems:
-        indexes, seeds = plan_group_batch(task_id, group_id, members, batch, dataset_size, batch_size)
-        if bundle.seeds != seeds or [list(p) for p in bundle.prompts] != [prompt_of(i) for i in indexes]:
+        plan = plan_group_batch(task_id, group_id, members, batch, dataset_size, batch_size, n,
+                                target_lengths)
+        prompts = [prompt_of(i) for i in plan.indexes for _ in range(n)]
+        if bundle.seeds != plan.seeds or [list(p) for p in bundle.prompts] != prompts:
             problems.append("plan: the prompts or seeds are not those (task, group, members, batch) derive")
     return problems
+
+
+def policy_problems(policy: Policy, async_level: int) -> list[str]:
+    """What every member checks of the driver's policy before writing its file (and a validator after):
+    the checkpoint is one the step's async window allows. (Whether the step was the trainer's at the
+    time only the driver could know: a validator blames that on stage 0 alone.)"""
+    step, checkpoint = policy.step, policy.checkpoint_step
+    if not step - async_level <= checkpoint <= step:
+        return [f"freshness: checkpoint of step {checkpoint} is outside [{step - async_level}, {step}] "
+                f"(async level {async_level})"]  # fmt: skip
+    return []
 
 
 def row_keys(data: GroupFile) -> list[str]:

@@ -24,6 +24,7 @@ batch holding the same `GroupBundle`: the file it uploads, and the one a validat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +49,36 @@ CHEATS: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Policy:
+    """The weights a batch is made with: the trainer's step it was made for and the checkpoint (its step,
+    0 = the base model, and the sha256 of its file). The driver picks it; it travels in the step-0
+    header so every member loads that checkpoint's layers before running the batch."""
+
+    step: int = 0
+    checkpoint_step: int = 0
+    checkpoint_sha256: str | None = None
+
+    @property
+    def weights(self) -> tuple[int, str | None]:
+        """What a member loads: the checkpoint (a new trainer step alone changes nothing to load)."""
+        return self.checkpoint_step, self.checkpoint_sha256
+
+    def header(self) -> dict[str, Any]:
+        return {"step": self.step, "checkpoint_step": self.checkpoint_step, "sha256": self.checkpoint_sha256}
+
+    @classmethod
+    def from_header(cls, header: Any) -> Policy:
+        if not isinstance(header, dict):
+            raise ValueError("a policy must be an object")
+        step, checkpoint, sha = header.get("step"), header.get("checkpoint_step"), header.get("sha256")
+        if not (isinstance(step, int) and isinstance(checkpoint, int) and 0 <= checkpoint <= step):
+            raise ValueError(f"a policy of step {step!r} with checkpoint {checkpoint!r}")
+        if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
+            raise ValueError("a checkpoint sha256 that is not 64 hex digits")
+        return cls(step, checkpoint, sha)
+
+
 @dataclass
 class BatchRequest:
     """What the driver (stage 0) is asked to generate."""
@@ -57,6 +88,7 @@ class BatchRequest:
     max_new_tokens: int
     temperature: float
     batch: int = 1  # its number in the task (named in every member's file)
+    policy: Policy = field(default_factory=Policy)
 
 
 @dataclass
@@ -70,17 +102,20 @@ class GroupBundle:
     seeds: list[int]
     temperature: float
     stage_proofs: list[list[bytes]]  # per stage, one proof per row
+    policy: Policy = field(default_factory=Policy)
 
     def header(self) -> dict[str, Any]:
         return {"kind": "bundle", "members": self.members, "prompts": self.prompts, "outputs": self.outputs,
                 "logprobs": self.logprobs, "seeds": self.seeds, "temperature": self.temperature,
-                "stage_proofs": [[p.hex() for p in stage] for stage in self.stage_proofs]}  # fmt: skip
+                "stage_proofs": [[p.hex() for p in stage] for stage in self.stage_proofs],
+                "policy": self.policy.header()}  # fmt: skip
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> GroupBundle:
         return cls(list(header["members"]), header["prompts"], header["outputs"], header["logprobs"],
                    header["seeds"], float(header["temperature"]),
-                   [[bytes.fromhex(p) for p in stage] for stage in header["stage_proofs"]])  # fmt: skip
+                   [[bytes.fromhex(p) for p in stage] for stage in header["stage_proofs"]],
+                   Policy.from_header(header["policy"]))  # fmt: skip
 
 
 @dataclass
@@ -104,8 +139,13 @@ class Member:
     """Runs `stage` in a group over `link`. `cheat` (tests and the demo only) makes it dishonest."""
 
     def __init__(self, stage: Stage, link: MemberLink | None, eos_token_id: int, pad_token_id: int,
-                 cheat: Cheat = "none", address: str = "") -> None:  # fmt: skip
+                 cheat: Cheat = "none", address: str = "",
+                 on_policy: Callable[[Policy], Stage] | None = None) -> None:  # fmt: skip
         self.stage, self.link = stage, link
+        # A follower told of a batch's policy (step-0 header) gets its stage for it from here (the task
+        # loads that checkpoint's layers); None: the stage it has serves every batch.
+        self.on_policy = on_policy
+        self.policy = Policy()
         self.address = address  # this member's node address, named in the bundle
         self.members: list[str] = []  # every member's address, stage order (`introduce`)
         self._batch = 1
@@ -114,7 +154,7 @@ class Member:
         self.plan = stage.plan
         self._proof_seconds = 0.0
         if cheat == "weights":
-            _perturb(stage)
+            perturb_stage(stage)
 
     def introduce(self) -> list[str]:
         """Before the first batch: a `hello` frame goes once round the ring, each member adding its node
@@ -169,8 +209,9 @@ class Member:
         shape: dict[str, Any] = {
             "lengths": lengths, "seeds": list(req.seeds), "max_new_tokens": req.max_new_tokens,
             "temperature": req.temperature, "prompts": [list(p) for p in req.prompts],
-            "members": self.members or [self.address], "batch": req.batch,
+            "members": self.members or [self.address], "batch": req.batch, "policy": req.policy.header(),
         }  # fmt: skip
+        self.policy = req.policy
         mask, pos = _mask_positions(lengths, width)
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
@@ -209,8 +250,9 @@ class Member:
         out_lengths = [len(t) for t in tokens]
         if self.plan.last:
             proofs = self._prove(sent.final(out_lengths)) if sent.rows else []
-            bundle = GroupBundle(self.members or [self.address], [list(p) for p in req.prompts], tokens,
-                                 logprobs, list(req.seeds), req.temperature, [proofs])  # fmt: skip
+            bundle = GroupBundle(self.members or [self.address], [list(p) for p in req.prompts],
+                                 tokens, logprobs, list(req.seeds), req.temperature, [proofs],
+                                 req.policy)  # fmt: skip
         else:
             assert self.link is not None
             proofs = self._prove(sent.rows_for(out_lengths))
@@ -229,9 +271,17 @@ class Member:
             raise MemberMisbehaved(link.prev, "a batch must start with step 0's activations")
         try:
             shape = {k: first.header[k] for k in ("lengths", "seeds", "max_new_tokens", "temperature",
-                                                   "prompts", "members", "batch")}  # fmt: skip
+                                                   "prompts", "members", "batch", "policy")}  # fmt: skip
+            policy = Policy.from_header(shape["policy"])
         except KeyError as exc:
             raise MemberMisbehaved(link.prev, f"a step-0 header without {exc}") from None
+        except ValueError as exc:
+            raise MemberMisbehaved(link.prev, f"a step-0 header with {exc}") from None
+        if self.on_policy is not None and policy.weights != self.policy.weights:
+            self.stage = self.on_policy(policy)  # that checkpoint's layers, before the batch's first step
+            if self.cheat == "weights":
+                perturb_stage(self.stage)
+        self.policy = policy
         lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
         prompts, members = shape["prompts"], list(shape["members"])
         if not isinstance(shape["batch"], int) or shape["batch"] < 1:
@@ -290,14 +340,14 @@ class Member:
         if self.plan.last:
             proofs = self._prove(sent.final(out_lengths))
             bundle = GroupBundle(shape["members"], [list(p) for p in prompts], tokens, logprobs, seeds,
-                                 float(shape["temperature"]), [*earlier, theirs, proofs])  # fmt: skip
+                                 float(shape["temperature"]), [*earlier, theirs, proofs], policy)  # fmt: skip
             link.send(bundle.header())
         else:
             proofs = self._prove(sent.rows_for(out_lengths))
             link.send({"kind": "end", "lengths": out_lengths})
             link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs],
                        "earlier": [[p.hex() for p in stage] for stage in [*earlier, theirs]]})  # fmt: skip
-            bundle = self._take_bundle(proofs, None)
+            bundle = self._take_bundle(proofs, None, [*earlier, theirs])
         return self._output(proofs, tokens, logprobs, bundle)
 
     def _output(self, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
@@ -307,10 +357,13 @@ class Member:
         return StageOutput(self.plan.index, layers, proofs, tokens, logprobs, finished, bundle=bundle,
                            batch=self._batch)
 
-    def _take_bundle(self, proofs: list[bytes], tokens: list[list[int]] | None) -> GroupBundle:
+    def _take_bundle(self, proofs: list[bytes], tokens: list[list[int]] | None,
+                     before: list[list[bytes]] | None = None) -> GroupBundle:  # fmt: skip
         """A non-last member: the batch's bundle, come round the ring from the last member. It must hold
-        this member's own proofs (and, at stage 0, its tokens and address); members before the last but
-        one pass it on."""
+        this member's own proofs (and, at stage 0, its tokens and address) and the earlier stages'
+        proofs as they reached it (`before`): otherwise a last member colluding with an earlier liar
+        could hand this member a bundle where the liar's proofs look honest, and the replay would
+        blame this member for what it was fed. Members before the last but one pass it on."""
         assert self.link is not None
         frame = self.link.recv("bundle")
         try:
@@ -320,7 +373,8 @@ class Member:
         index = self.plan.index
         if (len(bundle.stage_proofs) != self.plan.members or bundle.stage_proofs[index] != proofs
                 or len(bundle.members) != self.plan.members or bundle.members[index] != self.address
-                or (tokens is not None and bundle.outputs != tokens)):
+                or (tokens is not None and bundle.outputs != tokens) or bundle.policy != self.policy
+                or (before is not None and bundle.stage_proofs[:index] != before)):
             raise MemberMisbehaved(self.link.prev, "a bundle that misstates this member's part of the batch")
         if index + 2 < self.plan.members:
             self.link.send(bundle.header())
@@ -412,7 +466,7 @@ def _mask_positions(lengths: list[int], width: int) -> tuple[torch.Tensor, torch
     return mask, (mask.cumsum(-1) - 1).clamp_min(0)
 
 
-def _perturb(stage: Stage, scale: float = 1e-2, seed: int = 3) -> None:
+def perturb_stage(stage: Stage, scale: float = 1e-2, seed: int = 3) -> None:
     """N(0, scale) on one matrix of the member's own layers."""
     weight = next(p for n, p in stage.model.named_parameters() if n.endswith("q_proj.weight"))
     g = torch.Generator().manual_seed(seed)

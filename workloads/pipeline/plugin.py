@@ -11,23 +11,32 @@ work_units`). Judging (`PipelineJudge`): the batch is judged once (one prefill, 
 then each member's file gets its verdict: the whole batch accepted → every member paid; a member
 blamed → its file `invalidate` (slashed by the quorum), every other member's `soft_invalidate` (not
 paid, the batch was bad; never slashed); nobody blamed → everyone's `soft_invalidate`.
+
+A batch accepted chunk by chunk is then judged over the member's window (`pooled.py`): its recent
+files of the same group, pooled per stage, catch a perturbation no single small file shows; the same
+verdicts follow (the member blamed over the window `invalidate`, the others `soft_invalidate`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, with_program
+from intellect.workloads import FileJudge, NodeWindows, ValidatorEnv, WorkloadSettingsError, with_program
 from workloads.pipeline.member import CHEATS
 from workloads.pipeline.task import ENV_PREFIX
+
+if TYPE_CHECKING:
+    from workloads.pipeline.pooled import PooledVerdict
+    from workloads.pipeline.verify import StageStats
 
 IMAGE = "intellect-workload:latest"
 ENTRYPOINT = ["python3", "-m", "workloads.pipeline.task"]
@@ -49,10 +58,20 @@ class PipelineSettings(BaseModel):
     model: str = Field("tiny", max_length=500)
     dataset: str = Field("reverse", max_length=500)
     batch_size: int = Field(8, ge=1, le=256)
+    n: int = Field(1, ge=1, le=64, description="completions per prompt (GRPO group size)")
     batches: int = Field(4, ge=1, le=100_000)
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(1.0, gt=0, le=10)
+    target_lengths: list[int] = Field([8], min_length=1, max_length=64)
+    length_penalty: float = Field(0.0, ge=0)
     timeout_seconds: float = Field(60.0, gt=0, le=3600)
+    # Following a trainer (an RL run): see task.py and policy.py.
+    step_url: str | None = Field(None, max_length=2000)
+    checkpoint_source: str | None = Field(None, max_length=4000)
+    async_level: int = Field(2, ge=0, le=64)
+    poll_seconds: float = Field(2.0, gt=0, le=600)
+    files_per_step: int = Field(0, ge=0, le=100_000)
+    step_patience_seconds: float = Field(20.0, gt=0, le=3600)
     cheat: str = Field("none", description="demos and tests only")
     cheat_stage: int = Field(-1, ge=-1, le=63)
 
@@ -67,6 +86,11 @@ def topology_members(name: str) -> int | None:
     """`2x0GB` → 2 (the member count a topology name starts with), None when it names none."""
     head = name.split("x", 1)[0]
     return int(head) if head.isdigit() and "x" in name else None
+
+
+# A batch's group verdict, kept for its other members' files: accepted, the stage blamed, why, and
+# every stage's statistics (what the windows pool).
+_BatchVerdict = tuple[bool, int | None, list[str], list["StageStats"]]
 
 
 class PipelinePlugin:
@@ -104,7 +128,9 @@ class PipelinePlugin:
     def render(self, spec: TaskSpec, settings: BaseModel) -> TaskSpec:
         env = dict(spec.env_vars)
         for name, value in settings.model_dump().items():
-            env[ENV_PREFIX + name.upper()] = str(value)
+            if value is None:
+                continue  # unset: the member's own default (None), not the string "None"
+            env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, list) else str(value)
         for name, value in RUNTIME_ENV.items():
             env[ENV_PREFIX + name] = value
         return with_program(spec, env, IMAGE, ENTRYPOINT)
@@ -136,8 +162,25 @@ class PipelineJudge:
         self.tokenizer = load_tokenizer(task.model)
         self.model = load_model(task.model, dtype=torch.bfloat16)
         self.layers = int(self.model.config.num_hidden_layers)
-        self._verdicts: OrderedDict[str, tuple[bool, int | None, list[str]]] = OrderedDict()
+        # The trainer's checkpoints (an RL run: the validator's step URL), else the shipped weights; the
+        # model holds one checkpoint at a time, loaded when a batch names another.
+        from validator.checkpoints import TrainerCheckpoints
+        from validator.memory import LocalCheckpoints
+        from validator.verdicts import CheckpointSource
+
+        self.checkpoints: CheckpointSource = (
+            TrainerCheckpoints(env.step_url, env.data_dir / "checkpoints", task.model) if env.step_url
+            else LocalCheckpoints(task.model))  # fmt: skip
+        base = LocalCheckpoints(task.model).checkpoint_for(0)
+        self._holds: tuple[int, str] | None = (0, base[1]) if base else None
+        self._verdicts: OrderedDict[str, _BatchVerdict] = OrderedDict()
         self.keep = keep
+        if env.windows is None:
+            from validator.memory import MemoryNodeWindows
+
+            self.windows: NodeWindows = MemoryNodeWindows()
+        else:
+            self.windows = env.windows
 
     def judge(self, path: Path, submission: Submission) -> Verdict:
         from workloads.pipeline.files import GroupFileError, read_group_file, row_keys
@@ -165,6 +208,10 @@ class PipelineJudge:
             return verdict("invalidate", [f"schema: {exc}"])
         rows, tokens = len(data.prompts), data.output_tokens()
         reasons = self._task_rules(data, submission)
+        hard, soft, drivers = self._policy_rules(data, submission)
+        reasons += hard + (drivers if data.stage == 0 else [])
+        if not reasons:
+            reasons += self._reward_problems(data)
         if self.env.seen.file_seen(submission.pool_id, sha):
             reasons.append("duplicates: this file was already submitted")
         keys = row_keys(data)
@@ -173,10 +220,18 @@ class PipelineJudge:
         if reasons:
             self.env.seen.remember(submission.pool_id, sha, keys)
             return verdict("invalidate", reasons, rows, tokens)
-        accepted, blamed, why = self._group_verdict(data)
+        if drivers:  # the driver's choice of step, which no other member could check: not paid
+            driven = f"group: the driver (stage 0) made the batch for a step it could not have: {drivers[0]}"
+            return verdict("soft_invalidate", [driven], rows, tokens)
+        if soft:  # what depends on this validator's timing, or a checkpoint it cannot have: never slashed
+            return verdict("soft_invalidate", soft, rows, tokens)
+        key, (accepted, blamed, why, stats) = self._group_verdict(data)
         self.env.seen.remember(submission.pool_id, sha, keys)
         if accepted:
-            return verdict("accept", [], rows, tokens)
+            pooled = self._pooled_verdict(data, submission, key, stats)
+            if not pooled.out:
+                return verdict("accept", [], rows, tokens)
+            blamed, why = pooled.blamed, pooled.reasons
         if blamed == data.stage:
             return verdict("invalidate", why, rows, tokens)
         whom = f"member {blamed} ({data.members[blamed]})" if blamed is not None else "no member"
@@ -211,29 +266,103 @@ class PipelineJudge:
                        f"{data.work_units(self.layers)}")  # fmt: skip
         driver = driver_problems(
             task_id=data.task_id, group_id=data.group_id, members=data.members, batch=data.batch,
-            batches=t.batches, batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
+            batches=t.batches, batch_size=t.batch_size, n=t.n, target_lengths=t.target_lengths,
+            max_new_tokens=t.max_new_tokens,
             temperature=t.temperature, bundle=data.bundle(), dataset_size=len(self.records),
             prompt_of=lambda i: list(self.tokenizer(self.records[i].prompt)["input_ids"]),
         )  # fmt: skip
         return own + driver
 
-    def _group_verdict(self, data: Any) -> tuple[bool, int | None, list[str]]:
+    def _policy_rules(self, data: Any, submission: Submission) -> tuple[list[str], list[str], list[str]]:
+        """(the submitter's fault, unverifiable, the driver's alone) about the batch's policy. Every member
+        checks the checkpoint's window and loads the checkpoint by its sha256 (`policy_problems`,
+        `Policies.stage`), so a file failing those is its own fault; whether the batch's step was ahead
+        of the trainer's only the driver could know; a step behind the window as this validator read it
+        late, or a checkpoint it can no longer fetch, is no proof of anything (soft)."""
+        from workloads.pipeline.files import policy_problems
+
+        level, trainer, step = self.task.async_level, submission.trainer_step, data.step
+        hard, soft, drivers = policy_problems(data.policy, level), [], []
+        if data.n != self.task.n:
+            hard.append(f"bounds: n={data.n} completions per prompt, the task's is {self.task.n}")
+        if trainer is not None and step > trainer:
+            drivers.append(f"freshness: step {step} is ahead of the trainer's step {trainer} at submission")
+        if trainer is not None and step < trainer - level:
+            soft.append(f"freshness: step {step} is behind the trainer's window [{trainer - level}, "
+                        f"{trainer}] as this validator read it")  # fmt: skip
+        known = self.checkpoints.checkpoint_for(data.checkpoint_step)
+        if known is None:
+            soft.append(f"freshness: no checkpoint of step {data.checkpoint_step} can be had from the "
+                        "trainer")  # fmt: skip
+        elif data.checkpoint_sha256 != known[1]:
+            hard.append(f"freshness: checkpoint sha256 {str(data.checkpoint_sha256)[:16]}… is not step "
+                        f"{data.checkpoint_step}'s {known[1][:16]}…")  # fmt: skip
+        return hard, soft, drivers
+
+    def _reward_problems(self, data: Any) -> list[str]:
+        """Each member scores the batch itself when it writes its file (the verifiers are deterministic):
+        rewards, penalties, advantages or problem ids that are not the task's are its own file's fault."""
+        from workloads.inference.generate import completion_text
+        from workloads.pipeline.files import plan_group_batch, score_rows
+
+        t = self.task
+        plan = plan_group_batch(data.task_id, data.group_id, list(data.members), data.batch,
+                                len(self.records), t.batch_size, t.n, t.target_lengths)  # fmt: skip
+        texts = [completion_text(self.tokenizer, o) for o in data.outputs]
+        want = score_rows(self.records, plan, texts, [len(o) for o in data.outputs], t.length_penalty)
+        floats = ("task_rewards", "length_penalties", "rewards", "advantages")
+        exact = ("problem_ids", "task_types", "target_lengths")
+        bad = [r for r in range(len(texts))
+               if any(abs(getattr(data, f)[r] - getattr(want, f)[r]) > 1e-4 for f in floats)
+               or any(getattr(data, f)[r] != getattr(want, f)[r] for f in exact)]  # fmt: skip
+        if bad:
+            return [f"rewards: rows {bad[:8]} carry rewards, advantages or problem ids that are not what the "
+                    "task's verifier gives"]  # fmt: skip
+        return []
+
+    def _load(self, checkpoint_step: int) -> None:
+        """The batch's checkpoint in the model (fetched and sha256-checked by `_policy_rules` already)."""
+        from workloads.model.loading import load_weights
+
+        known = self.checkpoints.checkpoint_for(checkpoint_step)
+        if known is None:
+            raise RuntimeError(f"the checkpoint of step {checkpoint_step} went away while judging")
+        if self._holds != (checkpoint_step, known[1]):
+            load_weights(self.model, known[0])
+            self._holds = (checkpoint_step, known[1])
+
+    def _pooled_verdict(self, data: Any, submission: Submission, key: str,
+                        stats: list[StageStats]) -> PooledVerdict:  # fmt: skip
+        """This member's window, fed with this batch (its own file, every other check passed, the batch
+        accepted chunk by chunk: `pooled.py` says why only such files feed it), pooled over the files
+        of this group, then the pooled rule."""
+        from workloads.pipeline.pooled import POOL_FILES, group_key, pool, pooled_blame, window_entry
+
+        group = group_key(data.task_id, data.group_id, list(data.members))
+        entry = window_entry(group, data.stage, key, stats)
+        window = self.windows.push(submission.pool_id, data.node, entry, POOL_FILES)
+        pooled, files = pool(window, group, data.stage)
+        return pooled_blame(pooled, files)
+
+    def _group_verdict(self, data: Any) -> tuple[str, _BatchVerdict]:
         from workloads.pipeline.stages import StagePlan, split_layers
         from workloads.pipeline.verify import GroupRows, judge_group
 
         key = hashlib.sha256(repr((data.group_id, data.batch, data.members, data.prompts, data.outputs,
-                                   data.logprobs, data.stage_proofs)).encode()).hexdigest()  # fmt: skip
+                                   data.logprobs, data.stage_proofs, data.checkpoint_step,
+                                   data.checkpoint_sha256)).encode()).hexdigest()  # fmt: skip
         if key in self._verdicts:
             self._verdicts.move_to_end(key)
-            return self._verdicts[key]
+            return key, self._verdicts[key]
+        self._load(data.checkpoint_step)
         bundle = data.bundle()
         count = len(data.members)
         plans = [StagePlan(i, count, r) for i, r in enumerate(split_layers(self.layers, count))]
         rows = GroupRows(bundle.prompts, bundle.outputs, bundle.logprobs, bundle.seeds, bundle.stage_proofs,
                          bundle.temperature)  # fmt: skip
         found = judge_group(self.model, plans, rows, int(self.tokenizer.pad_token_id or 0))
-        result = (found.accepted, found.blamed, list(found.reasons))
+        result = (found.accepted, found.blamed, list(found.reasons), list(found.stage_stats))
         self._verdicts[key] = result
         while len(self._verdicts) > self.keep:
             self._verdicts.popitem(last=False)
-        return result
+        return key, result

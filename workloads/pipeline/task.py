@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
-from workloads.pipeline.member import CHEATS, BatchRequest, Cheat, Member
+from workloads.pipeline.member import CHEATS, BatchRequest, Cheat, Member, Policy
 
 ENV_PREFIX = "INTELLECT_PIPELINE_"
 
@@ -37,12 +37,28 @@ class PipelineTaskSettings(IntellectSettings):
     model: str = Field("tiny", description="the model split across the group ('tiny': the shipped one)")
     dataset: str = Field("reverse", description="shipped set name or a .jsonl/.parquet path")
     batch_size: int = Field(8, ge=1, le=256, description="prompts per batch (file)")
+    n: int = Field(1, ge=1, le=64, description="completions per prompt (GRPO group size)")
     batches: int = Field(4, ge=1, le=100_000, description="batches the group makes, then the task ends")
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(1.0, gt=0, le=10)
+    target_lengths: list[int] = Field([8], min_length=1, description="target output lengths to draw from")
+    length_penalty: float = Field(0.0, ge=0, description="reward -= this × |len - target|")
+    # Following a trainer (an RL run), as the single-node inference workload does: the driver reads the
+    # trainer's step, picks the newest checkpoint within the async level, and every member loads that
+    # checkpoint's layers. Unset: step 0 and the shipped weights for every batch.
+    step_url: str | None = Field(None, description="trainer step-counter URL returning {'step': int}")
+    checkpoint_source: str | None = Field(None, description="as INTELLECT_INFER_CHECKPOINT_SOURCE")
+    async_level: int = Field(2, ge=0, le=64)
+    poll_seconds: float = Field(2.0, gt=0)
+    files_per_step: int = Field(0, ge=0, description="the driver waits after this many batches of one "
+                                "trainer step until the step moves (0: no cap)")
+    step_patience_seconds: float = Field(20.0, gt=0, description="…but no longer than this, then one more "
+                                         "batch (must stay below timeout_seconds: the members wait too)")
+    checkpoint_cache: Path = Path(".checkpoints")
     timeout_seconds: float = Field(60.0, gt=0, description="how long a peer may stay silent")
     cheat: str = Field("none", description="demos and tests only: the cheat of the member at cheat_stage")
-    cheat_stage: int = Field(-1, ge=-1, description="the stage that cheats (-1: none)")
+    cheat_stage: int = Field(-1, ge=-1, description="the stage that cheats (-1: whichever this member "
+                             "holds: the demo's cheating operator sets the cheat on its own worker)")
 
     # Filled by the worker from the task's template variables (runtime-owned, never the trainer's).
     group_id: str = ""
@@ -66,9 +82,14 @@ class PipelineTaskSettings(IntellectSettings):
             raise ValueError(f"cheat {self.cheat!r}: one of {', '.join(CHEATS)}")
         if not self.group_index < self.group_size:
             raise ValueError(f"group_index {self.group_index} is not in a group of {self.group_size}")
+        if self.files_per_step and self.step_patience_seconds >= self.timeout_seconds:
+            raise ValueError(f"step_patience_seconds {self.step_patience_seconds} must stay below "
+                             f"timeout_seconds {self.timeout_seconds} (the members wait for the driver)")
         data_dir = os.environ.get("INTELLECT_DATA_DIR")
         if data_dir and not self.output_dir.is_absolute():
             self.output_dir = Path(data_dir) / self.output_dir
+        if data_dir and not self.checkpoint_cache.is_absolute():
+            self.checkpoint_cache = Path(data_dir) / self.checkpoint_cache
         return self
 
 
@@ -84,8 +105,17 @@ def run(s: PipelineTaskSettings) -> int:
     import torch
 
     from workloads.datasets import load_dataset
+    from workloads.inference.generate import completion_text
     from workloads.model.loading import load_tokenizer
-    from workloads.pipeline.files import driver_problems, plan_group_batch, write_group_file
+    from workloads.pipeline.files import (
+        driver_problems,
+        plan_group_batch,
+        policy_problems,
+        score_rows,
+        write_group_file,
+    )
+    from workloads.pipeline.member import perturb_stage
+    from workloads.pipeline.policy import Policies, PolicyUnavailable
     from workloads.pipeline.stages import load_stage, plan_stages
     from workloads.pipeline.transport import MemberError, MemberLink, MemberMisbehaved
 
@@ -96,6 +126,7 @@ def run(s: PipelineTaskSettings) -> int:
               "(the task's ${GROUP_SECRET}, ${NEXT_P2P_ADDRESS}, ${WORKER_P2P_PORT})", file=sys.stderr)
         return 2
     plan = plan_stages(s.model, s.group_size)[s.group_index]
+    policies = Policies(s)
     stage = load_stage(s.model, plan)
     tok = load_tokenizer(s.model)
     link = None
@@ -107,11 +138,13 @@ def run(s: PipelineTaskSettings) -> int:
                           timeout=s.timeout_seconds, inbox_dial=None if listen_in else _tcp(s.inbox),
                           outbox_bind=f"tcp://0.0.0.0:{s.p2p_port + 1}" if listen_out else None)  # fmt: skip
         link.connect()
-    cheat = s.cheat if s.cheat_stage == s.group_index else "none"
+    cheat = s.cheat if s.cheat_stage in (-1, s.group_index) else "none"
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
-                    address=s.node_address)  # fmt: skip
+                    address=s.node_address, on_policy=lambda p: policies.stage(plan, p))  # fmt: skip
+    member.policy = Policy(0, 0, policies.base_sha256)  # what `load_stage` above loaded
     s.output_dir.mkdir(parents=True, exist_ok=True)
     records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file
+    paced_step, paced = -1, 0  # the trainer step of the driver's last batches, and how many it made
     try:
         members = member.introduce()
         for batch in range(1, s.batches + 1):
@@ -120,12 +153,26 @@ def run(s: PipelineTaskSettings) -> int:
                 continue  # made before a restart: the driver goes on from the first batch it lacks
             request = None
             if plan.first:
-                indexes, seeds = plan_group_batch(s.task_id, s.group_id, members, batch, len(records),
-                                                  s.batch_size)  # fmt: skip
-                prompts = [list(tok(records[i].prompt)["input_ids"]) for i in indexes]
+                if s.files_per_step and paced >= s.files_per_step:
+                    policy = policies.after(paced_step, s.step_patience_seconds)
+                else:
+                    policy = policies.choose()
+                if policy.step != paced_step:
+                    paced_step, paced = policy.step, 0
+                paced += 1
+                if policy.weights != member.policy.weights:
+                    member.stage = policies.stage(plan, policy)
+                    if cheat == "weights":
+                        perturb_stage(member.stage)
+                batch_plan = plan_group_batch(s.task_id, s.group_id, members, batch, len(records),
+                                              s.batch_size, s.n, s.target_lengths)  # fmt: skip
+                prompts = [list(tok(records[i].prompt)["input_ids"]) for i in batch_plan.indexes
+                           for _ in range(s.n)]  # fmt: skip
+                seeds = batch_plan.seeds
                 if cheat == "wrong-plan":  # tests: a driver that picks its own seeds
                     seeds = [seed + 1 for seed in seeds]
-                request = BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch)
+                request = BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch,
+                                       policy=policy)  # fmt: skip
             out = member.run_batch(request)
             assert out.bundle is not None
             number = out.batch
@@ -134,11 +181,12 @@ def run(s: PipelineTaskSettings) -> int:
                 continue  # this member already holds (and announced) it
             problems = driver_problems(
                 task_id=s.task_id, group_id=s.group_id, members=out.bundle.members, batch=number,
-                batches=s.batches,
-                batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                batches=s.batches, batch_size=s.batch_size, n=s.n, target_lengths=s.target_lengths,
+                max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                 bundle=out.bundle, prompt_of=lambda i: list(tok(records[i].prompt)["input_ids"]),
                 dataset_size=len(records),
             )  # fmt: skip
+            problems += policy_problems(out.bundle.policy, s.async_level)
             # The hello round told this member the members up to itself (stage 0: all of them).
             named = out.bundle.members
             if len(named) != s.group_size or named[: len(members)] != members:
@@ -146,15 +194,25 @@ def run(s: PipelineTaskSettings) -> int:
             # Never write (and be judged on) a batch the driver made against the task's rules.
             if problems and cheat != "wrong-plan":
                 raise MemberMisbehaved(0, "; ".join(problems))
+            bundle = out.bundle
+            batch_plan = plan_group_batch(s.task_id, s.group_id, bundle.members, number, len(records),
+                                          s.batch_size, s.n, s.target_lengths)  # fmt: skip
+            texts = [completion_text(tok, o) for o in bundle.outputs]
+            lengths = [len(o) for o in bundle.outputs]
+            scores = score_rows(records, batch_plan, texts, lengths, s.length_penalty)
             write_group_file(path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
                              layers=(plan.layers.start, plan.layers.stop), model=s.model,
-                             max_new_tokens=s.max_new_tokens, bundle=out.bundle)  # fmt: skip
+                             max_new_tokens=s.max_new_tokens, bundle=bundle, n=s.n,
+                             scores=scores)  # fmt: skip
             _announce(path, stage_layers_total(s.model))
             if number >= s.batches:
                 break
     except MemberError as exc:  # a peer died, stalled or misbehaved: this batch is dropped, nothing written
         print(f"error: {exc} (member {exc.member}); the batch is redone when the group runs again",
               file=sys.stderr)  # fmt: skip
+        return 3
+    except PolicyUnavailable as exc:  # this member cannot load the batch's checkpoint (yet)
+        print(f"error: {exc}; the batch is redone when the group runs again", file=sys.stderr)
         return 3
     finally:
         if link is not None:

@@ -34,7 +34,11 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 
-MAX_HEADER_BYTES = 64 * 1024
+# A frame's JSON header: a step's tokens, or at the end of a batch every stage's proofs and the whole
+# bundle (a batch of 64 rows × 16 tokens through 2 stages is ~200 KB of hex and token ids). Bounded
+# before it is parsed (a quarter of the link's frame limit, at least this); only the group's members
+# can send one at all.
+MIN_HEADER_BYTES = 64 * 1024
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
@@ -103,7 +107,8 @@ class MemberLink:
         self.inbox.curve_server = True
         self.inbox.curve_secretkey = secret
         self.inbox.curve_publickey = public
-        self.inbox.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + MAX_HEADER_BYTES)
+        self.max_header_bytes = max(MIN_HEADER_BYTES, max_frame_bytes // 4)
+        self.inbox.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + self.max_header_bytes)
         self.inbox.setsockopt(zmq.LINGER, 0)
         if inbox_dial is not None:
             self.inbox.connect(inbox_dial)
@@ -157,11 +162,14 @@ class MemberLink:
             except zmq.Again:
                 time.sleep(0.01)
         self.bytes_received += sum(len(p) for p in parts)
-        if len(parts) not in (1, 2) or len(parts[0]) > MAX_HEADER_BYTES:
+        if len(parts) not in (1, 2):
             raise MemberMisbehaved(self.prev, f"a frame of {len(parts)} parts")
+        if len(parts[0]) > self.max_header_bytes:
+            raise MemberMisbehaved(self.prev, f"a frame header of {len(parts[0])} bytes (limit "
+                                              f"{self.max_header_bytes})")  # fmt: skip
         try:
             header = json.loads(parts[0])
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             raise MemberMisbehaved(self.prev, "a frame header that is not JSON") from None
         if not isinstance(header, dict) or header.get("kind") not in (kind, "end"):
             raise MemberMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(header)[:100]}")

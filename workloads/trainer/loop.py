@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import structlog
@@ -23,7 +24,7 @@ import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from workloads.model.loading import load_model, load_tokenizer
-from workloads.rollouts import Rollout, RolloutSchemaError, read_rollouts
+from workloads.rollouts import BatchInfo, Rollout, RolloutSchemaError, read_rollouts
 from workloads.trainer.checkpoints import CheckpointDir, config_hash
 from workloads.trainer.grpo import (
     GrpoConfig,
@@ -36,6 +37,20 @@ from workloads.trainer.settings import TrainerSettings
 from workloads.trainer.sources import RolloutFile, RolloutSource
 
 log = structlog.get_logger(__name__)
+
+
+def read_batch(path: Path) -> tuple[list[Rollout], BatchInfo] | None:
+    """A rollout file's rows, or a pipeline group's batch (JSON, `workloads/pipeline/files.py`) as rows.
+    Every member of a group uploads its own copy of a batch and each copy is accepted and listed, so
+    only stage 0's copy is read (None for the others): a batch is trained on once."""
+    with open(path, "rb") as f:
+        head = f.read(1)
+    if head == b"{":
+        from workloads.pipeline.files import read_group_file  # noqa: PLC0415 (only for group batches)
+
+        data = read_group_file(path)
+        return data.to_rollouts() if data.stage == 0 else None
+    return read_rollouts(path)
 
 
 @dataclass
@@ -111,12 +126,16 @@ class Trainer:
         self.pending_files = []
         for f in fresh:
             try:
-                rows, info = read_rollouts(f.path)
+                read = read_batch(f.path)
             except (RolloutSchemaError, ValueError) as exc:
                 self.m_bad.inc()
                 self.consumed.add(f.file_id)
                 log.warning("rollout file refused", file=str(f.path), error=str(exc))
                 continue
+            if read is None:  # another member's copy of a group batch: its driver's copy is trained on
+                self.consumed.add(f.file_id)
+                continue
+            rows, info = read
             if info.step > self.step:
                 self.pending_files.append(f)
                 continue
