@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from devnet.state import DevnetState
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
@@ -20,6 +22,8 @@ INTELLECT = str(Path(sys.executable).parent / "intellect")
 STEPS = 3
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1900)
 def test_pipeline_demo_trains_on_group_batches_and_slashes_only_the_cheating_member(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     argv = [INTELLECT, "devnet", "up", "--demo", "--pipeline", "2", "--cheat", "skip",

@@ -74,6 +74,12 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
     assert env["INTELLECT_PIPELINE_P2P_PORT"] == "${WORKER_P2P_PORT}"
     assert env["INTELLECT_PIPELINE_INBOX"] == "${P2P_INBOX}"
     assert env["INTELLECT_PIPELINE_OUTBOX"] == "${P2P_OUTBOX}"
+    # validators check the stored (rendered) spec again: it passes and gives the same settings...
+    assert plugin.task_settings(rendered) == plugin.task_settings(task)
+    # ...while a rendered variable changed behind the settings' back is refused
+    changed = rendered.model_copy(update={"env_vars": {**env, "INTELLECT_PIPELINE_BATCHES": "9"}})
+    with pytest.raises(WorkloadSettingsError, match="pipeline settings go in workload.settings"):
+        plugin.task_settings(changed)
 
 
 # ---- members as tasks, and the judge (real processes) --------------------------------------------

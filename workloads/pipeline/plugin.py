@@ -93,6 +93,16 @@ def topology_members(name: str) -> int | None:
 _BatchVerdict = tuple[bool, int | None, list[str], list["StageStats"]]
 
 
+def _member_env(settings: BaseModel) -> dict[str, str]:
+    """The member program's environment: the task's settings and the group's templates."""
+    env = {}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue  # unset: the member's own default (None), not the string "None"
+        env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, list) else str(value)
+    return env | {ENV_PREFIX + name: value for name, value in RUNTIME_ENV.items()}
+
+
 class PipelinePlugin:
     """`workload: {"type": "pipeline", "settings": {...}}` with a group topology."""
 
@@ -108,8 +118,11 @@ class PipelinePlugin:
             raise WorkloadSettingsError(f"workload.settings.{where}", err["msg"]) from None
         if settings.cheat not in CHEATS:
             raise WorkloadSettingsError("workload.settings.cheat", f"one of {', '.join(CHEATS)}")
-        for key in spec.env_vars:
-            if key.startswith(ENV_PREFIX):
+        # A spec as the orchestrator stores it is rendered (validators read it back and check it again):
+        # its INTELLECT_PIPELINE_* variables are then exactly what rendering writes. Any other is refused.
+        rendered = _member_env(settings)
+        for key, value in spec.env_vars.items():
+            if key.startswith(ENV_PREFIX) and rendered.get(key) != value:
                 raise WorkloadSettingsError(f"env_vars.{key}", "pipeline settings go in workload.settings")
         if not spec.allowed_topologies:
             raise WorkloadSettingsError(TOPOLOGIES, "a pipeline task runs on node groups: name at least one "
@@ -126,14 +139,7 @@ class PipelinePlugin:
         return settings
 
     def render(self, spec: TaskSpec, settings: BaseModel) -> TaskSpec:
-        env = dict(spec.env_vars)
-        for name, value in settings.model_dump().items():
-            if value is None:
-                continue  # unset: the member's own default (None), not the string "None"
-            env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, list) else str(value)
-        for name, value in RUNTIME_ENV.items():
-            env[ENV_PREFIX + name] = value
-        return with_program(spec, env, IMAGE, ENTRYPOINT)
+        return with_program(spec, dict(spec.env_vars) | _member_env(settings), IMAGE, ENTRYPOINT)
 
     def work_units(self, path: Path) -> int:
         from workloads.pipeline.files import read_group_file
