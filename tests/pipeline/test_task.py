@@ -53,6 +53,8 @@ def test_the_pipeline_plugin_is_installed_through_the_entry_point() -> None:
         ({"temprature": 1.0}, None, "workload.settings.temprature", "not permitted"),
         ({}, ["5x0GB"], TOPOLOGIES, "5 members for a model of 4 layers"),
         ({"cheat": "lie"}, None, "workload.settings.cheat", "one of"),
+        ({"step_url": "http://t/step"}, None, "workload.settings", "go together"),
+        ({"files_per_step": 2, "step_patience_seconds": 90}, None, "workload.settings", "below timeout"),
     ],
 )
 def test_refused_settings_name_the_field(settings: dict, topologies: list[str] | None, field: str,

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
@@ -75,6 +75,17 @@ class PipelineSettings(BaseModel):
     cheat: str = Field("none", description="demos and tests only")
     cheat_stage: int = Field(-1, ge=-1, le=63)
 
+    @model_validator(mode="after")
+    def _follow_both(self) -> PipelineSettings:
+        # A driver following the trainer's step with no checkpoints would name the base model for every
+        # step: outside the async window as soon as the trainer moves, so no member would ever write.
+        if bool(self.step_url) != bool(self.checkpoint_source):
+            raise ValueError("step_url and checkpoint_source go together (following a trainer needs both)")
+        if self.files_per_step and self.step_patience_seconds >= self.timeout_seconds:
+            raise ValueError("step_patience_seconds must stay below timeout_seconds (the members wait for "
+                             "the driver)")  # fmt: skip
+        return self
+
 
 def model_layers(model: str) -> int:
     from workloads.pipeline.stages import plan_stages
@@ -114,8 +125,8 @@ class PipelinePlugin:
             settings = PipelineSettings.model_validate(given)
         except ValidationError as exc:
             err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "settings"
-            raise WorkloadSettingsError(f"workload.settings.{where}", err["msg"]) from None
+            where = ".".join(["workload.settings", *(str(p) for p in err["loc"])])
+            raise WorkloadSettingsError(where, err["msg"]) from None
         if settings.cheat not in CHEATS:
             raise WorkloadSettingsError("workload.settings.cheat", f"one of {', '.join(CHEATS)}")
         # A spec as the orchestrator stores it is rendered (validators read it back and check it again):
