@@ -154,20 +154,24 @@ class UploadService:
             audit(session, node, "upload_granted", row.id, key=key, sha256=body.sha256, size=body.size_bytes)
             return row
 
-    def _recently_deleted(self, node: str, task_id: str) -> AssignedTask | None:
-        """The task as it was assigned, when it was deleted less than `upload_grace_seconds` ago and this
-        node reported working on it: a run that ends deletes its task while workers still upload the
-        files they made in its last seconds, and refusing them would leave honest work unpaid. (Its group
-        is gone with it: a file name template that needs the group's values is answered 422.)"""
+    def _worked_on(self, node: str, task_id: str) -> AssignedTask | None:
+        """The task as it was assigned, when this node reported working on it and the task is live or was
+        deleted less than `upload_grace_seconds` ago. Files are made before they are uploaded: a run
+        that ends deletes its task, and a group that dissolves (a member lost or failed, a merge) leaves
+        its members unassigned, while their workers still upload what they made; refusing those files
+        would leave honest work unpaid. (The group is gone: a file name template that needs the group's
+        values is answered 422.)"""
         grace = timedelta(seconds=self.settings.upload_grace_seconds)
         with self.ctx().sessions() as session:
             task = session.get(TaskRow, task_id)
-            if task is None or task.deleted_at is None or utcnow() - task.deleted_at > grace:
+            if task is None or (task.deleted_at is not None and utcnow() - task.deleted_at > grace):
                 return None
-            worked = session.scalars(select(AssignmentRow.id).where(
-                AssignmentRow.task_id == task_id, AssignmentRow.node_address == node,
-                AssignmentRow.assigned_at <= task.deleted_at)).first()  # fmt: skip
-            return AssignedTask(task=task_from_row(task)) if worked is not None else None
+            worked = select(AssignmentRow.id).where(AssignmentRow.task_id == task_id,
+                                                    AssignmentRow.node_address == node)  # fmt: skip
+            if task.deleted_at is not None:
+                worked = worked.where(AssignmentRow.assigned_at <= task.deleted_at)
+            found = session.scalars(worked).first()
+            return AssignedTask(task=task_from_row(task)) if found is not None else None
 
     def _again(self, session: Session, row: UploadRow, node: str, body: UploadRequest,
                expires: datetime) -> UploadRow:
@@ -230,13 +234,13 @@ class UploadService:
         version = int(await ctx.redis.get(ctx.live.version_key) or 0)
         assigned = (await ctx.plans.current(version)).task_for(node)
         if assigned is None or assigned.task.id != body.task_id:
-            ended = await run_in_threadpool(self._recently_deleted, node, body.task_id)
-            if ended is None:
+            earlier = await run_in_threadpool(self._worked_on, node, body.task_id)
+            if earlier is None:
                 current = assigned.task.id if assigned else "none"
                 raise HTTPException(403, f"node {node} is not assigned task {body.task_id} (its task: "
-                                         f"{current}), nor did it work on it until its deletion less than "
-                                         f"{s.upload_grace_seconds} s ago")  # fmt: skip
-            assigned = ended
+                                         f"{current}), nor did it work on it (the task live, or deleted less "
+                                         f"than {s.upload_grace_seconds} s ago)")  # fmt: skip
+            assigned = earlier
         row = await run_in_threadpool(self._grant, node, body, assigned)
         grant = self.storage.grant_put(row.key, row.id, row.size, row.sha256, aware(row.expires_at))
         log.info("upload granted", node=node, task=body.task_id, key=row.key, size=row.size)

@@ -157,14 +157,19 @@ def test_template_collision_is_a_clear_409(world) -> None:
 
 def test_files_in_flight_when_a_task_is_deleted_may_still_be_uploaded_for_a_while(world) -> None:
     """A run that ends deletes its task while workers still upload what they made in its last seconds
-    (seen in the multi-host demo: an honest file refused, never paid). A node that reported working on
-    the task may upload its files for `upload_grace_seconds` after the deletion; a node that never did,
-    or later, is refused."""
+    (seen in the multi-host demo: an honest file refused, never paid), and a dissolved group leaves its
+    members unassigned with files in flight. A node that reported working on the task may upload its
+    files while the task lives and for `upload_grace_seconds` after its deletion; a node that never
+    did, or later, is refused."""
     orch, nodes = world
     worker, stranger = nodes[3], nodes[4]
     task = orch.create_task({"name": "ending", "image": "i"})
     beat = HeartbeatRequest(task=TaskStatus(task_id=task, state=TaskState.RUNNING))
     assert orch.heartbeat(worker, beat).status_code == 200  # the worker's report: it runs the task
+    newer = orch.create_task({"name": "next", "image": "i"})  # the node is moved on: the task still lives
+    assert orch.assigned(worker)["task"]["id"] == newer
+    r = orch.request_upload(worker, req(task, os.urandom(32)))
+    assert r.status_code == 200, r.text
     assert orch.admin("DELETE", f"/tasks/{task}").status_code == 200
     r = orch.request_upload(worker, req(task, os.urandom(32)))
     assert r.status_code == 200, r.text
@@ -173,3 +178,4 @@ def test_files_in_flight_when_a_task_is_deleted_may_still_be_uploaded_for_a_whil
     time.sleep(GRACE + 1)
     r = orch.request_upload(worker, req(task, os.urandom(32)))
     assert r.status_code == 403 and f"less than {GRACE} s ago" in r.json()["detail"]
+    assert orch.admin("DELETE", f"/tasks/{newer}").status_code == 200
