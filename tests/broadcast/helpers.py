@@ -8,16 +8,20 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import uvicorn
+from fastapi import FastAPI
 
 from intellect.net import free_port
 from tests.support.testing import ServerThread
 from workloads.broadcast.origin import create_origin_app
 from workloads.broadcast.relay import create_relay_app
+from workloads.broadcast.sendfile import server_options
 from workloads.broadcast.store import VersionStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,14 +52,26 @@ def complete_on(url: str, version: int) -> bool:
         return False
 
 
+class BroadcastServer(ServerThread):
+    """A ServerThread with the uvicorn options the broadcast CLI runs origins and relays with: shard
+    bodies go out by sendfile (workloads/broadcast/sendfile.py), as in production."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+                                timeout_graceful_shutdown=10, **server_options())  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
+
+
 def start_origin(root: Path, keep: int = 5) -> ServerThread:
     app = create_origin_app(VersionStore(root, keep=keep), shard_size=SHARD, poll_seconds=0.2)
-    return ServerThread(app).start()
+    return BroadcastServer(app).start()
 
 
 def start_relay(upstream: str, root: Path, keep: int = 5, shard_wait: float = 5.0) -> ServerThread:
     app = create_relay_app(upstream, VersionStore(root, keep=keep), poll_seconds=0.1, shard_wait=shard_wait)
-    return ServerThread(app).start()
+    return BroadcastServer(app).start()
 
 
 class RelayProcess:

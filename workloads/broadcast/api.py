@@ -3,7 +3,8 @@
 Ours: `GET /versions` (every known version, with `complete`; `?after=N&wait=S` long-polls: it answers
 the moment a version newer than N is held, so a new checkpoint reaches relays and waiting clients
 without a poll interval), `GET /v{N}/manifest.json`,
-`GET /v{N}/shard_{i:05d}.bin` (Range supported), `/health`, `/metrics`.
+`GET /v{N}/shard_{i:05d}.bin` (Range supported; sent by sendfile(2): sendfile.py), `/health`,
+`/metrics`.
 shardcast 0.3.2's, served from the same tree: `GET /distribution.txt` (`v{N}: {blake3}|{shards}` per
 COMPLETE version, oldest first), the same shard URLs, and `GET /data1.bin`, the probe its clients
 download from every server before anything else (they time it to seed their server scores).
@@ -16,7 +17,6 @@ Retry-After if it does not), so downstream transfers overlap the relay's own.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -27,9 +27,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from intellect.http_guard import guard
 from workloads.broadcast.manifest import parse_shard_name
+from workloads.broadcast.sendfile import ShardFile
 from workloads.broadcast.store import VersionStore
 
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 MAX_LONG_POLL = 30.0
 """The longest a `GET /versions?after=N&wait=S` may wait."""
 LONG_POLL_STEP = 0.05
@@ -40,7 +40,8 @@ that follows its relay shard by shard, and a look is one set lookup."""
 
 
 class ShardResponse(FileResponse):
-    """FileResponse with 1 MiB chunks: 16x fewer event-loop round trips than the 64 KiB default."""
+    """FileResponse with 1 MiB chunks: 16x fewer event-loop round trips than the 64 KiB default. Shards
+    are served by sendfile.ShardFile; this is bench/broadcast.py's raw baseline server."""
 
     chunk_size = 1 << 20
 
@@ -64,18 +65,6 @@ class ServeMetrics:
         complete = Gauge("broadcast_versions_complete", "versions with every shard", registry=self.registry)
         complete.set_function(lambda: sum(store.is_complete(v) for v in store.versions()))
         self.role = role
-
-
-def _range_length(header: str | None, size: int) -> int:
-    """Bytes a (single) Range request will send; the whole size when absent or unparsable."""
-    match = RANGE.match(header or "")
-    if not match or not (match.group(1) or match.group(2)):
-        return size
-    start, end = match.group(1), match.group(2)
-    if not start:
-        return min(size, int(end))
-    last = min(size - 1, int(end)) if end else size - 1
-    return max(0, last - int(start) + 1)
 
 
 def distribution_text(store: VersionStore) -> str:
@@ -151,6 +140,7 @@ def create_app(
              responses={200: {"content": {"application/octet-stream": {}}}, 206: {"description": "a range",
                         "content": {"application/octet-stream": {}}}})
     async def shard(version: int, name: str, request: Request) -> Response:
+        # response_class=FileResponse only documents the body (FastAPI's schema cannot read ShardFile)
         index = parse_shard_name(name)
         found = store.manifest(version)
         if found is None or index is None or not 1 <= index <= len(found.shards):
@@ -164,10 +154,13 @@ def create_app(
                     503, f"shard {index} of version {version} is still arriving", headers={"Retry-After": "1"}
                 )
             await asyncio.sleep(HOLD_POLL)
-        size = found.shard(index).size
+        try:
+            response = ShardFile(store.shard_path(version, index), request.headers.get("range"))
+        except FileNotFoundError:  # pruned since it was looked up
+            raise HTTPException(404, f"version {version} was pruned here") from None
         metrics.shards_served.inc()
-        metrics.bytes_served.inc(_range_length(request.headers.get("range"), size))
-        return ShardResponse(store.shard_path(version, index), media_type="application/octet-stream")
+        metrics.bytes_served.inc(response.end - response.start)
+        return response  # by sendfile under the origin's and relay's protocol (sendfile.py)
 
     @app.get("/distribution.txt", response_class=PlainTextResponse, summary="shardcast 0.3.2 version list")
     def distribution() -> str:

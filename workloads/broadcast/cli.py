@@ -1,175 +1,183 @@
-"""`intellect-broadcast`: run an origin or a relay, publish a checkpoint, fetch a version.
+"""`intellect-broadcast`'s entry point: a plain `fetch` takes a quick path, everything else the typer app.
 
-Defaults come from `INTELLECT_BROADCAST_*` environment variables (see settings.py); flags win.
-Servers are imported lazily so `fetch` (run on every inference worker) never loads FastAPI.
+Why: a worker fetching a checkpoint starts this interpreter for every version, and the start is on
+the critical path of the end-to-end time. The typer app (commands.py) costs typer and rich, and its
+logging set-up (`intellect.logs`) and settings cost pydantic-settings and py_ecc: about 0.4-0.5 s of
+the 0.8-0.9 s it took here to reach the first request, longer than moving 512 MB on loopback. The
+quick path parses exactly `[--log-level L] fetch` with fetch's options (each as `--opt V` or
+`--opt=V`), reads the same `INTELLECT_BROADCAST_*` / `INTELLECT_LOG_*` variables, sets logging up
+exactly as `intellect.logs.setup_logging` does, and prints the same output. Anything else (`--help`,
+an unknown or invalid option, a `.env` file, which `setup_logging` would read) goes to the typer app,
+which then answers as always. `app` is still importable from here (loaded on first access).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import typer
-from rich.console import Console
+if TYPE_CHECKING:
+    import typer
 
-from intellect.logs import setup_logging
-from workloads.broadcast.errors import BroadcastError
-from workloads.broadcast.settings import BroadcastSettings
-
-app = typer.Typer(
-    help="Checkpoint broadcast: trainer → origin → relays → inference workers.", no_args_is_help=True
-)
-console = Console()
-err = Console(stderr=True, soft_wrap=True)
-defaults = BroadcastSettings()
+LEVELS = {"debug", "info", "warning", "error", "critical"}
+VALUED = {"--version", "--out", "--relay", "--sha256", "--concurrency", "--wait"}
 
 
-@app.callback()
-def _main(
-    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
-) -> None:
-    """Checkpoint broadcast: trainer → origin → relays → inference workers.
-
-    A version is a trainer step: one file cut into shards with sha256 each. The origin publishes,
-    relays mirror it (serving shards while still fetching), workers fetch from several relays."""
-    setup_logging(level=log_level)
-
-
-def _fail(exc: Exception, code: int = 1) -> typer.Exit:
-    err.print(f"error: {exc}", markup=False)
-    return typer.Exit(code)
+@dataclass
+class FetchArgs:
+    version: int = 0
+    out: str = ""
+    relays: list[str] = field(default_factory=list)
+    sha256: str | None = None
+    concurrency: int | None = None
+    wait: float = 0.0
+    shardcast: bool = False
+    as_json: bool = False
+    log_level: str = "info"
 
 
-def _is_http_url(text: str) -> bool:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(text)
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
-@app.command()
-def origin(
-    directory: Path = typer.Option(..., "--dir", help="version store (created if missing)"),
-    port: int = typer.Option(8000, "--port", min=1, max=65535),
-    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (0.0.0.0 to serve other machines)"),
-    watch: Path | None = typer.Option(None, "--watch", help="trainer checkpoint dir: publish each new step"),
-    keep: int = typer.Option(defaults.keep, "--keep", min=1, help="versions kept on disk"),
-    shard_size: int = typer.Option(defaults.shard_size, "--shard-size", min=1, help="bytes per shard"),
-) -> None:
-    """Serve the versions in --dir (and publish new trainer steps from --watch)."""
-    if watch is not None and not watch.is_dir():
-        raise _fail(ValueError(f"--watch {watch}: no such folder (the trainer's --output-dir; start the "
-                               "trainer first, it creates it)"), 2)  # fmt: skip
-    import uvicorn
-
-    from intellect.http_server import server_options
-    from workloads.broadcast.origin import create_origin_app
-    from workloads.broadcast.store import VersionStore
-
-    store = VersionStore(directory, keep=keep)
-    api = create_origin_app(
-        store, watch=watch, shard_size=shard_size, poll_seconds=defaults.poll_seconds,
-        probe_size=defaults.probe_size,
-    )  # fmt: skip
-    uvicorn.run(api, host=host, port=port, log_config=None, access_log=False, **server_options())
+def _env(name: str) -> str | None:
+    """An environment variable by case-insensitive name, as pydantic-settings reads them."""
+    wanted = name.lower()
+    return next((v for k, v in os.environ.items() if k.lower() == wanted), None)
 
 
-@app.command()
-def relay(
-    upstream: str = typer.Option(..., "--upstream", help="origin or relay URL to follow"),
-    directory: Path = typer.Option(..., "--dir", help="mirror store (created if missing)"),
-    port: int = typer.Option(8001, "--port", min=1, max=65535),
-    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (0.0.0.0 to serve other machines)"),
-    keep: int = typer.Option(defaults.keep, "--keep", min=1, help="versions kept on disk"),
-    concurrency: int = typer.Option(
-        defaults.relay_concurrency, "--concurrency", min=1, help="shards in flight"
-    ),
-) -> None:
-    """Mirror an upstream and serve its versions, shards available as soon as they are verified."""
-    if not _is_http_url(upstream):
-        raise _fail(ValueError(f"--upstream {upstream!r} is not a URL: give the origin's or a relay's, "
-                               "e.g. http://127.0.0.1:8093"), 2)  # fmt: skip
-    import uvicorn
-
-    from intellect.http_server import server_options
-    from workloads.broadcast.relay import create_relay_app
-    from workloads.broadcast.store import VersionStore
-
-    store = VersionStore(directory, keep=keep)
-    api = create_relay_app(
-        upstream, store, concurrency=concurrency, poll_seconds=defaults.poll_seconds,
-        shard_wait=defaults.shard_wait_seconds, timeout=defaults.timeout_seconds,
-        probe_size=defaults.probe_size,
-    )  # fmt: skip
-    uvicorn.run(api, host=host, port=port, log_config=None, access_log=False, **server_options())
-
-
-@app.command()
-def publish(
-    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="checkpoint file to publish"),
-    version: int = typer.Option(..., "--version", min=1, help="version number (the trainer step)"),
-    directory: Path = typer.Option(..., "--dir", help="the origin's version store"),
-    keep: int = typer.Option(defaults.keep, "--keep", min=1, help="versions kept on disk"),
-    shard_size: int = typer.Option(defaults.shard_size, "--shard-size", min=1, help="bytes per shard"),
-    sha256: str | None = typer.Option(None, "--sha256", help="refuse the file unless it hashes to this"),
-    as_json: bool = typer.Option(False, "--json", help="print the manifest summary as JSON"),
-) -> None:
-    """Split FILE into --dir as --version; a running origin on that dir serves it within a second."""
-    from workloads.broadcast.origin import publish as do_publish
-    from workloads.broadcast.store import VersionStore
-
+def parse_fetch(argv: list[str]) -> FetchArgs | None:
+    """The fetch arguments in `argv`, or None when the quick path must not take it (typer decides)."""
+    args, i = FetchArgs(), 0
+    level = _env("INTELLECT_LOG_LEVEL")
+    if argv[:1] == ["--log-level"] and len(argv) > 1:
+        level, i = argv[1], 2
+    elif argv[:1] and argv[0].startswith("--log-level="):
+        level, i = argv[0].split("=", 1)[1], 1
+    if argv[i : i + 1] != ["fetch"] or (level is not None and level.lower() not in LEVELS):
+        return None
+    args.log_level = (level or "info").lower()
+    rest = argv[i + 1 :]
     try:
-        manifest = do_publish(VersionStore(directory, keep=keep), file, version, shard_size, sha256)
-    except BroadcastError as exc:
-        raise _fail(exc) from None
-    summary = {"version": manifest.version, "size": manifest.size, "shards": len(manifest.shards),
-               "sha256": manifest.sha256, "blake3": manifest.blake3}  # fmt: skip
-    if as_json:
-        print(json.dumps(summary))
-    else:
-        console.print(
-            f"published v{manifest.version}: {manifest.size} bytes in {len(manifest.shards)} shards, "
-            f"sha256 {manifest.sha256}"
-        )
+        concurrency = _env("INTELLECT_BROADCAST_CLIENT_CONCURRENCY")
+        args.concurrency = int(concurrency) if concurrency not in (None, "") else None
+        timeout = _env("INTELLECT_BROADCAST_TIMEOUT_SECONDS")
+        if timeout is not None and not float(timeout) > 0:
+            return None
+        j = 0
+        while j < len(rest):
+            name, eq, value = rest[j].partition("=")
+            if name in VALUED:
+                if not eq:
+                    if j + 1 >= len(rest):
+                        return None
+                    value, j = rest[j + 1], j + 1
+                if name == "--version":
+                    args.version = int(value)
+                elif name == "--out":
+                    args.out = value
+                elif name == "--relay":
+                    args.relays.append(value)
+                elif name == "--sha256":
+                    args.sha256 = value
+                elif name == "--concurrency":
+                    args.concurrency = int(value)
+                else:
+                    args.wait = float(value)
+            elif rest[j] == "--shardcast":
+                args.shardcast = True
+            elif rest[j] == "--json":
+                args.as_json = True
+            else:
+                return None
+            j += 1
+    except ValueError:
+        return None
+    valid = args.version >= 1 and args.out and args.relays and args.wait >= 0
+    if not valid or (args.concurrency is not None and args.concurrency < 1):
+        return None
+    return args
 
 
-@app.command()
-def fetch(
-    version: int = typer.Option(..., "--version", min=1, help="version (trainer step) to download"),
-    out: Path = typer.Option(..., "--out", help="destination file (replaced only once verified)"),
-    relays: list[str] = typer.Option(..., "--relay", help="relay or origin URL (repeat for several)"),
-    sha256: str | None = typer.Option(None, "--sha256", help="expected whole-file sha256"),
-    concurrency: int | None = typer.Option(
-        defaults.client_concurrency, "--concurrency", min=1,
-        help="shards at once (default: two per relay, at most cores - 1)",
-    ),
-    wait: float = typer.Option(0.0, "--wait", min=0, help="seconds to wait for the version to appear"),
-    shardcast: bool = typer.Option(False, "--shardcast", help="the relays are shardcast 0.3.2 servers"),
-    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
-) -> None:
-    """Download --version from the relays into --out. Exit 1 with a reason when it cannot."""
+def setup_quick_logging(level: str) -> None:
+    """`intellect.logs.setup_logging(level)` without importing it (its settings class is what costs):
+    the same processors and handler, the format from `INTELLECT_LOG_FORMAT`."""
+    import structlog
+
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer() if (_env("INTELLECT_LOG_FORMAT") or "json") == "console"
+        else structlog.processors.JSONRenderer()
+    )  # fmt: skip
+    shared: list[structlog.typing.Processor] = [
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, *shared,
+                    structlog.stdlib.PositionalArgumentsFormatter(),
+                    structlog.processors.format_exc_info,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )  # fmt: skip
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("intellect")
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))  # fmt: skip
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def quick_fetch(args: FetchArgs) -> int:
+    """Run `fetch` as the typer command does; the process exit code."""
+    setup_quick_logging(args.log_level)
     from workloads.broadcast.client import download
-    from workloads.broadcast.shardcast_compat import download_shardcast
+    from workloads.broadcast.errors import BroadcastError
 
+    timeout = float(_env("INTELLECT_BROADCAST_TIMEOUT_SECONDS") or 30.0)
     try:
-        if shardcast:
+        if args.shardcast:
+            from workloads.broadcast.shardcast_compat import download_shardcast
+
             result = download_shardcast(
-                version, out, relays, concurrency=concurrency or 6, timeout=defaults.timeout_seconds,
-                wait_seconds=wait,
+                args.version, Path(args.out), args.relays, concurrency=args.concurrency or 6, timeout=timeout,
+                wait_seconds=args.wait,
             )  # fmt: skip
         else:
             result = download(
-                version, out, relays, expected_sha256=sha256, concurrency=concurrency,
-                timeout=defaults.timeout_seconds, wait_seconds=wait,
+                args.version, Path(args.out), args.relays, expected_sha256=args.sha256,
+                concurrency=args.concurrency, timeout=timeout, wait_seconds=args.wait,
             )  # fmt: skip
     except BroadcastError as exc:
-        raise _fail(exc) from None
-    if as_json:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.as_json:
         print(json.dumps(result.as_dict()))
     else:
-        console.print(f"v{result.version} → {result.path}: {result.size} bytes in {result.seconds:.2f}s "
-                      f"({result.mb_per_s:.0f} MB/s), verified {result.digest}")  # fmt: skip
+        print(f"v{result.version} → {result.path}: {result.size} bytes in {result.seconds:.2f}s "
+              f"({result.mb_per_s:.0f} MB/s), verified {result.digest}")  # fmt: skip
+    return 0
 
 
 def main() -> None:
+    args = parse_fetch(sys.argv[1:]) if not Path(".env").exists() else None
+    if args is not None:
+        sys.exit(quick_fetch(args))
+    from workloads.broadcast.commands import app
+
     app()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`from workloads.broadcast.cli import app`: the typer app, loaded on first use."""
+    if name == "app":
+        from workloads.broadcast.commands import app
+
+        return app
+    raise AttributeError(name)
