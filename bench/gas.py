@@ -4,6 +4,9 @@
 .venv/bin/python bench/gas.py --json        # machine-readable
 .venv/bin/python bench/gas.py --write-doc   # the table of docs/contracts.md, regenerated in place
 
+A second table prices one file recorded alone (`submitWork`) and inside batches of 1, 8, 32 and 128
+files (`submitWorkBatch`), per file, side by side, steady state (the node has submitted before).
+
 docs/contracts.md's table sits between `<!-- bench/gas.py: start -->` and `<!-- bench/gas.py: end -->`;
 tests/docs/test_doc_figures.py fails when it and a fresh run differ by more than 10 % in any row,
 or a row is missing.
@@ -128,6 +131,15 @@ def measure() -> list[dict[str, object]]:
         rec("ComputePool", "voteInvalidate (1st of 2)", admin.slashing.vote_invalidate(1, keys[3]))
         rec("ComputePool", "voteInvalidate (final: slash+eject)", mgr.slashing.vote_invalidate(1, keys[3]))
         rec("ComputePool", "voteInvalidate (after the decision)", admin.slashing.vote_invalidate(1, keys[3]))
+        # a file inside a batch, voted out by the same 2-of-2 quorum
+        node5 = Wallet.create()
+        prov.add_node(node5, 1)
+        prov.join_pool(1, node5.address, sign_invite(manager_w, 1, 1, node5.address, 10, exp))
+        batch = [(hashlib.sha256(f"b{i}".encode()).digest(), 5) for i in range(32)]
+        prov.submit_work_batch(1, node5.address, batch)
+        admin.slashing.vote_invalidate(1, batch[7][0])
+        rec("ComputePool", "voteInvalidate (final, a file of a 32-file batch)",
+            mgr.slashing.vote_invalidate(1, batch[7][0]))  # fmt: skip
         rec("ComputePool", "leaveComputePool", prov.leave_pool(1, node3.address))
         prov.join_pool(1, node3.address, sign_invite(manager_w, 1, 1, node3.address, 4, exp))
         rec("ComputePool", "ejectNode", admin.eject_node(1, node3.address))
@@ -145,10 +157,47 @@ def measure() -> list[dict[str, object]]:
         prov.remove_node(node.address)
         prov.remove_node(node2.address)
         prov.remove_node(node4.address)
+        prov.remove_node(node5.address)
         rec("ComputeRegistry", "deregisterProvider", prov.deregister_provider())
         chain.increase_time(7 * DAY + 1)
         rec("ComputeRegistry", "claimUnbonded", prov.claim_unbonded())
     return rows
+
+
+BATCH_SIZES = (1, 8, 32, 128)
+
+
+def measure_batches() -> list[dict[str, object]]:
+    """Gas per file: single submissions vs batches of each size, every figure the second of its kind
+    for the node (its reward recipient and lock list already exist: the steady state)."""
+    out: list[dict[str, object]] = []
+    with Anvil.start() as chain:
+        admin_w, prov_w, manager_w = (Wallet.from_key(k) for k in chain.dev_keys[:3])
+        admin = LedgerClient(chain.rpc_url, deploy_all(chain.rpc_url, admin_w), admin_w)
+        admin.mint(prov_w.address, 10_000 * ONE_TOKEN)
+        prov = admin.with_wallet(prov_w)
+        prov.approve(admin.registry.address, 10_000 * ONE_TOKEN)
+        prov.register_provider(2000 * ONE_TOKEN)
+        domain = admin.create_domain("math", "file:///m.json")
+        pool = admin.create_pool(domain, manager_w.address, "p", "x", 0)
+        admin.start_pool(pool)
+        node = Wallet.create()
+        prov.add_node(node, 10)
+        exp = admin.timestamp() + 3600
+        prov.join_pool(pool, node.address, sign_invite(manager_w, domain, pool, node.address, 1, exp))
+        counter = iter(range(10**9))
+
+        def fresh(n: int) -> list[tuple[bytes, int]]:
+            return [(hashlib.sha256(f"f{next(counter)}".encode()).digest(), 5) for _ in range(n)]
+
+        prov.submit_work(pool, node.address, fresh(1)[0][0], 5)
+        single = prov.submit_work(pool, node.address, fresh(1)[0][0], 5).gas_used
+        for n in BATCH_SIZES:
+            prov.submit_work_batch(pool, node.address, fresh(n))
+            gas = prov.submit_work_batch(pool, node.address, fresh(n)).gas_used
+            out.append({"files": n, "batch_gas": gas, "per_file": gas // n, "single_per_file": single,
+                        "saving": round(single / (gas / n), 2)})  # fmt: skip
+    return out
 
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "contracts.md"
@@ -178,12 +227,13 @@ def main(
 ) -> None:
     """Deploy on a fresh anvil, run every state-changing call once, print gas used."""
     rows = measure()
+    batches = measure_batches()
     if write:
         write_doc(rows)
         print(f"wrote {len(rows)} rows to {DOC}")
         return
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"calls": rows, "batches": batches}, indent=2))
         return
     table = Table(title="gas used per call (fresh anvil, solc 0.8.37, optimizer 200 runs)")
     for col in ("contract", "call", "gas"):
@@ -191,6 +241,13 @@ def main(
     for r in rows:
         table.add_row(str(r["contract"]), str(r["call"]), f"{r['gas']:,}")
     Console().print(table)
+    per_file = Table(title="gas per file: submitWork alone vs submitWorkBatch (steady state)")
+    for col in ("files per batch", "batch gas", "per file", "submitWork per file", "saving"):
+        per_file.add_column(col, justify="right")
+    for b in batches:
+        per_file.add_row(str(b["files"]), f"{b['batch_gas']:,}", f"{b['per_file']:,}",
+                         f"{b['single_per_file']:,}", f"{b['saving']}x")  # fmt: skip
+    Console().print(per_file)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ submitted it, the validators' votes (tx hashes) and verdicts (reasons), and the 
 
 Everything is rebuilt from the chain's events, replaying `ComputePool`'s reward rules:
 - `WorkSubmitted` locks `units × rewardPerUnit` (read at that block) until `timestamp + lock period`;
+  a `WorkBatchSubmitted` does the same for each of its files (one lock on chain holds their sum);
 - `WorkInvalidated` drops every still-locked reward of the node; `WorkSoftInvalidated` drops that
   work's reward if still locked (a `WorkPardoned` locks it again);
 - `RewardsClaimed` at time T pays every lock matured by T that was neither paid nor dropped.
@@ -39,6 +40,7 @@ class AuditedWork(BaseModel):
     reward: int
     submitted_tx: str
     submitted_block: int
+    batch_index: int | None = Field(None, description="the submitWorkBatch it came in (None: alone)")
     unlock_at: int
     status: str = "submitted"  # submitted | paid | dropped | invalidated | soft_invalidated
     invalidated_tx: str | None = Field(
@@ -131,7 +133,8 @@ class Auditor:
         start = self.c.deployment.block
         ev = self.c.pools.events
         timeline: list[tuple[int, int, str, Any]] = []
-        for name in ("WorkSubmitted", "WorkInvalidated", "WorkSoftInvalidated", "WorkPardoned"):
+        for name in ("WorkSubmitted", "WorkBatchSubmitted", "WorkInvalidated", "WorkSoftInvalidated",
+                     "WorkPardoned"):
             for log in _logs(getattr(ev, name)(), start, {"node": node}):
                 timeline.append((log["blockNumber"], log["logIndex"], name, log))
         for log in _logs(ev.RewardsClaimed(), start, {"node": node}):
@@ -144,19 +147,24 @@ class Auditor:
         for block, _, name, log in timeline:
             args, tx = log["args"], _hex(log["transactionHash"])
             now = self._timestamp(block)
-            if name == "WorkSubmitted":
-                w = AuditedWork(
-                    pool_id=args["poolId"],
-                    work_key=_hex(args["workKey"]),
-                    node=node,
-                    units=args["units"],
-                    reward=args["units"] * self._param("rewardPerUnit", block),
-                    submitted_tx=tx,
-                    submitted_block=block,
-                    unlock_at=args["timestamp"] + self._lock(args["poolId"], block),
-                )
-                works[(w.pool_id, w.work_key)] = w
-                order.append(w)
+            if name in ("WorkSubmitted", "WorkBatchSubmitted"):
+                batch = name == "WorkBatchSubmitted"
+                files = zip(args["workKeys"], args["units"], strict=True) if batch else [(args["workKey"],
+                                                                                          args["units"])]
+                for work_key, units in files:
+                    w = AuditedWork(
+                        pool_id=args["poolId"],
+                        work_key=_hex(work_key),
+                        node=node,
+                        units=units,
+                        reward=units * self._param("rewardPerUnit", block),
+                        submitted_tx=tx,
+                        submitted_block=block,
+                        batch_index=args["batchIndex"] if batch else None,
+                        unlock_at=args["timestamp"] + self._lock(args["poolId"], block),
+                    )
+                    works[(w.pool_id, w.work_key)] = w
+                    order.append(w)
             elif name == "WorkInvalidated":
                 for w in order:  # the node's every still-locked reward is dropped
                     if w.status == "submitted" and w.unlock_at > now:
@@ -200,11 +208,12 @@ class Auditor:
     def work_key(self, work_key: str) -> tuple[Audit, AuditedWork]:
         """The audit of the node that submitted `work_key`, and that work's own entry."""
         key = work_key.lower()
-        logs = [
-            log
-            for log in _logs(self.c.pools.events.WorkSubmitted(), self.c.deployment.block, {})
-            if _hex(log["args"]["workKey"]) == key
-        ]
+        ev, start = self.c.pools.events, self.c.deployment.block
+        logs = [log for log in _logs(ev.WorkSubmitted(), start, {}) if _hex(log["args"]["workKey"]) == key]
+        logs += [
+            log for log in _logs(ev.WorkBatchSubmitted(), start, {})
+            if key in {_hex(k) for k in log["args"]["workKeys"]}
+        ]  # fmt: skip
         if not logs:
             raise LookupError(f"no WorkSubmitted for {work_key} on this chain")
         audit = self.node(logs[0]["args"]["node"])

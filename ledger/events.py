@@ -25,12 +25,17 @@ class _Event(BaseModel):
 
 
 class WorkSubmittedEvent(_Event):
+    """One file on chain. A `WorkBatchSubmitted` log is read as one of these per file, in the batch's
+    order (`leaf`), with the batch's index; a single `submitWork` has leaf 0 and no batch."""
+
     kind: Literal["WorkSubmitted"] = "WorkSubmitted"
     provider: str
     node: str
     work_key: str
     units: int
     timestamp: int
+    leaf: int = 0
+    batch_index: int | None = None
 
 
 class WorkInvalidatedEvent(_Event):
@@ -129,7 +134,8 @@ class EventReader:
         self.kinds = kinds
         self.max_range = max_range
         self.cursor = client.deployment.block if start_block is None else start_block
-        self._topics = {topic: name for topic, name in event_topics("ComputePool").items() if name in kinds}
+        wanted = set(kinds) | ({"WorkBatchSubmitted"} if "WorkSubmitted" in kinds else set())
+        self._topics = {topic: name for topic, name in event_topics("ComputePool").items() if name in wanted}
 
     def safe_head(self) -> int:
         return self.client.block_number() - self.confirmations
@@ -143,7 +149,7 @@ class EventReader:
             end = min(start + self.max_range - 1, last)
             events.extend(self._fetch(start, end))
             start = end + 1
-        events.sort(key=lambda e: (e.block_number, e.log_index))
+        events.sort(key=lambda e: (e.block_number, e.log_index, getattr(e, "leaf", 0)))
         to = max(last, from_block - 1)
         return EventBatch(events=events, from_block=from_block, to_block=to, next_block=to + 1)
 
@@ -166,6 +172,9 @@ class EventReader:
             if name is None:
                 continue
             data = getattr(self.client.pools.events, name)().process_log(log)
+            if name == "WorkBatchSubmitted":
+                out.extend(_batch_files(log, data["args"]))
+                continue
             cls, renames = _FIELDS[name]
             fields: dict[str, Any] = {}
             for key, value in data["args"].items():
@@ -183,6 +192,20 @@ class EventReader:
                 )
             )
         return out
+
+
+def _batch_files(log: Any, args: Any) -> list[_Event]:
+    """A batch log as its files, each a `WorkSubmittedEvent` sharing the log's place in the chain."""
+    return [
+        WorkSubmittedEvent(
+            block_number=log["blockNumber"], log_index=log["logIndex"],
+            tx_hash="0x" + bytes(log["transactionHash"]).hex(), pool_id=args["poolId"],
+            provider=to_checksum_address(args["provider"]), node=to_checksum_address(args["node"]),
+            work_key="0x" + bytes(key).hex(), units=int(units), timestamp=args["timestamp"],
+            leaf=i, batch_index=args["batchIndex"],
+        )  # fmt: skip
+        for i, (key, units) in enumerate(zip(args["workKeys"], args["units"], strict=True))
+    ]
 
 
 def _snake(name: str) -> str:

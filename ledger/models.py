@@ -107,6 +107,20 @@ class WorkRecord(_Model):
     status: WorkStatus
 
 
+class BatchRecord(_Model):
+    """One `submitWorkBatch`: its files are `WorkRecord`s by key; this is what they share."""
+
+    pool_id: int
+    index: int
+    root: str  # 0x hex of the standard Merkle root over (work key, units)
+    provider: str
+    node: str
+    timestamp: int
+    count: int
+    live_units: int  # units still carrying reward (a soft invalidation takes a file's units out)
+    lock_index: int
+
+
 class WorkParameters(_Model):
     reward_per_unit: int
     reward_lock_period: int

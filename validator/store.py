@@ -72,6 +72,7 @@ class SubmissionRow(Base):
     units: Mapped[int] = mapped_column(BigInteger)
     block_number: Mapped[int] = mapped_column(BigInteger, index=True)
     log_index: Mapped[int] = mapped_column(Integer, default=0)  # with block_number: the chain's order
+    leaf: Mapped[int] = mapped_column(Integer, default=0)  # a batch's files share its log: their order in it
     tx_hash: Mapped[str] = mapped_column(String(66))
     submitted_at: Mapped[int] = mapped_column(BigInteger)  # chain timestamp
     trainer_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -128,7 +129,10 @@ def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
 
 # Columns added after the first release: (table, column, SQL type and default). `create_all` makes
 # missing tables only, so a database written by an older validator gets them here.
-ADDED_COLUMNS = [("submissions", "log_index", "INTEGER NOT NULL DEFAULT 0")]
+ADDED_COLUMNS = [
+    ("submissions", "log_index", "INTEGER NOT NULL DEFAULT 0"),
+    ("submissions", "leaf", "INTEGER NOT NULL DEFAULT 0"),
+]
 
 
 def _add_missing_columns(engine: Engine) -> None:
@@ -237,6 +241,11 @@ class Submissions:
                     earlier.block_number == SubmissionRow.block_number,
                     earlier.log_index < SubmissionRow.log_index,
                 ),
+                and_(
+                    earlier.block_number == SubmissionRow.block_number,
+                    earlier.log_index == SubmissionRow.log_index,
+                    earlier.leaf < SubmissionRow.leaf,
+                ),
             ),
         )
         with self.db.transaction() as s:
@@ -244,7 +253,7 @@ class Submissions:
                 s.scalars(
                     select(SubmissionRow)
                     .where(SubmissionRow.state == "pending", SubmissionRow.next_attempt_at <= now, ~held)
-                    .order_by(SubmissionRow.block_number, SubmissionRow.log_index)
+                    .order_by(SubmissionRow.block_number, SubmissionRow.log_index, SubmissionRow.leaf)
                     .limit(limit)
                 )
             )

@@ -104,6 +104,7 @@ class Watcher:
                             units=event.units,
                             block_number=event.block_number,
                             log_index=event.log_index,
+                            leaf=event.leaf,
                             tx_hash=event.tx_hash,
                             submitted_at=event.timestamp,
                             trainer_step=step,

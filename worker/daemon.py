@@ -83,6 +83,7 @@ class WorkerDaemon:
         self.uploader = Uploader(
             keys.node, bridge.queue, chain.work(settings.pool_id),
             settings.state_dir, self._orchestrator_url, timeout=max(30.0, settings.request_timeout),
+            batch_files=settings.submit_batch_files, batch_age=settings.submit_batch_age,
         ) if bridge is not None else None
 
     # ---- state helpers ----

@@ -68,6 +68,15 @@ class WorkerSettings(IntellectSettings):
         "(the node before this one in its group connects to it) and the value of ${WORKER_P2P_PORT} "
         "in this worker's tasks (unset: peers are told the API port, and a task using it fails)",
     )  # fmt: skip
+    submit_batch_files: int = Field(
+        default=1, ge=1, le=256,
+        description="files per submitWorkBatch transaction (1: one submitWork per file). A batch of 32 "
+        "costs ~31k gas per file instead of ~181k alone (bench/gas.py); files wait for a full batch at "
+        "most submit_batch_age seconds",
+    )
+    submit_batch_age: float = Field(
+        default=30.0, gt=0, description="seconds an uploaded file waits at most for its batch to fill",
+    )  # fmt: skip
     # Devnets pass keys (raw, or file:PATH to a 0600 file) instead of keystores; production uses
     # encrypted keystores in state_dir.
     provider_key: KeySecret | None = None

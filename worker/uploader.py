@@ -12,6 +12,13 @@ Per file (`FileQueue` of the task bridge):
    records under our node is success (its transaction hash is read from the `WorkSubmitted` event).
 A file that can never succeed (the orchestrator refuses it for good, the key belongs to another node,
 zero work units) is recorded as `rejected` with the reason and is not retried.
+
+Batched (`batch_files` > 1): uploaded files wait until `batch_files` of them are ready, or the oldest
+has waited `batch_age` seconds since its upload, then go out in one `submitWorkBatch` (in upload order,
+under a standard Merkle root, ledger/merkle.py). The intent is written for every file of the batch
+before the transaction; a file left "maybe sent" is looked up on chain alone before it joins a batch
+again, and the contract refuses any key already counted, so a crash between send and record can
+neither lose a file nor count it twice.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from intellect.wire.storage import UploadGrant, UploadRequest
 from ledger.client import LedgerClient
 from ledger.errors import ContractRevert, LedgerError
 from ledger.events import EventReader, WorkSubmittedEvent
+from ledger.merkle import MAX_BATCH
 from worker.runtime.bridge import FileQueue, PendingFile
 from worker.sqlite import transaction
 
@@ -65,6 +73,7 @@ class WorkChain(Protocol):
     def pool_id(self) -> int: ...
 
     def submit(self, work_key: str, units: int) -> str: ...
+    def submit_batch(self, files: list[tuple[str, int]]) -> str: ...
     def owner_of(self, work_key: str) -> str | None: ...
     def submission_tx(self, work_key: str) -> str | None: ...
 
@@ -79,6 +88,10 @@ class LedgerWork:
 
     def submit(self, work_key: str, units: int) -> str:
         return self.client.submit_work(self.pool_id, self.node, "0x" + work_key, units).tx_hash
+
+    def submit_batch(self, files: list[tuple[str, int]]) -> str:
+        batch = [("0x" + k, u) for k, u in files]
+        return self.client.submit_work_batch(self.pool_id, self.node, batch).tx_hash
 
     def owner_of(self, work_key: str) -> str | None:
         record = self.client.get_work(self.pool_id, "0x" + work_key)
@@ -161,13 +174,17 @@ def _detail(response: httpx.Response) -> str:
 class Uploader:
     def __init__(self, node: Wallet, queue: FileQueue, chain: WorkChain, state_dir: Path,
                  orchestrator_url: Callable[[], str | None], *, timeout: float = 30.0, attempts: int = 4,
-                 backoff: float = 0.5) -> None:
+                 backoff: float = 0.5, batch_files: int = 1, batch_age: float = 30.0) -> None:
+        if not 1 <= batch_files <= MAX_BATCH:
+            raise ValueError(f"batch_files must be 1..{MAX_BATCH} (the contract's limit), got {batch_files}")
         self.node = node
         self.queue = queue
         self.chain = chain
         self.journal = Journal(state_dir / "uploader.sqlite")
         self.orchestrator_url = orchestrator_url
         self.timeout = timeout
+        self.batch_files = batch_files
+        self.batch_age = batch_age
         # A template: each call runs on a copy (a Retrying keeps per-call statistics).
         self.retrying = Retrying(retry=retry_if_exception(_retryable), stop=stop_after_attempt(attempts),
                                  wait=wait_exponential(multiplier=backoff, max=10), reraise=True,
@@ -295,9 +312,11 @@ class Uploader:
                     except httpx.HTTPError as exc:
                         log.warning("upload failed, retrying later", file=item.relative_path, error=str(exc))
                         report.retry_later.append(item.sha256)
-        for item in self.queue.pending_submission():
-            if item.sha256 in rejected:
-                continue
+        waiting = [item for item in self.queue.pending_submission() if item.sha256 not in rejected]
+        if self.batch_files > 1:
+            self._submit_batches(waiting, report)
+            return report
+        for item in waiting:
             try:
                 tx = self.submit(item)
             except LedgerError as exc:
@@ -313,3 +332,79 @@ class Uploader:
                 self.queue.mark_submitted(item.id, tx)
                 report.submitted.append(item.sha256)
         return report
+
+    # ---- batched ----
+
+    def _settled(self, item: PendingFile, report: PassReport) -> bool:
+        """Whether the file's fate is already known (submitted, on chain, or refused for good)."""
+        key = item.sha256
+        entry = self.journal.get(key)
+        tx: str | None = None
+        if entry and entry[0] == "submitted":
+            tx = entry[2] or ""
+        elif entry and entry[0] == "rejected":
+            pass
+        elif item.work_units == 0:
+            self.journal.set(key, "rejected", reason="zero work units: nothing to submit on chain")
+        elif entry and entry[0] == "sending":  # maybe in a batch sent before a crash: the chain decides
+            found, tx = self._on_chain(key)
+            if not found:
+                return False
+        else:
+            return False
+        if tx is None:
+            report.rejected.append(key)
+            self.queue.mark_submitted(item.id, "")
+        else:
+            report.submitted.append(key)
+            self.queue.mark_submitted(item.id, tx)
+        return True
+
+    def _submit_batches(self, items: list[PendingFile], report: PassReport) -> None:
+        try:
+            ready = [item for item in items if not self._settled(item, report)]
+        except LedgerError as exc:
+            log.warning("chain lookup failed, retrying later", error=str(exc))
+            report.retry_later.extend(item.sha256 for item in items)
+            return
+        now = datetime.now(UTC)
+        while ready:
+            oldest = min((item.uploaded_at or now) for item in ready)
+            if len(ready) < self.batch_files and (now - oldest).total_seconds() < self.batch_age:
+                return  # not full and nobody waited long enough: wait for more files
+            chunk, ready = ready[: self.batch_files], ready[self.batch_files:]
+            for item in chunk:
+                self.journal.set(item.sha256, "sending", attempt=True)  # the intent, before anything leaves
+            try:
+                tx = self.chain.submit_batch([(item.sha256, item.work_units) for item in chunk])
+            except ContractRevert as exc:
+                self._batch_refused(exc, chunk, report)
+                return
+            except LedgerError as exc:
+                log.warning("submitWorkBatch failed, retrying later", files=len(chunk), error=str(exc))
+                report.retry_later.extend(item.sha256 for item in chunk)
+                return
+            for item in chunk:
+                self.journal.set(item.sha256, "submitted", tx_hash=tx)
+                self.queue.mark_submitted(item.id, tx)
+                report.submitted.append(item.sha256)
+            units = sum(i.work_units for i in chunk)
+            log.info("work batch submitted", files=len(chunk), work_units=units, tx=tx)
+
+    def _batch_refused(self, exc: ContractRevert, chunk: list[PendingFile], report: PassReport) -> None:
+        """A batch is all or nothing: settle the file the revert names, the rest goes out next pass."""
+        named = exc.error_args.get("workKey")
+        if isinstance(named, bytes | bytearray):
+            key = bytes(named).hex()
+        else:
+            key = str(named or "").removeprefix("0x")
+        culprit = next((item for item in chunk if item.sha256 == key), None)
+        if culprit is not None and exc.error_name == "WorkAlreadySubmitted":
+            found, _ = self._on_chain(culprit.sha256)
+            if found:
+                self._settled(culprit, report)
+        elif culprit is not None and exc.error_name in FINAL_REVERTS:
+            self.journal.set(culprit.sha256, "rejected", reason=str(exc))
+            self._settled(culprit, report)
+        log.warning("submitWorkBatch refused, retrying the others next pass", error=str(exc))
+        report.retry_later.extend(item.sha256 for item in chunk if item is not culprit)

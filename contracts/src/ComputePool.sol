@@ -6,6 +6,8 @@ import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/MessageHashUtils.sol";
 import {EnumerableSet} from "@openzeppelin/contracts/utils/structs/EnumerableSet.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
+import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
+import {Hashes} from "@openzeppelin/contracts/utils/cryptography/Hashes.sol";
 import {IntellectToken} from "./IntellectToken.sol";
 import {ComputeRegistry} from "./ComputeRegistry.sol";
 import {DomainRegistry} from "./DomainRegistry.sol";
@@ -15,6 +17,9 @@ import {DomainRegistry} from "./DomainRegistry.sol";
 /// work submissions, invalidation (slash + eject) by validators, and time-locked rewards.
 /// Work is kept in an append-only array per pool; invalidation flips a status, never moves an
 /// entry, so reading "work since t" with an index cursor is stable (no swap-and-pop).
+/// Many files can be recorded in one transaction (`submitWorkBatch`): the batch keeps a Merkle root
+/// over its (work key, units) leaves and each file keeps one storage slot (its batch, units and
+/// status), so a key is never counted twice and every file is voted on, slashed and pardoned alone.
 contract ComputePool is AccessControl {
     using EnumerableSet for EnumerableSet.AddressSet;
 
@@ -75,6 +80,35 @@ contract ComputePool is AccessControl {
         uint64 unlockAt;
     }
 
+    /// @dev Three slots for a whole batch; each file adds one slot in `_workIndex` (see `_leafSlot`).
+    struct Batch {
+        bytes32 root;
+        address provider;
+        uint40 timestamp;
+        uint16 count;
+        address node;
+        uint64 liveUnits; // units still carrying reward (soft invalidation takes a file's units out)
+        uint32 lockIndex;
+    }
+
+    /// @dev One submitted file, single or in a batch, as the voting and invalidation paths see it.
+    struct Entry {
+        bytes32 workKey;
+        address provider;
+        address node;
+        uint64 timestamp;
+        WorkStatus status;
+        uint256 units;
+        uint32 lockIndex;
+        bool inBatch;
+        uint256 index; // into _work (single) or _batches (batch)
+    }
+
+    /// @notice Largest batch `submitWorkBatch` takes (the event and the tree stay well inside a block).
+    uint256 public constant MAX_BATCH = 256;
+    // _workIndex value of a file in a batch: this flag | status << 128 | units << 64 | batch index.
+    uint256 private constant IN_BATCH = 1 << 255;
+
     IntellectToken public immutable token;
     ComputeRegistry public immutable registry;
     DomainRegistry public immutable domains;
@@ -93,7 +127,8 @@ contract ComputePool is AccessControl {
     mapping(bytes32 => bool) public inviteUsed;
 
     mapping(uint256 => Work[]) private _work;
-    mapping(uint256 => mapping(bytes32 => uint256)) private _workIndex; // index + 1
+    mapping(uint256 => mapping(bytes32 => uint256)) private _workIndex; // index + 1, or a batch file's slot
+    mapping(uint256 => Batch[]) private _batches;
 
     mapping(address => Lock[]) private _locks;
     mapping(address => uint256) private _lockHead; // locks before this index have matured
@@ -124,6 +159,16 @@ contract ComputePool is AccessControl {
     event PoolProviderBlacklisted(uint256 indexed poolId, address indexed provider);
     event WorkSubmitted(
         uint256 indexed poolId, address indexed provider, address indexed node, bytes32 workKey, uint256 units, uint256 timestamp
+    );
+    event WorkBatchSubmitted(
+        uint256 indexed poolId,
+        address indexed provider,
+        address indexed node,
+        uint256 batchIndex,
+        bytes32 root,
+        bytes32[] workKeys,
+        uint64[] units,
+        uint256 timestamp
     );
     event WorkInvalidated(
         uint256 indexed poolId,
@@ -167,6 +212,8 @@ contract ComputePool is AccessControl {
     error InvalidInviteSignature(address signer, address manager);
     error PoolComputeLimitExceeded(uint256 poolId, uint256 limit, uint256 requested);
     error ZeroWorkUnits();
+    error BatchSize(uint256 keys, uint256 units, uint256 max);
+    error BatchRootMismatch(bytes32 computed, bytes32 given);
     error WorkAlreadySubmitted(uint256 poolId, bytes32 workKey);
     error WorkKeyInvalidated(uint256 poolId, bytes32 workKey);
     error WorkNotFound(uint256 poolId, bytes32 workKey);
@@ -314,39 +361,42 @@ contract ComputePool is AccessControl {
     // ---- work ----
 
     function submitWork(uint256 poolId, address node, bytes32 workKey, uint256 units) external {
-        Pool storage p = _pool(poolId);
-        if (p.status != PoolStatus.ACTIVE) revert PoolNotActive(poolId);
-        address provider = _providerOf(node);
-        if (msg.sender != provider && msg.sender != node) revert NotNodeOperator(node, msg.sender);
-        if (!_poolNodes[poolId].contains(node)) revert NodeNotInPool(poolId, node);
+        address provider = _submitter(poolId, node);
         if (units == 0) revert ZeroWorkUnits();
-        uint256 idx = _workIndex[poolId][workKey];
-        if (idx != 0) {
-            if (_work[poolId][idx - 1].status == WorkStatus.SUBMITTED) revert WorkAlreadySubmitted(poolId, workKey);
-            revert WorkKeyInvalidated(poolId, workKey);
-        }
-        Lock[] storage locks = _locks[node];
+        _unseen(poolId, workKey);
+        uint32 lockIndex = _lockReward(poolId, node, units);
         _work[poolId].push(
-            Work(
-                workKey,
-                provider,
-                uint64(block.timestamp),
-                WorkStatus.SUBMITTED,
-                node,
-                SafeCast.toUint64(units),
-                SafeCast.toUint32(locks.length)
-            )
+            Work(workKey, provider, uint64(block.timestamp), WorkStatus.SUBMITTED, node, SafeCast.toUint64(units), lockIndex)
         );
         _workIndex[poolId][workKey] = _work[poolId].length;
-        // No reward unlocks while validators may still invalidate the work: the later of the lock
-        // period and the pool's voting window (the setters keep lock >= window; this holds it per work
-        // even if a setting changes later).
-        uint256 lock = rewardLockPeriod;
-        uint256 window = _voteWindow(poolId);
-        if (window > lock) lock = window;
-        locks.push(Lock(SafeCast.toUint192(units * rewardPerUnit), uint64(block.timestamp + lock)));
         if (rewardRecipient[node] != provider) rewardRecipient[node] = provider;
         emit WorkSubmitted(poolId, provider, node, workKey, units, block.timestamp);
+    }
+
+    /// @notice Record many files in one transaction. `root` is the root of the OpenZeppelin standard
+    /// Merkle tree (leaves unsorted, in the order given) over `(bytes32 workKey, uint256 units)`; the
+    /// contract rebuilds it and refuses a batch whose root differs, so the uploader and the chain agree
+    /// on exactly what was claimed. Every key is new to the pool (single or batch): never counted twice.
+    function submitWorkBatch(
+        uint256 poolId,
+        address node,
+        bytes32 root,
+        bytes32[] calldata workKeys,
+        uint64[] calldata units
+    ) external {
+        address provider = _submitter(poolId, node);
+        uint256 n = workKeys.length;
+        if (n == 0 || n != units.length || n > MAX_BATCH) revert BatchSize(n, units.length, MAX_BATCH);
+        bytes32 computed = _standardRoot(workKeys, units);
+        if (computed != root) revert BatchRootMismatch(computed, root);
+        uint256 batchIndex = _batches[poolId].length;
+        uint256 total = _recordLeaves(poolId, workKeys, units, batchIndex);
+        uint32 lockIndex = _lockReward(poolId, node, total);
+        _batches[poolId].push(
+            Batch(root, provider, uint40(block.timestamp), uint16(n), node, SafeCast.toUint64(total), lockIndex)
+        );
+        if (rewardRecipient[node] != provider) rewardRecipient[node] = provider;
+        emit WorkBatchSubmitted(poolId, provider, node, batchIndex, root, workKeys, units, block.timestamp);
     }
 
     /// @notice Reject work: slash the provider by the penalty (capped at what it has), blacklist the node in the pool, drop the
@@ -354,10 +404,10 @@ contract ComputePool is AccessControl {
     /// emergency path; pools with a slashing policy decide by `voteInvalidate` quorum.
     function invalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
         Pool storage p = _pool(poolId);
-        Work storage w = _submittedWork(poolId, workKey);
-        uint256 deadline = uint256(w.timestamp) + invalidationWindow;
+        Entry memory e = _submittedWork(poolId, workKey);
+        uint256 deadline = uint256(e.timestamp) + invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
-        _invalidate(p, w, slashPenalty);
+        _invalidate(p, e, slashPenalty);
     }
 
     // ---- slashing by quorum ----
@@ -397,18 +447,19 @@ contract ComputePool is AccessControl {
     /// @notice One validator's vote to invalidate. The quorum-th vote slashes, ejects the node and
     /// drops its locked rewards in this transaction; votes on work already decided are no-ops.
     /// A pool without a policy takes one vote of a global validator (quorum 1, the default penalty).
+    /// A file inside a batch is voted on by its own key, like a single one.
     function voteInvalidate(uint256 poolId, bytes32 workKey) external {
         Pool storage p = _pool(poolId);
-        (Work storage w, SlashingPolicy memory policy) = _votable(poolId, workKey);
-        if (w.status != WorkStatus.SUBMITTED) return;
+        (Entry memory e, SlashingPolicy memory policy) = _votable(poolId, workKey);
+        if (e.status != WorkStatus.SUBMITTED) return;
         mapping(address => bool) storage voted = _voted[poolId][workKey];
         if (voted[msg.sender]) revert AlreadyVoted(poolId, workKey, msg.sender);
         voted[msg.sender] = true;
         uint256 votes = ++_votes[poolId][workKey];
         emit InvalidationVoted(poolId, workKey, msg.sender, false, votes);
-        if (votes >= policy.quorum) _invalidate(p, w, policy.amount);
+        if (votes >= policy.quorum) _invalidate(p, e, policy.amount);
         // the quorum agrees the work is bad but not that it was cheating: no slash, no pay
-        else if (votes + _softVotes[poolId][workKey] >= policy.quorum) _softInvalidate(poolId, w);
+        else if (votes + _softVotes[poolId][workKey] >= policy.quorum) _softInvalidate(poolId, e);
     }
 
     /// @notice Invalidate without a slash (e.g. a file storage lost, a checkpoint nobody can fetch):
@@ -416,30 +467,33 @@ contract ComputePool is AccessControl {
     /// judge (cut from storage, behind the trainer) cannot take an honest node's pay on its own.
     function voteSoftInvalidate(uint256 poolId, bytes32 workKey) external {
         _pool(poolId);
-        (Work storage w, SlashingPolicy memory policy) = _votable(poolId, workKey);
-        if (w.status != WorkStatus.SUBMITTED) return;
+        (Entry memory e, SlashingPolicy memory policy) = _votable(poolId, workKey);
+        if (e.status != WorkStatus.SUBMITTED) return;
         mapping(address => bool) storage voted = _voted[poolId][workKey];
         if (voted[msg.sender]) revert AlreadyVoted(poolId, workKey, msg.sender);
         voted[msg.sender] = true;
         uint256 votes = _votes[poolId][workKey] + ++_softVotes[poolId][workKey];
         emit InvalidationVoted(poolId, workKey, msg.sender, true, votes);
-        if (votes >= policy.quorum) _softInvalidate(poolId, w);
+        if (votes >= policy.quorum) _softInvalidate(poolId, e);
     }
 
     /// @notice The pool's owner reverses a soft invalidation still inside the reward lock: the work
     /// counts again and its reward is locked again.
     function pardon(uint256 poolId, bytes32 workKey) external {
         _managerPool(poolId);
-        uint256 idx = _workIndex[poolId][workKey];
-        if (idx == 0) revert WorkNotFound(poolId, workKey);
-        Work storage w = _work[poolId][idx - 1];
-        if (w.status != WorkStatus.SOFT_INVALIDATED) revert NotSoftInvalidated(poolId, workKey);
-        Lock storage l = _locks[w.node][w.lockIndex];
+        Entry memory e = _entry(poolId, workKey);
+        if (e.status != WorkStatus.SOFT_INVALIDATED) revert NotSoftInvalidated(poolId, workKey);
+        Lock storage l = _locks[e.node][e.lockIndex];
         if (l.unlockAt <= block.timestamp) revert NotSoftInvalidated(poolId, workKey);
-        w.status = WorkStatus.SUBMITTED;
-        l.amount = SafeCast.toUint192(_softDropped[poolId][workKey]);
+        _setStatus(poolId, e, WorkStatus.SUBMITTED);
+        uint256 restored = _softDropped[poolId][workKey];
+        l.amount = SafeCast.toUint192(l.amount + restored);
+        if (e.inBatch && restored > 0) {
+            Batch storage b = _batches[poolId][e.index];
+            b.liveUnits += uint64(e.units);
+        }
         delete _softDropped[poolId][workKey];
-        emit WorkPardoned(poolId, w.node, workKey);
+        emit WorkPardoned(poolId, e.node, workKey);
     }
 
     function workVotes(uint256 poolId, bytes32 workKey, address validator) external view returns (uint256 votes, bool voted) {
@@ -452,10 +506,8 @@ contract ComputePool is AccessControl {
         return window == 0 ? invalidationWindow : window;
     }
 
-    function _votable(uint256 poolId, bytes32 workKey) private view returns (Work storage w, SlashingPolicy memory policy) {
-        uint256 idx = _workIndex[poolId][workKey];
-        if (idx == 0) revert WorkNotFound(poolId, workKey);
-        w = _work[poolId][idx - 1];
+    function _votable(uint256 poolId, bytes32 workKey) private view returns (Entry memory e, SlashingPolicy memory policy) {
+        e = _entry(poolId, workKey);
         policy = slashingPolicies[poolId];
         if (policy.quorum == 0) {
             if (!hasRole(VALIDATOR_ROLE, msg.sender)) revert NotPoolValidator(poolId, msg.sender);
@@ -463,47 +515,55 @@ contract ComputePool is AccessControl {
         } else if (!_poolValidators[poolId].contains(msg.sender)) {
             revert NotPoolValidator(poolId, msg.sender);
         }
-        uint256 deadline = uint256(w.timestamp) + policy.window;
-        if (w.status == WorkStatus.SUBMITTED && block.timestamp > deadline) {
+        uint256 deadline = uint256(e.timestamp) + policy.window;
+        if (e.status == WorkStatus.SUBMITTED && block.timestamp > deadline) {
             revert VoteWindowClosed(poolId, workKey, deadline);
         }
     }
 
-    function _invalidate(Pool storage p, Work storage w, uint256 penalty) private {
-        w.status = WorkStatus.INVALIDATED;
-        uint256 slashed = registry.slashableBalance(w.provider);
+    function _invalidate(Pool storage p, Entry memory e, uint256 penalty) private {
+        _setStatus(p.id, e, WorkStatus.INVALIDATED);
+        uint256 slashed = registry.slashableBalance(e.provider);
         if (slashed > penalty) slashed = penalty;
-        if (slashed > 0) registry.slash(w.provider, slashed);
-        uint256 dropped = _dropLockedRewards(w.node);
-        if (_poolNodes[p.id].contains(w.node)) _eject(p, w.node);
+        if (slashed > 0) registry.slash(e.provider, slashed);
+        uint256 dropped = _dropLockedRewards(e.node);
+        if (_poolNodes[p.id].contains(e.node)) _eject(p, e.node);
         // A node caught cheating never rejoins this pool (an orchestrator would otherwise re-invite
         // it as soon as it shows up in discovery again).
-        if (!nodeBlacklisted[p.id][w.node]) {
-            nodeBlacklisted[p.id][w.node] = true;
-            emit NodeBlacklisted(p.id, w.node);
+        if (!nodeBlacklisted[p.id][e.node]) {
+            nodeBlacklisted[p.id][e.node] = true;
+            emit NodeBlacklisted(p.id, e.node);
         }
-        emit WorkInvalidated(p.id, w.provider, w.node, w.workKey, slashed, dropped);
+        emit WorkInvalidated(p.id, e.provider, e.node, e.workKey, slashed, dropped);
     }
 
     /// @notice Reject work without penalty: the entry is marked and its still-locked reward dropped.
     function softInvalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
         _pool(poolId);
-        Work storage w = _submittedWork(poolId, workKey);
-        uint256 deadline = uint256(w.timestamp) + invalidationWindow;
+        Entry memory e = _submittedWork(poolId, workKey);
+        uint256 deadline = uint256(e.timestamp) + invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
-        _softInvalidate(poolId, w);
+        _softInvalidate(poolId, e);
     }
 
-    function _softInvalidate(uint256 poolId, Work storage w) private {
-        w.status = WorkStatus.SOFT_INVALIDATED;
-        Lock storage l = _locks[w.node][w.lockIndex];
+    /// @dev A single file's lock is its own; a batch file takes its share of the batch's lock (the lock
+    /// holds liveUnits x the rate at submission, so the share is exact).
+    function _softInvalidate(uint256 poolId, Entry memory e) private {
+        _setStatus(poolId, e, WorkStatus.SOFT_INVALIDATED);
+        Lock storage l = _locks[e.node][e.lockIndex];
         uint256 dropped;
         if (l.unlockAt > block.timestamp) {
-            dropped = l.amount;
-            l.amount = 0;
-            _softDropped[poolId][w.workKey] = dropped;
+            if (e.inBatch) {
+                Batch storage b = _batches[poolId][e.index];
+                dropped = b.liveUnits == 0 ? 0 : (uint256(l.amount) * e.units) / b.liveUnits;
+                b.liveUnits -= uint64(e.units);
+            } else {
+                dropped = l.amount;
+            }
+            l.amount -= uint192(dropped);
+            _softDropped[poolId][e.workKey] = dropped;
         }
-        emit WorkSoftInvalidated(poolId, w.provider, w.node, w.workKey, dropped);
+        emit WorkSoftInvalidated(poolId, e.provider, e.node, e.workKey, dropped);
     }
 
     // ---- rewards ----
@@ -569,10 +629,36 @@ contract ComputePool is AccessControl {
         return _poolNodes[poolId].contains(node);
     }
 
+    /// @notice One file, single or in a batch. A batch file's reward is its share of the batch's lock.
     function getWork(uint256 poolId, bytes32 workKey) external view returns (WorkInfo memory) {
-        uint256 idx = _workIndex[poolId][workKey];
-        if (idx == 0) revert WorkNotFound(poolId, workKey);
-        return _info(_work[poolId][idx - 1]);
+        Entry memory e = _entry(poolId, workKey);
+        uint256 reward;
+        if (!e.inBatch) {
+            reward = _locks[e.node][e.lockIndex].amount;
+        } else if (e.status == WorkStatus.SUBMITTED) {
+            uint256 live = _batches[poolId][e.index].liveUnits;
+            reward = live == 0 ? 0 : (uint256(_locks[e.node][e.lockIndex].amount) * e.units) / live;
+        }
+        return WorkInfo(workKey, e.provider, e.node, e.units, reward, e.timestamp, e.status);
+    }
+
+    function batchCount(uint256 poolId) external view returns (uint256) {
+        return _batches[poolId].length;
+    }
+
+    function getBatch(uint256 poolId, uint256 batchIndex) external view returns (Batch memory) {
+        return _batches[poolId][batchIndex];
+    }
+
+    /// @notice Whether (workKey, units) is a leaf of the batch's tree: anyone holding a file and its
+    /// proof can show what a batch claimed for it without reading logs.
+    function verifyBatchLeaf(uint256 poolId, uint256 batchIndex, bytes32 workKey, uint256 units, bytes32[] calldata proof)
+        external
+        view
+        returns (bool)
+    {
+        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(workKey, units))));
+        return MerkleProof.verifyCalldata(proof, _batches[poolId][batchIndex].root, leaf);
     }
 
     function workCount(uint256 poolId) external view returns (uint256) {
@@ -638,11 +724,90 @@ contract ComputePool is AccessControl {
         if (msg.sender != p.manager && msg.sender != p.creator) revert NotPoolManager(poolId, msg.sender);
     }
 
-    function _submittedWork(uint256 poolId, bytes32 workKey) private view returns (Work storage w) {
-        uint256 idx = _workIndex[poolId][workKey];
-        if (idx == 0) revert WorkNotFound(poolId, workKey);
-        w = _work[poolId][idx - 1];
-        if (w.status != WorkStatus.SUBMITTED) revert WorkAlreadyInvalidated(poolId, workKey);
+    /// @dev One slot per file: the key is taken for good, with its units and status beside the batch index.
+    function _recordLeaves(uint256 poolId, bytes32[] calldata workKeys, uint64[] calldata units, uint256 batchIndex)
+        private
+        returns (uint256 total)
+    {
+        mapping(bytes32 => uint256) storage index = _workIndex[poolId];
+        for (uint256 i = 0; i < workKeys.length; i++) {
+            uint64 u = units[i];
+            if (u == 0) revert ZeroWorkUnits();
+            _unseen(poolId, workKeys[i]);
+            index[workKeys[i]] = IN_BATCH | (uint256(WorkStatus.SUBMITTED) << 128) | (uint256(u) << 64) | batchIndex;
+            total += u;
+        }
+    }
+
+    /// @dev The root of @openzeppelin/merkle-tree's StandardMerkleTree over (bytes32, uint256) leaves with
+    /// `sortLeaves: false`: leaf i sits at tree[len - 1 - i], node i hashes its children commutatively.
+    function _standardRoot(bytes32[] calldata workKeys, uint64[] calldata units) private pure returns (bytes32) {
+        uint256 n = workKeys.length;
+        bytes32[] memory tree = new bytes32[](2 * n - 1);
+        for (uint256 i = 0; i < n; i++) {
+            tree[2 * n - 2 - i] = keccak256(bytes.concat(keccak256(abi.encode(workKeys[i], uint256(units[i])))));
+        }
+        for (uint256 i = n - 1; i > 0; i--) {
+            tree[i - 1] = Hashes.commutativeKeccak256(tree[2 * i - 1], tree[2 * i]);
+        }
+        return tree[0];
+    }
+
+    function _submittedWork(uint256 poolId, bytes32 workKey) private view returns (Entry memory e) {
+        e = _entry(poolId, workKey);
+        if (e.status != WorkStatus.SUBMITTED) revert WorkAlreadyInvalidated(poolId, workKey);
+    }
+
+    function _entry(uint256 poolId, bytes32 workKey) private view returns (Entry memory e) {
+        uint256 v = _workIndex[poolId][workKey];
+        if (v == 0) revert WorkNotFound(poolId, workKey);
+        if (v & IN_BATCH == 0) {
+            Work storage w = _work[poolId][v - 1];
+            return Entry(workKey, w.provider, w.node, w.timestamp, w.status, w.units, w.lockIndex, false, v - 1);
+        }
+        uint256 index = uint64(v);
+        Batch storage b = _batches[poolId][index];
+        e = Entry(workKey, b.provider, b.node, b.timestamp, WorkStatus(uint8(v >> 128)), uint64(v >> 64), b.lockIndex, true, index);
+    }
+
+    function _setStatus(uint256 poolId, Entry memory e, WorkStatus status) private {
+        if (!e.inBatch) {
+            _work[poolId][e.index].status = status;
+        } else {
+            _workIndex[poolId][e.workKey] = IN_BATCH | (uint256(status) << 128) | (e.units << 64) | e.index;
+        }
+        e.status = status;
+    }
+
+    /// @dev Who may submit for `node` (its provider or itself) into an active pool it belongs to.
+    function _submitter(uint256 poolId, address node) private view returns (address provider) {
+        Pool storage p = _pool(poolId);
+        if (p.status != PoolStatus.ACTIVE) revert PoolNotActive(poolId);
+        provider = _providerOf(node);
+        if (msg.sender != provider && msg.sender != node) revert NotNodeOperator(node, msg.sender);
+        if (!_poolNodes[poolId].contains(node)) revert NodeNotInPool(poolId, node);
+    }
+
+    /// @dev Reads the status from the slot alone: a key repeated inside the batch being recorded points
+    /// at a batch not pushed yet.
+    function _unseen(uint256 poolId, bytes32 workKey) private view {
+        uint256 v = _workIndex[poolId][workKey];
+        if (v == 0) return;
+        WorkStatus status = v & IN_BATCH == 0 ? _work[poolId][v - 1].status : WorkStatus(uint8(v >> 128));
+        if (status == WorkStatus.SUBMITTED) revert WorkAlreadySubmitted(poolId, workKey);
+        revert WorkKeyInvalidated(poolId, workKey);
+    }
+
+    /// @dev No reward unlocks while validators may still invalidate the work: the later of the lock
+    /// period and the pool's voting window (the setters keep lock >= window; this holds it per work
+    /// even if a setting changes later).
+    function _lockReward(uint256 poolId, address node, uint256 units) private returns (uint32 lockIndex) {
+        Lock[] storage locks = _locks[node];
+        lockIndex = SafeCast.toUint32(locks.length);
+        uint256 lock = rewardLockPeriod;
+        uint256 window = _voteWindow(poolId);
+        if (window > lock) lock = window;
+        locks.push(Lock(SafeCast.toUint192(units * rewardPerUnit), uint64(block.timestamp + lock)));
     }
 
     function _providerOf(address node) private view returns (address) {

@@ -10,7 +10,8 @@ from eth_utils import to_checksum_address
 
 from ledger.contracts.base import ContractBase, struct
 from ledger.errors import LedgerError
-from ledger.models import TxResult, WorkParameters, WorkRecord
+from ledger.merkle import BatchTree
+from ledger.models import BatchRecord, TxResult, WorkParameters, WorkRecord
 from ledger.slashing import Slashing, work_key_bytes
 
 # The struct getWork and getWorkSince return (`status` is a WorkStatus, which the model converts to).
@@ -29,6 +30,36 @@ class WorkContract(ContractBase):
             self.pools, "submitWork", pool_id, to_checksum_address(node), work_key_bytes(work_key), units
         )
 
+    def submit_work_batch(
+        self, pool_id: int, node: str, files: Sequence[tuple[bytes | str, int]]
+    ) -> TxResult:
+        """Record many files in one transaction, in the order given (validators judge them in it).
+        The root is built here (`ledger/merkle.py`) and rebuilt by the contract, which refuses a
+        mismatch; every key must be new to the pool."""
+        leaves = [(work_key_bytes(k), int(u)) for k, u in files]
+        tree = BatchTree.of(leaves)
+        return self._tx(
+            self.pools, "submitWorkBatch", pool_id, to_checksum_address(node), tree.root,
+            [k for k, _ in leaves], [u for _, u in leaves],
+        )  # fmt: skip
+
+    def batch_count(self, pool_id: int) -> int:
+        return int(self._call(self.pools, "batchCount", pool_id))
+
+    def get_batch(self, pool_id: int, batch_index: int) -> BatchRecord:
+        t = self._call(self.pools, "getBatch", pool_id, batch_index)
+        record = struct("root provider timestamp count node live_units lock_index", t)
+        record["root"] = "0x" + bytes(record["root"]).hex()
+        return BatchRecord(pool_id=pool_id, index=batch_index, **record)
+
+    def verify_batch_leaf(
+        self, pool_id: int, batch_index: int, work_key: bytes | str, units: int, proof: Sequence[bytes]
+    ) -> bool:
+        return bool(
+            self._call(self.pools, "verifyBatchLeaf", pool_id, batch_index, work_key_bytes(work_key), units,
+                       list(proof))  # fmt: skip
+        )
+
     @property
     def slashing(self) -> Slashing:
         """Quorum slashing: policy, pool validators, votes, pardon (see ledger/slashing.py)."""
@@ -42,8 +73,6 @@ class WorkContract(ContractBase):
 
     def get_work(self, pool_id: int, work_key: bytes | str) -> WorkRecord | None:
         key = work_key_bytes(work_key)
-        if self.work_count(pool_id) == 0:
-            return None
         try:
             return _work(pool_id, self._call(self.pools, "getWork", pool_id, key))
         except LedgerError as exc:

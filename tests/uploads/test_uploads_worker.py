@@ -1,10 +1,12 @@
 """The worker's uploader against a real orchestrator, storage and anvil: upload, then `submitWork`
-exactly once per file, also across a crash between sending the transaction and recording it."""
+exactly once per file, also across a crash between sending the transaction and recording it; batched,
+one `submitWorkBatch` per full (or old enough) batch, with the same guarantees."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -36,11 +38,19 @@ class CountingWork(LedgerWork):
     def __init__(self, *args, crash_after_send: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.sent = 0
+        self.batches: list[int] = []  # files per batch sent
         self.crash = crash_after_send
 
     def submit(self, work_key: str, units: int) -> str:
         tx = super().submit(work_key, units)
         self.sent += 1
+        if self.crash:
+            raise KeyboardInterrupt("worker killed after sending")
+        return tx
+
+    def submit_batch(self, files: list[tuple[str, int]]) -> str:
+        tx = super().submit_batch(files)
+        self.batches.append(len(files))
         if self.crash:
             raise KeyboardInterrupt("worker killed after sending")
         return tx
@@ -54,10 +64,13 @@ def add_file(queue: FileQueue, data_dir: Path, task: str, name: str, data: bytes
     return entry
 
 
-def uploader(orch, devnet, provider, node, state: Path, **kw) -> tuple[Uploader, CountingWork, FileQueue]:
+def uploader(orch, devnet, provider, node, state: Path, *, batch_files: int = 1, batch_age: float = 30.0,
+             **kw) -> tuple[Uploader, CountingWork, FileQueue]:  # fmt: skip
     queue = FileQueue(state / "bridge" / "files.sqlite")
     work = CountingWork(devnet.client(provider), devnet.pool_id, node.address, **kw)
-    return Uploader(node, queue, work, state, lambda: orch.url, backoff=0.05), work, queue
+    up = Uploader(node, queue, work, state, lambda: orch.url, backoff=0.05, batch_files=batch_files,
+                  batch_age=batch_age)  # fmt: skip
+    return up, work, queue
 
 
 def submissions(devnet, key: str) -> list:
@@ -138,3 +151,66 @@ def test_refused_upload_is_not_retried_and_unknown_node_waits(world, devnet, tmp
     stranger, _, q2 = uploader(orch, devnet, provider, Wallet.create(), tmp_path / "s")
     f = add_file(q2, tmp_path / "s" / "data", task, "a.bin", b"abc")
     assert stranger.run_once().retry_later == [f.sha256]
+
+
+def test_a_batch_goes_out_when_full_or_when_its_oldest_file_waited_enough(world, devnet, tmp_path) -> None:
+    orch, provider, nodes, task = world
+    node = nodes[0]
+    up, work, queue = uploader(orch, devnet, provider, node, tmp_path, batch_files=3, batch_age=1.0)
+    data = tmp_path / "data"
+    files = [add_file(queue, data, task, f"b/{i}.bin", os.urandom(2000 + i), units=i + 1) for i in range(2)]
+    report = up.run_once()
+    assert sorted(report.uploaded) == sorted(f.sha256 for f in files)
+    assert report.submitted == [] and work.batches == []  # two of three, and young: they wait
+    files.append(add_file(queue, data, task, "b/2.bin", os.urandom(2002), units=3))
+    report = up.run_once()
+    assert report.submitted == [f.sha256 for f in files] and work.batches == [3] and work.sent == 0
+    txs = {queue.get(f.id).tx_hash for f in files}
+    assert len(txs) == 1
+    tx = txs.pop()
+    for i, f in enumerate(files):  # each file its own event, in upload order, with its own units
+        events = submissions(devnet, f.sha256)
+        assert [(e.tx_hash, e.units, e.leaf, e.node) for e in events] == [(tx, i + 1, i, node.address)]
+    # one more file, alone: it goes out once it has waited batch_age, in a batch of one
+    last = add_file(queue, data, task, "b/3.bin", os.urandom(2003))
+    assert up.run_once().submitted == [] and work.batches == [3]
+    time.sleep(1.1)
+    assert up.run_once().submitted == [last.sha256] and work.batches == [3, 1]
+    assert queue.pending_submission() == [] and up.run_once().submitted == []
+
+
+def test_a_crash_after_sending_a_batch_neither_loses_nor_recounts_a_file(world, devnet, tmp_path) -> None:
+    orch, provider, nodes, task = world
+    node = nodes[1]
+    first, work, queue = uploader(orch, devnet, provider, node, tmp_path, batch_files=2,
+                                  crash_after_send=True)
+    files = [add_file(queue, tmp_path / "data", task, f"c{i}.bin", os.urandom(3000)) for i in range(2)]
+    with pytest.raises(KeyboardInterrupt):
+        first.run_once()
+    assert work.batches == [2] and all(queue.get(f.id).submitted_at is None for f in files)
+    # the next process finds both files on chain, one by one, and sends nothing
+    second, work2, queue2 = uploader(orch, devnet, provider, node, tmp_path, batch_files=2)
+    report = second.run_once()
+    assert sorted(report.submitted) == sorted(f.sha256 for f in files)
+    assert work2.batches == [] and work2.sent == 0
+    for f in files:
+        events = submissions(devnet, f.sha256)
+        assert len(events) == 1 and queue2.get(f.id).tx_hash == events[0].tx_hash
+
+
+def test_a_batch_holding_a_file_on_chain_settles_it_and_sends_the_rest(world, devnet, tmp_path) -> None:
+    orch, provider, nodes, task = world
+    node = nodes[2]
+    up, work, queue = uploader(orch, devnet, provider, node, tmp_path, batch_files=4)
+    files = [add_file(queue, tmp_path / "data", task, f"d{i}.bin", os.urandom(3000)) for i in range(4)]
+    # the journal lost (a new disk), file 1 already on chain by this node
+    tx = devnet.client(provider).submit_work(devnet.pool_id, node.address, "0x" + files[1].sha256, 4).tx_hash
+    report = up.run_once()
+    assert report.submitted == [files[1].sha256] and queue.get(files[1].id).tx_hash == tx
+    assert work.batches == []  # refused at estimation: nothing mined
+    # the next pass: the three others, in one batch (no longer full: they go out once old enough)
+    up.batch_age = 0.0
+    report = up.run_once()
+    assert report.submitted == [files[i].sha256 for i in (0, 2, 3)] and work.batches == [3]
+    for f in files:
+        assert len(submissions(devnet, f.sha256)) == 1

@@ -44,12 +44,12 @@ class CounterJudge:
         return Verdict(file=str(path), verdict="accept")
 
 
-def queue(db: Database, rows: list[tuple[str, str, int, int]]) -> None:
+def queue(db: Database, rows: list[tuple[str, str, int, int]], leaves: list[int] | None = None) -> None:
     with db.transaction() as s:
-        for work_key, node, block, log_index in rows:
+        for i, (work_key, node, block, log_index) in enumerate(rows):
             s.add(SubmissionRow(pool_id=1, work_key=work_key, node=node, provider="0x" + "33" * 20, units=1,
                                 block_number=block, log_index=log_index, tx_hash="0x" + "44" * 32,
-                                submitted_at=int(time.time())))  # fmt: skip
+                                submitted_at=int(time.time()), leaf=leaves[i] if leaves else 0))  # fmt: skip
 
 
 def test_a_nodes_later_files_wait_for_the_one_whose_download_is_retried(tmp_path: Path) -> None:
@@ -109,6 +109,33 @@ def test_a_database_of_an_older_validator_gets_the_new_column(tmp_path: Path) ->
     engine.dispose()
     db = Database(open_database(None, tmp_path))
     due = Submissions(db).due()
-    assert [(r.work_key, r.log_index) for r in due] == [(key(1), 0)]
+    assert [(r.work_key, r.log_index, r.leaf) for r in due] == [(key(1), 0, 0)]
     queue(db, [(key(2), A, 7, 3)])  # and new rows keep their log index
     assert [r.work_key for r in Submissions(db).due()] == [key(1)]  # key(2) waits for key(1)
+
+
+def test_the_files_of_a_batch_are_judged_in_the_batchs_order(tmp_path: Path) -> None:
+    """A batch's files share one log (block and log index): their place in the batch orders them, so a
+    file held back holds the batch's later files too, never its earlier ones."""
+    db = Database(open_database(None, tmp_path))
+    submissions, verdicts = Submissions(db), Verdicts(db)
+    wallet = Wallet.from_key("0x" + "01" * 32)
+    fetcher = Fetcher("http://127.0.0.1:9", wallet, tmp_path / "files", max_bytes=1 << 20, timeout=1)
+    batch = [key(8), key(2), key(6), key(4)]  # counters 1..4 in this order; keys sort otherwise
+    queue(db, [(k, A, 20, 3) for k in batch], leaves=[0, 1, 2, 3])
+    for counter, work_key in enumerate(batch, start=1):
+        if counter != 3:  # the third file's download fails for now
+            fetcher.path_for(work_key[2:]).write_text(str(counter))
+    judge = CounterJudge()
+    loop = JudgeLoop(submissions, verdicts, fetcher, judge, fetch_window=600, vote=False, base_delay=0.0)
+    loop.run_once()
+    assert judge.order == batch[:2]  # the fourth waits for the third
+    with db.transaction() as s:
+        row = s.get(SubmissionRow, (1, batch[2]))
+        assert row is not None
+        row.next_attempt_at = 0.0
+    fetcher.path_for(batch[2][2:]).write_text("3")
+    loop.run_once()
+    assert judge.order == batch
+    judged = {v.work_key: v.verdict for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
+    assert judged == dict.fromkeys(batch, "accept")
