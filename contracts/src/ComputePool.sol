@@ -730,11 +730,13 @@ contract ComputePool is AccessControl {
         returns (uint256 total)
     {
         mapping(bytes32 => uint256) storage index = _workIndex[poolId];
+        uint256 tag = IN_BATCH | (uint256(WorkStatus.SUBMITTED) << 128) | batchIndex;
         for (uint256 i = 0; i < workKeys.length; i++) {
+            bytes32 key = workKeys[i];
             uint64 u = units[i];
             if (u == 0) revert ZeroWorkUnits();
-            _unseen(poolId, workKeys[i]);
-            index[workKeys[i]] = IN_BATCH | (uint256(WorkStatus.SUBMITTED) << 128) | (uint256(u) << 64) | batchIndex;
+            if (index[key] != 0) _unseen(poolId, key);
+            index[key] = tag | (uint256(u) << 64);
             total += u;
         }
     }
@@ -745,7 +747,14 @@ contract ComputePool is AccessControl {
         uint256 n = workKeys.length;
         bytes32[] memory tree = new bytes32[](2 * n - 1);
         for (uint256 i = 0; i < n; i++) {
-            tree[2 * n - 2 - i] = keccak256(bytes.concat(keccak256(abi.encode(workKeys[i], uint256(units[i])))));
+            // keccak256(bytes.concat(keccak256(abi.encode(key, units)))) without allocating memory
+            bytes32 inner = Hashes.efficientKeccak256(workKeys[i], bytes32(uint256(units[i])));
+            bytes32 leaf;
+            assembly ("memory-safe") {
+                mstore(0x00, inner)
+                leaf := keccak256(0x00, 0x20)
+            }
+            tree[2 * n - 2 - i] = leaf;
         }
         for (uint256 i = n - 1; i > 0; i--) {
             tree[i - 1] = Hashes.commutativeKeccak256(tree[2 * i - 1], tree[2 * i]);
