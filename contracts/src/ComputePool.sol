@@ -144,9 +144,13 @@ contract ComputePool is AccessControl {
 
     mapping(uint256 => SlashingPolicy) public slashingPolicies;
     mapping(uint256 => EnumerableSet.AddressSet) private _poolValidators;
-    mapping(uint256 => mapping(bytes32 => uint256)) private _votes;
-    mapping(uint256 => mapping(bytes32 => uint256)) private _softVotes;
-    mapping(uint256 => mapping(bytes32 => mapping(address => bool))) private _voted;
+    // One slot per voted work: hard votes (bits 0-7), soft votes (8-15), and from bit 16 one bit per
+    // validator seat that voted (seat 0: a global validator of a pool without a policy, which decides
+    // alone). Seats are given once per pool and never reused, so a removed validator's bit stays its own.
+    mapping(uint256 => mapping(bytes32 => uint256)) private _tally;
+    mapping(uint256 => mapping(address => uint256)) private _seat;
+    mapping(uint256 => uint256) private _seats;
+    uint256 private constant MAX_SEATS = 239;
     mapping(uint256 => mapping(bytes32 => uint256)) private _softDropped;
 
     event PoolCreated(uint256 indexed poolId, uint256 indexed domainId, address indexed creator, address manager, string name);
@@ -224,6 +228,7 @@ contract ComputePool is AccessControl {
     error AlreadyVoted(uint256 poolId, bytes32 workKey, address validator);
     error VoteWindowClosed(uint256 poolId, bytes32 workKey, uint256 deadline);
     error InvalidQuorum(uint256 quorum, uint256 validators);
+    error TooManyValidators(uint256 poolId, uint256 max);
     error InvalidWindow();
     error NotSoftInvalidated(uint256 poolId, bytes32 workKey);
     error LockShorterThanWindow(uint256 lockPeriod, uint256 window);
@@ -429,6 +434,11 @@ contract ComputePool is AccessControl {
     function addPoolValidator(uint256 poolId, address validator) external {
         _managerPool(poolId);
         if (validator == address(0)) revert ZeroAddress();
+        if (_seat[poolId][validator] == 0) {
+            uint256 seat = ++_seats[poolId];
+            if (seat > MAX_SEATS) revert TooManyValidators(poolId, MAX_SEATS);
+            _seat[poolId][validator] = seat;
+        }
         if (_poolValidators[poolId].add(validator)) emit PoolValidatorSet(poolId, validator, true);
     }
 
@@ -452,14 +462,11 @@ contract ComputePool is AccessControl {
         Pool storage p = _pool(poolId);
         (Entry memory e, SlashingPolicy memory policy) = _votable(poolId, workKey);
         if (e.status != WorkStatus.SUBMITTED) return;
-        mapping(address => bool) storage voted = _voted[poolId][workKey];
-        if (voted[msg.sender]) revert AlreadyVoted(poolId, workKey, msg.sender);
-        voted[msg.sender] = true;
-        uint256 votes = ++_votes[poolId][workKey];
+        (uint256 votes, uint256 softVotes) = _cast(poolId, workKey, false);
         emit InvalidationVoted(poolId, workKey, msg.sender, false, votes);
         if (votes >= policy.quorum) _invalidate(p, e, policy.amount);
         // the quorum agrees the work is bad but not that it was cheating: no slash, no pay
-        else if (votes + _softVotes[poolId][workKey] >= policy.quorum) _softInvalidate(poolId, e);
+        else if (votes + softVotes >= policy.quorum) _softInvalidate(poolId, e);
     }
 
     /// @notice Invalidate without a slash (e.g. a file storage lost, a checkpoint nobody can fetch):
@@ -469,10 +476,8 @@ contract ComputePool is AccessControl {
         _pool(poolId);
         (Entry memory e, SlashingPolicy memory policy) = _votable(poolId, workKey);
         if (e.status != WorkStatus.SUBMITTED) return;
-        mapping(address => bool) storage voted = _voted[poolId][workKey];
-        if (voted[msg.sender]) revert AlreadyVoted(poolId, workKey, msg.sender);
-        voted[msg.sender] = true;
-        uint256 votes = _votes[poolId][workKey] + ++_softVotes[poolId][workKey];
+        (uint256 hardVotes, uint256 softVotes) = _cast(poolId, workKey, true);
+        uint256 votes = hardVotes + softVotes;
         emit InvalidationVoted(poolId, workKey, msg.sender, true, votes);
         if (votes >= policy.quorum) _softInvalidate(poolId, e);
     }
@@ -497,7 +502,18 @@ contract ComputePool is AccessControl {
     }
 
     function workVotes(uint256 poolId, bytes32 workKey, address validator) external view returns (uint256 votes, bool voted) {
-        return (_votes[poolId][workKey], _voted[poolId][workKey][validator]);
+        uint256 t = _tally[poolId][workKey];
+        return (t & 0xff, t & (1 << (16 + _seat[poolId][validator])) != 0);
+    }
+
+    /// @dev Record the sender's vote in the work's one tally slot; the counts after it.
+    function _cast(uint256 poolId, bytes32 workKey, bool soft) private returns (uint256 hardVotes, uint256 softVotes) {
+        uint256 t = _tally[poolId][workKey];
+        uint256 bit = 1 << (16 + _seat[poolId][msg.sender]);
+        if (t & bit != 0) revert AlreadyVoted(poolId, workKey, msg.sender);
+        t = (t | bit) + (soft ? 1 << 8 : 1);
+        _tally[poolId][workKey] = t;
+        return (t & 0xff, (t >> 8) & 0xff);
     }
 
     /// @notice How long after a submission validators may still invalidate it in this pool.
@@ -523,11 +539,9 @@ contract ComputePool is AccessControl {
 
     function _invalidate(Pool storage p, Entry memory e, uint256 penalty) private {
         _setStatus(p.id, e, WorkStatus.INVALIDATED);
-        uint256 slashed = registry.slashableBalance(e.provider);
-        if (slashed > penalty) slashed = penalty;
-        if (slashed > 0) registry.slash(e.provider, slashed);
+        uint256 slashed = registry.slashUpTo(e.provider, penalty);
         uint256 dropped = _dropLockedRewards(e.node);
-        if (_poolNodes[p.id].contains(e.node)) _eject(p, e.node);
+        if (_poolNodes[p.id].contains(e.node)) _eject(p, e.node, e.provider); // a node in a pool keeps its provider
         // A node caught cheating never rejoins this pool (an orchestrator would otherwise re-invite
         // it as soon as it shows up in discovery again).
         if (!nodeBlacklisted[p.id][e.node]) {
@@ -820,17 +834,19 @@ contract ComputePool is AccessControl {
     }
 
     function _providerOf(address node) private view returns (address) {
-        return registry.getNode(node).provider;
+        return registry.providerOf(node);
     }
 
     function _removeFromPool(Pool storage p, address node) private {
         _poolNodes[p.id].remove(node);
-        p.totalComputeUnits -= registry.getNode(node).computeUnits;
-        registry.setNodePool(node, 0);
+        p.totalComputeUnits -= registry.clearNodePool(node);
     }
 
     function _eject(Pool storage p, address node) private {
-        address provider = _providerOf(node);
+        _eject(p, node, _providerOf(node));
+    }
+
+    function _eject(Pool storage p, address node, address provider) private {
         _removeFromPool(p, node);
         emit NodeEjected(p.id, provider, node, msg.sender);
     }
@@ -838,12 +854,14 @@ contract ComputePool is AccessControl {
     /// @dev Move locks whose time has come into the claimable balance.
     function _mature(address node) private {
         Lock[] storage list = _locks[node];
-        uint256 i = _lockHead[node];
+        uint256 head = _lockHead[node];
+        uint256 i = head;
         uint256 sum;
         while (i < list.length && list[i].unlockAt <= block.timestamp) {
             sum += list[i].amount;
             i++;
         }
+        if (i == head) return; // nothing matured: no writes
         _lockHead[node] = i;
         _matured[node] += sum;
     }

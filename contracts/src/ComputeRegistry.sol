@@ -217,11 +217,33 @@ contract ComputeRegistry is AccessControl {
         emit NodePoolChanged(node, poolId);
     }
 
+    /// @notice The node leaves its pool; its compute units, for the pool's total. One call (and the
+    /// two storage reads it needs) on the pool's leave, eject and invalidation paths.
+    function clearNodePool(address node) external onlyRole(POOL_ROLE) returns (uint256 computeUnits) {
+        Node storage n = _nodes[node];
+        if (n.provider == address(0)) revert NodeNotFound(node);
+        n.activePool = 0;
+        emit NodePoolChanged(node, 0);
+        return n.computeUnits;
+    }
+
     /// @notice Take `amount` from the provider, unbonding stake first, and send it to the treasury.
     function slash(address provider, uint256 amount) external onlyRole(POOL_ROLE) {
         if (amount == 0) revert ZeroAmount();
         uint256 available = slashableBalance(provider);
         if (amount > available) revert SlashExceedsStake(provider, amount, available);
+        _slash(provider, amount);
+    }
+
+    /// @notice Slash at most `amount`, capped at what the provider has (nothing when it has nothing):
+    /// one call for the pool's invalidation path, which must never fail for lack of stake.
+    function slashUpTo(address provider, uint256 amount) external onlyRole(POOL_ROLE) returns (uint256 slashed) {
+        slashed = slashableBalance(provider);
+        if (slashed > amount) slashed = amount;
+        if (slashed > 0) _slash(provider, slashed);
+    }
+
+    function _slash(address provider, uint256 amount) private {
         uint256 left = amount;
         Unbond[] storage list = _unbonds[provider];
         for (uint256 i = list.length; i > 0 && left > 0; i--) {
@@ -265,6 +287,12 @@ contract ComputeRegistry is AccessControl {
     function getNode(address node) external view returns (Node memory) {
         if (_nodes[node].provider == address(0)) revert NodeNotFound(node);
         return _nodes[node];
+    }
+
+    /// @notice A node's provider in one storage read (`getNode` reads all five of the node's slots).
+    function providerOf(address node) external view returns (address provider) {
+        provider = _nodes[node].provider;
+        if (provider == address(0)) revert NodeNotFound(node);
     }
 
     function nodeExists(address node) external view returns (bool) {

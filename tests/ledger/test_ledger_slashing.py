@@ -67,6 +67,32 @@ def test_two_of_three_quorum_slashes_once(world: World) -> None:
     assert world.admin.slashing.votes(world.pool_id, key(1), v3.address).votes == 2
 
 
+def test_a_validator_removed_and_added_again_still_votes_once_per_work(world: World) -> None:
+    """Votes live in one tally slot per work, one bit per validator seat: a seat is never reused."""
+    owner, (v1, v2, v3) = three_validators(world)
+    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(7), 1)
+    v1.slashing.vote_soft_invalidate(world.pool_id, key(7))
+    assert [world.admin.slashing.votes(world.pool_id, key(7), v.address).voted for v in (v1, v2, v3)] == [
+        True, False, False
+    ]  # fmt: skip
+    owner.slashing.remove_validator(world.pool_id, v1.address)
+    owner.slashing.add_validator(world.pool_id, v1.address)
+    with reverts("AlreadyVoted"):
+        v1.slashing.vote_invalidate(world.pool_id, key(7))
+    ev = v2.slashing.vote_invalidate(world.pool_id, key(7)).event("InvalidationVoted")
+    assert ev is not None and ev.args["votes"] == 1  # hard votes; the soft one counts toward the quorum
+    assert work_status(world, key(7)) is WorkStatus.SOFT_INVALIDATED  # 1 soft + 1 hard: rejected, no slash
+    assert world.admin.slashing.votes(world.pool_id, key(7), v3.address).voted is False
+
+
+def work_status(world: World, k: bytes) -> WorkStatus:
+    rec = world.admin.get_work(world.pool_id, k)
+    assert rec is not None
+    return rec.status
+
+
 def test_named_errors(world: World) -> None:
     owner, (v1, v2, _v3) = three_validators(world)
     with reverts("NotPoolManager"):
