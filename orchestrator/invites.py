@@ -9,6 +9,7 @@ retried with exponential back-off; a node that reappears in discovery after bein
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -22,6 +23,7 @@ from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
 from orchestrator.pacing import Pacing
+from orchestrator.store.nodes import mirrored
 
 log = structlog.get_logger("intellect.orchestrator.invites")
 MAX_CONCURRENT_INVITES = 16
@@ -69,19 +71,27 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
                               invite_attempts=attempts, next_invite_at=utcnow() + timedelta(seconds=backoff))
 
 
-async def invite_pass(ctx: Context) -> None:
+# Every this many passes the whole Redis state mirror is rewritten from SQL (one pipelined write), in
+# case a transition's mirror write was lost after its SQL commit; the other passes write only the
+# entries their reconcile changed (one write per node per pass was most of the pass at 25,000 nodes).
+FULL_MIRROR_EVERY = 30
+
+
+async def invite_pass(ctx: Context, full_mirror: bool = True) -> None:
     try:
         records = await ctx.peers.pool_nodes(ctx.settings.discovery_url, ctx.settings.pool_id)
     except PeerError as exc:
         log.warning("discovery unavailable", error=str(exc))
         records = []
     on_chain = set(await run_in_threadpool(ctx.chain.pool_nodes))
-    rows = await run_in_threadpool(ctx.book.reconcile, records, on_chain)
-    for row in rows:
-        await ctx.book.sync_mirror(row)
+    done = await run_in_threadpool(ctx.book.reconcile, records, on_chain)
+    if full_mirror:
+        await ctx.live.set_states({r.address: mirrored(r) for r in await run_in_threadpool(ctx.book.all)})
+    else:
+        await ctx.live.set_states(done.mirror)
     now = utcnow()
-    due = [r for r in rows if r.state == NodeState.DISCOVERED.value and r.worker_url
-           and (r.next_invite_at is None or r.next_invite_at <= now)]
+    discovered = await run_in_threadpool(ctx.book.all, [NodeState.DISCOVERED])
+    due = [r for r in discovered if r.worker_url and (r.next_invite_at is None or r.next_invite_at <= now)]
     limit = asyncio.Semaphore(MAX_CONCURRENT_INVITES)
 
     async def bounded(row: NodeRow) -> None:
@@ -93,11 +103,11 @@ async def invite_pass(ctx: Context) -> None:
 
 async def invite_loop(ctx: Context, is_leader: Callable[[], Awaitable[bool]]) -> None:
     pacing = Pacing("invite pass", ctx.settings.invite_interval_seconds)
-    while True:
+    for count in itertools.count():
         started = time.monotonic()
         try:
             if await is_leader():
-                await invite_pass(ctx)
+                await invite_pass(ctx, full_mirror=count % FULL_MIRROR_EVERY == 0)
             pacing.succeeded()
         except Exception:  # a flaky RPC or Redis must not end the loop
             pacing.failed()

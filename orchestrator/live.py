@@ -69,6 +69,18 @@ class LiveStore:
         else:
             await self.redis.hset(self.state_key, address, state.value)
 
+    async def set_states(self, states: dict[str, NodeState | None]) -> None:
+        """Several `set_state`s in one round trip (the invite pass, after reconciling many rows)."""
+        if not states:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        gone = [address for address, state in states.items() if state is None]
+        if gone:
+            pipe.hdel(self.state_key, *gone)
+        if len(gone) < len(states):
+            pipe.hset(self.state_key, mapping={a: s.value for a, s in states.items() if s is not None})
+        await pipe.execute()
+
     async def replace_states(self, states: dict[str, NodeState]) -> None:
         """Rebuild the state mirror from SQL (start-up)."""
         pipe = self.redis.pipeline(transaction=True)
@@ -85,6 +97,12 @@ class LiveStore:
             return {}
         scores = await self.redis.zmscore(self.seen_key, addresses)
         return dict(zip(addresses, scores, strict=True))
+
+    async def stale(self, cutoff: float) -> set[str]:
+        """Nodes whose last heartbeat is older than `cutoff` (unix time): the only ones a liveness check
+        needs to look at among the Healthy (a range read on the `seen` sorted set)."""
+        found = await self.redis.zrangebyscore(self.seen_key, "-inf", f"({cutoff!r}")
+        return {as_text(a) for a in found if isinstance(a, bytes | str)}  # members only: no scores asked
 
     async def forget_seen(self, address: str) -> None:
         await self.redis.zrem(self.seen_key, address)

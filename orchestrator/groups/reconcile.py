@@ -105,7 +105,6 @@ def _create(session: Session, topology: str, members: list[Candidate], task_id: 
 def reconcile(session: Session, configured: dict[str, Topology],
               failed_cooldown_seconds: float = FAILED_COOLDOWN_SECONDS) -> Changes:
     changes = Changes()
-    nodes = {row.address: row for row in session.scalars(select(NodeRow))}
     tasks = list(session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None))
                                  .order_by(TaskRow.created_at)))
     allowed: dict[str, list[Topology]] = {}
@@ -120,6 +119,11 @@ def reconcile(session: Session, configured: dict[str, Topology],
         if names:
             allowed[task.id] = resolved
     groups = {g.id: g for g in session.scalars(select(NodeGroupRow))}
+    if not groups and not allowed:
+        # Nothing to dissolve, merge, form or assign. Checked before the node rows are read: that read
+        # was ~0.9 s of CPU per pass at 25,000 nodes in pools that use no groups at all.
+        return changes
+    nodes = {row.address: row for row in session.scalars(select(NodeRow))}
     members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
     for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
         members.setdefault(member.group_id, []).append(member)

@@ -8,14 +8,14 @@ loop). The loops decide when to run a pass; what a pass does to the rows lives h
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from intellect.wire.admin import NodeRecord
@@ -28,9 +28,19 @@ log = structlog.get_logger("intellect.orchestrator.nodes")
 WATCHED = [NodeState.HEALTHY, NodeState.UNHEALTHY, NodeState.WAITING_FOR_HEARTBEAT, NodeState.DEAD]
 
 
+# Rows judged at every check whatever Redis says (the Healthy are judged only when their beat is stale).
+UNWELL = [NodeState.UNHEALTHY, NodeState.WAITING_FOR_HEARTBEAT, NodeState.DEAD]
+CHUNK = 500  # addresses per `IN (...)`: well under SQLite's bound-parameter limit
+
+
 def may_heartbeat(row: NodeRow) -> bool:
     """Discovered nodes outside the pool have no business heartbeating; everyone else is answered."""
     return row.state != NodeState.DISCOVERED or row.in_pool
+
+
+def mirrored(row: NodeRow) -> NodeState | None:
+    """What the Redis state hash holds for this row (None: absent, the heartbeat is refused)."""
+    return NodeState(row.state) if may_heartbeat(row) else None
 
 
 def audit(session: Session, actor: str, action: str, subject: str | None, **detail: Any) -> None:
@@ -84,7 +94,7 @@ class NodeBook:
             row.misses = 0
 
     async def sync_mirror(self, row: NodeRow) -> None:
-        await self.live.set_state(row.address, NodeState(row.state) if may_heartbeat(row) else None)
+        await self.live.set_state(row.address, mirrored(row))
 
     async def transition(self, address: str, state: NodeState, reason: str | None = None,
                          actor: str = "orchestrator", only_from: NodeState | None = None,
@@ -120,6 +130,12 @@ class NodeBook:
                 query = query.where(NodeRow.state.in_([s.value for s in states]))
             return list(session.scalars(query))
 
+    def addresses(self, states: list[NodeState]) -> list[str]:
+        """Addresses only (no row objects): cheap enough for a check pass at tens of thousands of rows."""
+        with self.sessions() as session:
+            return list(session.scalars(select(NodeRow.address).where(
+                NodeRow.state.in_([s.value for s in states]))))
+
     def counts(self) -> dict[str, int]:
         with self.sessions() as session:
             found = dict(session.execute(select(NodeRow.state, func.count()).group_by(NodeRow.state)).all())
@@ -129,18 +145,32 @@ class NodeBook:
         rows = await run_in_threadpool(self.all)
         await self.live.replace_states({r.address: NodeState(r.state) for r in rows if may_heartbeat(r)})
 
-    def reconcile(self, records: list[DiscoveredNode], on_chain: set[str]) -> list[NodeRow]:
-        """Upsert node rows from discovery and the chain in one transaction; return every row.
+    def reconcile(self, records: list[DiscoveredNode], on_chain: set[str]) -> Reconciled:
+        """Upsert node rows from discovery and the chain in one transaction; return the rows it touched
+        and the mirror entries that changed (one Redis write per changed node, not per row).
+
+        Only the rows that can change are loaded as objects: new ones, those whose discovery record
+        is newer than the one stored (discovery stamps `last_updated` on every write), and those
+        whose pool membership on chain differs. Loading every row each pass cost ~1.1 s of CPU at
+        25,000 nodes; the light read of three columns that finds them costs a tenth of it.
 
         A node in the pool on chain but unknown here (a restart with a fresh database) is recorded to
         be invited again; an Ejected or Dead node that discovery lists anew, and that is off chain, is
         Discovered again; a Healthy or Unhealthy node no longer in the pool on chain is Ejected."""
         with self.sessions() as session, session.begin():
-            rows = {row.address: row for row in session.scalars(select(NodeRow))}
+            known = {address: (in_pool, updated) for address, in_pool, updated in session.execute(
+                select(NodeRow.address, NodeRow.in_pool, NodeRow.discovery_updated_at))}
+            touch = {address for address, (in_pool, _) in known.items() if in_pool != (address in on_chain)}
+            touch |= {r.metadata.node_address for r in records
+                      if known.get(r.metadata.node_address, (None, None))[1] != _naive(r.last_updated)}
+            rows = {row.address: row for row in _rows(session, touch & known.keys())}
+            before = {address: mirrored(row) for address, row in rows.items()}
             for record in records:
                 meta = record.metadata
+                if meta.node_address in known and meta.node_address not in rows:
+                    continue  # the same record as at the last pass: nothing to write
                 row = rows.get(meta.node_address)
-                updated = record.last_updated.astimezone(UTC).replace(tzinfo=None)
+                updated = _naive(record.last_updated)
                 if row is None:
                     row = rows[meta.node_address] = _new_row(meta.node_address, in_pool=False)
                     session.add(row)
@@ -156,7 +186,7 @@ class NodeBook:
                     back = "back in discovery: re-inviting"
                     self._set(session, row, NodeState.DISCOVERED, back, "discovery")
                     row.invite_attempts, row.next_invite_at = 0, None
-            for address in on_chain - rows.keys():
+            for address in on_chain - known.keys() - rows.keys():
                 row = rows[address] = _new_row(
                     address, in_pool=True, reason="in the pool on chain but unknown here: reconciling"
                 )
@@ -167,13 +197,17 @@ class NodeBook:
                 if was_in_pool and not row.in_pool and row.state in (NodeState.HEALTHY.value,
                                                                       NodeState.UNHEALTHY.value):
                     self._set(session, row, NodeState.EJECTED, "no longer in the pool on chain", "chain")
-            return list(rows.values())
+            changed = {a: m for a, row in rows.items() if (m := mirrored(row)) != before.get(a)}
+            return Reconciled(list(rows.values()), changed)
 
     def apply_checks(
-        self, policy: Liveness, seen: dict[str, float | None], now: float, grace_until: float = 0.0
+        self, policy: Liveness, seen: dict[str, float | None], now: float, grace_until: float = 0.0,
+        only: Collection[str] | None = None,
     ) -> list[NodeRow]:
         """One liveness check over the watched nodes in one transaction; returns the rows whose state
-        changed. `seen` holds each node's last heartbeat (unix time, from Redis).
+        changed. `seen` holds each node's last heartbeat (unix time, from Redis). With `only`, just the
+        watched rows among those addresses are judged (the monitor passes the unwell and the stale: a
+        Healthy node with a fresh beat would not change).
 
         Healthy → Unhealthy when the last heartbeat is older than the TTL; Unhealthy → Dead after
         `miss_threshold` such checks in a row; Dead (still in the pool) → Healthy on a fresh heartbeat;
@@ -183,7 +217,7 @@ class NodeBook:
         ttl = policy.ttl_seconds
         changed: list[NodeRow] = []
         with self.sessions() as session, session.begin():
-            for row in session.scalars(select(NodeRow).where(NodeRow.state.in_([w.value for w in WATCHED]))):
+            for row in _watched_rows(session, only):
                 last = seen.get(row.address)
                 fresh = last is not None and now - last <= ttl
                 old = row.state
@@ -218,3 +252,29 @@ class NodeBook:
                     log.info("node state", node=row.address, old=old, new=row.state, reason=row.reason)
                     changed.append(row)
         return changed
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What `NodeBook.reconcile` did: the rows it touched, and the Redis mirror entries that must change."""
+
+    rows: list[NodeRow]
+    mirror: dict[str, NodeState | None]
+
+
+def _naive(moment: datetime) -> datetime:
+    """As the database stores it: UTC without a zone."""
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _rows(session: Session, addresses: Collection[str], *where: ColumnElement[bool]) -> Iterator[NodeRow]:
+    ordered = sorted(addresses)
+    for at in range(0, len(ordered), CHUNK):
+        yield from session.scalars(select(NodeRow).where(*where, NodeRow.address.in_(ordered[at:at + CHUNK])))
+
+
+def _watched_rows(session: Session, only: Collection[str] | None) -> Iterator[NodeRow]:
+    watched = NodeRow.state.in_([w.value for w in WATCHED])
+    if only is None:
+        return iter(session.scalars(select(NodeRow).where(watched)))
+    return _rows(session, only, watched)
