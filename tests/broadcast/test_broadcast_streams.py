@@ -1,6 +1,6 @@
 """The transfer plumbing under the client and the relay: write-behind buffers (writes land where
 asked, a failed write is reported and the shard rewritten, memory stays at depth × size), and small
-requests on kept-alive connections (a connection the server dropped is reopened once)."""
+and shard requests on kept-alive connections (a connection the server dropped is reopened once)."""
 
 from __future__ import annotations
 
@@ -144,6 +144,19 @@ def test_small_requests_reopen_a_connection_the_server_dropped(one_shot: _OneSho
             status, headers, body = conns.fetch(one_shot.url, "v1/manifest.json")
             assert (status, body, headers["content-length"]) == (200, b"hello", "5")
         assert one_shot.connections == 3  # each later request found its connection closed, reopened
+    finally:
+        conns.close()
+
+
+def test_shard_requests_reopen_a_connection_the_server_dropped(one_shot: _OneShotServer) -> None:
+    """A relay's fetch threads find their connections closed by the upstream after an idle spell (a
+    new version minutes later): the shard request reopens once at once instead of failing the shard."""
+    conns = ShardStreams(timeout=5)
+    try:
+        for _ in range(3):
+            with conns.get(one_shot.url, "v1/shard_00001.bin") as resp:
+                assert (resp.status, resp.read()) == (200, b"hello")
+        assert one_shot.connections == 3
     finally:
         conns.close()
 

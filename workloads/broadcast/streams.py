@@ -102,9 +102,7 @@ class ShardStreams:
         prefix = urlsplit(relay).path.rstrip("/")
         headers = {"Range": f"bytes={start}-"} if start else {}
         try:
-            conn = self._connection(relay)
-            conn.request("GET", f"{prefix}/{path}", headers=headers)
-            resp = conn.getresponse()
+            resp = self._request(relay, f"{prefix}/{path}", headers)
             if resp.status not in (200, 206):
                 raise StreamError(f"HTTP {resp.status}")
             yield resp
@@ -113,6 +111,23 @@ class ShardStreams:
         except BaseException:
             self.drop(relay)
             raise
+
+    def _request(self, relay: str, target: str, headers: dict[str, str]) -> http.client.HTTPResponse:
+        """GET on this thread's connection to `relay`. A kept-alive connection the server closed while
+        it idled (uvicorn closes one after 5 s: between two versions, a relay's fetch threads find
+        theirs closed) fails before any response: it is reopened once, at once, rather than the shard
+        failing and waiting for the next round."""
+        for attempt in range(2):
+            conn = self._connection(relay)
+            reused = conn.sock is not None
+            try:
+                conn.request("GET", target, headers=headers)
+                return conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.drop(relay)
+                if not (reused and attempt == 0):
+                    raise
+        raise AssertionError("unreachable")
 
     def fetch(
         self, relay: str, path: str, *, method: str = "GET", limit: int = 64 << 20
