@@ -126,6 +126,9 @@ def start_services(
                 "INTELLECT_WORKER_STATE_DIR": str(directory / f"worker-{index}"),
                 "INTELLECT_WORKER_METADATA_REFRESH": "5",
                 "INTELLECT_WORKER_MIN_DISK_MB": "0",
+                # files go on chain in batches (a few per transaction, none waiting more than 4 s)
+                "INTELLECT_WORKER_SUBMIT_BATCH_FILES": "8",
+                "INTELLECT_WORKER_SUBMIT_BATCH_AGE": "4",
                 "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1",  # `devnet down` leaves no task behind
                 # Everything here listens on loopback: task containers share the host's network.
                 "INTELLECT_WORKER_TASK_NETWORK": "host",
