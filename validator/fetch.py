@@ -13,6 +13,7 @@ Two kinds of failure, because they are judged differently (validator/judging.py)
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import httpx
@@ -60,7 +61,7 @@ class Fetcher:
         if grant.status_code != 200:
             raise StorageUnreachable(f"orchestrator answered {grant.status_code}: {grant.text[:300]}")
         url = grant.json()["url"]
-        part = target.with_name(f".{target.name}.{os.getpid()}.part")
+        part = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")  # prefetch threads
         size = 0
         try:
             with httpx.stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:

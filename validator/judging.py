@@ -12,12 +12,18 @@ A file that cannot be fetched is retried with exponential backoff, and judged by
   of the window, at least 30 s), the work is soft-invalidated: not paid (nobody could judge it), not
   slashed, and the pool's owner may pardon it while its reward is still locked.
 Accepted files are kept (the trainer reads them through `GET /accepted` → `GET /files/{sha256}`).
+
+Downloads overlap judging: while one file is judged (CPU: the prefill), the next `prefetch` files of
+the pass are fetched on a thread pool, so a validator whose storage is far away spends its time
+judging, not waiting. The order of verdicts is unchanged (files are judged in chain order).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import structlog
 
@@ -45,6 +51,7 @@ class JudgeLoop:
         base_delay: float = 2.0,
         max_delay: float = 300.0,
         poison_limit: int = 5,
+        prefetch: int = 2,
     ) -> None:
         self.submissions = submissions
         self.verdicts = verdicts
@@ -56,6 +63,7 @@ class JudgeLoop:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.poison_limit = poison_limit
+        self.prefetch = prefetch
         self.judged: list[Verdict] = []  # this process's verdicts (metrics)
 
     def run_once(self) -> int:
@@ -63,19 +71,31 @@ class JudgeLoop:
         ones have verdicts, so it is asked again after each round: a node's backlog is judged in one
         pass, not one file per pass (up to `PASS_LIMIT`, so a stop request is seen between passes)."""
         handled: set[tuple[int, str]] = set()
-        while len(handled) < PASS_LIMIT:
-            fresh = [sub for sub in self.submissions.due() if (sub.pool_id, sub.work_key) not in handled]
-            if not fresh:
-                return len(handled)
-            for sub in fresh:
-                handled.add((sub.pool_id, sub.work_key))
-                self.handle(sub)
+        downloads: dict[str, Future[Path]] = {}
+        pool = ThreadPoolExecutor(max_workers=max(1, self.prefetch), thread_name_prefix="prefetch")
+        try:
+            while len(handled) < PASS_LIMIT:
+                fresh = [sub for sub in self.submissions.due() if (sub.pool_id, sub.work_key) not in handled]
+                if not fresh:
+                    break
+                # what comes next in chain order, whoever's it is (a node's later files are not due yet)
+                upcoming = [row.work_key.removeprefix("0x") for row in self.submissions.upcoming(PASS_LIMIT)]
+                for sub in fresh:
+                    sha = sub.work_key.removeprefix("0x")
+                    ahead = [k for k in upcoming if k != sha and k not in downloads][: self.prefetch]
+                    for key in [sha, *ahead]:
+                        if key not in downloads:
+                            downloads[key] = pool.submit(self.fetcher.fetch, key)
+                    handled.add((sub.pool_id, sub.work_key))
+                    self.handle(sub, downloads.pop(sha))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # files fetched ahead stay on disk for the next pass
         return len(handled)
 
-    def handle(self, sub: SubmissionRow) -> None:
+    def handle(self, sub: SubmissionRow, download: Future[Path] | None = None) -> None:
         sha = sub.work_key.removeprefix("0x")
         try:
-            path = self.fetcher.fetch(sha)
+            path = download.result() if download is not None else self.fetcher.fetch(sha)
         except FetchError as exc:
             verdict = self._unfetched(sub, sha, exc)
             if verdict is not None:

@@ -258,6 +258,19 @@ class Submissions:
                 )
             )
 
+    def upcoming(self, limit: int) -> list[SubmissionRow]:
+        """Pending submissions whose time has come, in chain order, held or not: what the judge loop
+        will want next, for downloading ahead."""
+        with self.db.transaction() as s:
+            return list(
+                s.scalars(
+                    select(SubmissionRow)
+                    .where(SubmissionRow.state == "pending", SubmissionRow.next_attempt_at <= time.time())
+                    .order_by(SubmissionRow.block_number, SubmissionRow.log_index, SubmissionRow.leaf)
+                    .limit(limit)
+                )
+            )
+
     def pending_count(self) -> int:
         with self.db.transaction() as s:
             return len(

@@ -6,6 +6,7 @@ down = nothing listening), real counter rule."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -139,3 +140,44 @@ def test_the_files_of_a_batch_are_judged_in_the_batchs_order(tmp_path: Path) -> 
     assert judge.order == batch
     judged = {v.work_key: v.verdict for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
     assert judged == dict.fromkeys(batch, "accept")
+
+
+class SlowStorage(Fetcher):
+    """Files appear after a delay, as from a far-away store; records when each download finished."""
+
+    def __init__(self, *args, counters: dict[str, int], **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.counters = counters
+        self.done: dict[str, threading.Event] = {k[2:]: threading.Event() for k in counters}
+
+    def fetch(self, sha256: str) -> Path:
+        time.sleep(0.05)
+        path = self.path_for(sha256)
+        path.write_text(str(self.counters["0x" + sha256]))
+        self.done[sha256].set()
+        return path
+
+
+def test_the_next_file_downloads_while_one_is_judged_and_verdicts_keep_chain_order(tmp_path: Path) -> None:
+    db = Database(open_database(None, tmp_path))
+    submissions, verdicts = Submissions(db), Verdicts(db)
+    files = [key(30 + i) for i in range(4)]
+    queue(db, [(k, A, 40 + i, 0) for i, k in enumerate(files)])
+    storage = SlowStorage("http://127.0.0.1:9", Wallet.from_key("0x" + "01" * 32), tmp_path / "files",
+                          max_bytes=1 << 20, timeout=1, counters={k: i + 1 for i, k in enumerate(files)})  # fmt: skip
+    seen_ahead: list[bool] = []
+
+    class WaitingJudge(CounterJudge):
+        def judge(self, path: Path, submission: Submission) -> Verdict:
+            at = files.index(str(submission.work_key))
+            if at + 1 < len(files):  # the next download is under way: it finishes while we judge
+                seen_ahead.append(storage.done[files[at + 1][2:]].wait(timeout=10))
+            return super().judge(path, submission)
+
+    judge = WaitingJudge()
+    loop = JudgeLoop(submissions, verdicts, storage, judge, fetch_window=600, vote=False, base_delay=0.0)
+    assert loop.run_once() == 4
+    assert seen_ahead == [True, True, True]
+    assert judge.order == files
+    judged = {v.work_key: v.verdict for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
+    assert judged == dict.fromkeys(files, "accept")
