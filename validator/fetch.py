@@ -61,7 +61,8 @@ class Fetcher:
         if grant.status_code != 200:
             raise StorageUnreachable(f"orchestrator answered {grant.status_code}: {grant.text[:300]}")
         url = grant.json()["url"]
-        part = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")  # prefetch threads
+        # per process and thread: the judge loop downloads ahead on a thread pool
+        part = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")
         size = 0
         try:
             with httpx.stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:

@@ -79,7 +79,7 @@ class JudgeLoop:
                 if not fresh:
                     break
                 # what comes next in chain order, whoever's it is (a node's later files are not due yet)
-                upcoming = [row.work_key.removeprefix("0x") for row in self.submissions.upcoming(PASS_LIMIT)]
+                upcoming = [r.work_key.removeprefix("0x") for r in self.submissions.upcoming(PASS_LIMIT)]
                 for sub in fresh:
                     sha = sub.work_key.removeprefix("0x")
                     ahead = [k for k in upcoming if k != sha and k not in downloads][: self.prefetch]

@@ -163,8 +163,9 @@ def test_the_next_file_downloads_while_one_is_judged_and_verdicts_keep_chain_ord
     submissions, verdicts = Submissions(db), Verdicts(db)
     files = [key(30 + i) for i in range(4)]
     queue(db, [(k, A, 40 + i, 0) for i, k in enumerate(files)])
+    counters = {k: i + 1 for i, k in enumerate(files)}
     storage = SlowStorage("http://127.0.0.1:9", Wallet.from_key("0x" + "01" * 32), tmp_path / "files",
-                          max_bytes=1 << 20, timeout=1, counters={k: i + 1 for i, k in enumerate(files)})  # fmt: skip
+                          max_bytes=1 << 20, timeout=1, counters=counters)  # fmt: skip
     seen_ahead: list[bool] = []
 
     class WaitingJudge(CounterJudge):
