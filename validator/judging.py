@@ -89,7 +89,7 @@ class JudgeLoop:
                     handled.add((sub.pool_id, sub.work_key))
                     self.handle(sub, downloads.pop(sha))
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)  # files fetched ahead stay on disk for the next pass
+            pool.shutdown(wait=True, cancel_futures=True)  # files fetched ahead stay for the next pass
         return len(handled)
 
     def handle(self, sub: SubmissionRow, download: Future[Path] | None = None) -> None:
