@@ -93,7 +93,8 @@ class Server:
             except httpx.HTTPError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("orchestrator did not start")
+                self.stop()  # by pid, with its API and loops processes: a failed start leaves nothing behind
+                raise RuntimeError(f"orchestrator did not start (its log: {self.log})")
             time.sleep(0.2)
         if workers > 1:  # every API process must be up, not just the first one
             time.sleep(3)
