@@ -19,6 +19,7 @@ import psutil
 
 from devnet.state import DevnetState
 from ledger.client import LedgerClient
+from ledger.events import EventReader
 from ledger.models import ONE_TOKEN
 
 INTELLECT = str(Path(sys.executable).parent / "intellect")
@@ -90,6 +91,10 @@ def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
         assert report["claimable"][cheater] + report["pending"][cheater] == 0  # dropped with the slash
         policy = ledger.slashing.policy(state.pool_id)
         assert (policy.quorum, len(ledger.slashing.validators(state.pool_id))) == (2, 2)
+        # the devnet's workers submit in batches: every file on chain came in a submitWorkBatch
+        reader = EventReader(ledger, pool_id=state.pool_id, kinds=("WorkSubmitted",))
+        files = reader.read(ledger.deployment.block)
+        assert files.events and all(getattr(e, "batch_index", None) is not None for e in files.events)
     finally:
         down = subprocess.run([INTELLECT, "devnet", "down", "--dir", str(directory)], capture_output=True,
                               text=True, timeout=120)  # fmt: skip
