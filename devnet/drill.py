@@ -119,7 +119,7 @@ class Drill:
         try:
             tasks = frozenset(t.id for t in self.api.list())
             nodes = self.api.nodes().nodes
-            work = self.chain.work_count(self.state.pool_id)
+            work = self.chain.file_count(self.state.pool_id)
             block = self.chain.w3.eth.block_number
         except Exception:  # a service is down: not recovered yet
             return None
@@ -151,14 +151,14 @@ class Drill:
         want_work = 0  # an earlier drill's task: its files are on chain already
         if task_id is None:
             self.progress("posting the drill task")
-            want_work = self.chain.work_count(self.state.pool_id)
+            want_work = self.chain.file_count(self.state.pool_id)
             task_id = self.api.submit(drill_task()).id
         deadline = time.monotonic() + timeout
         while True:
             snap = self.snapshot()
             if snap is not None:
                 running = {n for n, t in snap.assigned if t == task_id}
-                files = self.chain.work_count(self.state.pool_id) - want_work
+                files = self.chain.file_count(self.state.pool_id) - want_work
                 one_each = all(count == 1 for _, count in snap.supervisors)
                 if running >= set(nodes) and files >= len(nodes) and one_each:
                     break

@@ -11,7 +11,7 @@ from eth_utils import to_checksum_address
 from ledger.contracts.base import ContractBase, struct
 from ledger.errors import LedgerError
 from ledger.merkle import BatchTree
-from ledger.models import BatchRecord, TxResult, WorkParameters, WorkRecord
+from ledger.models import BatchRecord, TxResult, WorkParameters, WorkRecord, WorkStatus
 from ledger.slashing import Slashing, work_key_bytes
 
 # The struct getWork and getWorkSince return (`status` is a WorkStatus, which the model converts to).
@@ -83,17 +83,37 @@ class WorkContract(ContractBase):
     def work_count(self, pool_id: int) -> int:
         return int(self._call(self.pools, "workCount", pool_id))
 
+    def file_count(self, pool_id: int) -> int:
+        """Files on chain in the pool: single submissions and every file of every batch."""
+        batches = sum(self.get_batch(pool_id, i).count for i in range(self.batch_count(pool_id)))
+        return self.work_count(pool_id) + batches
+
     def work_since(self, pool_id: int, since_ts: int = 0, page_size: int = 500) -> list[WorkRecord]:
-        """Accepted (not invalidated) work submitted at or after `since_ts`, oldest first."""
+        """Accepted (not invalidated) work submitted at or after `since_ts`, oldest first: single
+        submissions paged from the contract, files of batches from their events (a batch stores no list
+        of its keys), each read back with `getWork` for its status and reward."""
         out: list[WorkRecord] = []
         cursor = 0
         total = self.work_count(pool_id)
-        while True:
+        while total:
             items, nxt = self._call(self.pools, "getWorkSince", pool_id, since_ts, cursor, page_size)
             out.extend(_work(pool_id, t) for t in items)
             if nxt >= total or nxt == cursor:
-                return out
+                break
             cursor = nxt
+        if self.batch_count(pool_id):
+            logs = self.pools.events.WorkBatchSubmitted().get_logs(
+                from_block=self.deployment.block, argument_filters={"poolId": pool_id}
+            )
+            for log in sorted(logs, key=lambda entry: (entry["blockNumber"], entry["logIndex"])):
+                if log["args"]["timestamp"] < since_ts:
+                    continue
+                for key in log["args"]["workKeys"]:
+                    record = self.get_work(pool_id, bytes(key))
+                    if record is not None and record.status is WorkStatus.SUBMITTED:
+                        out.append(record)
+            out.sort(key=lambda r: r.timestamp)  # stable: each source is in chain order already
+        return out
 
     # ---- rewards ----
 

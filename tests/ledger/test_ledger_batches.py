@@ -204,3 +204,20 @@ def test_the_audit_traces_a_payout_to_each_file_of_a_batch(world: World) -> None
     assert all(by_key["0x" + k.hex()].submitted_tx == result.tx_hash for k, _ in batch)
     _, entry = Auditor(world.admin).work_key("0x" + key(3).hex())
     assert entry.status == "paid" and entry.units == 4 and entry.batch_index == 0
+
+
+def test_listing_and_counting_include_the_files_of_batches(world: World) -> None:
+    world.onboard(world.provider, world.node)
+    world.provider.submit_work(world.pool_id, world.node.address, key(50), 1)
+    world.chain.increase_time(10)  # oldest first is by submission time
+    world.provider.submit_work_batch(world.pool_id, world.node.address, files(60, 63))
+    world.chain.increase_time(10)
+    world.provider.submit_work(world.pool_id, world.node.address, key(51), 1)
+    world.validator.soft_invalidate_work(world.pool_id, key(61))  # not accepted: not listed
+    assert world.admin.file_count(world.pool_id) == 5 and world.admin.work_count(world.pool_id) == 2
+    listed = [w.work_key for w in world.admin.work_since(world.pool_id)]
+    assert listed == ["0x" + k.hex() for k in (key(50), key(60), key(62), key(51))]
+    later = world.admin.get_work(world.pool_id, key(51))
+    assert later is not None
+    since = world.admin.work_since(world.pool_id, later.timestamp)
+    assert [w.work_key for w in since] == ["0x" + key(51).hex()]
