@@ -18,31 +18,43 @@ import sys
 from typing import Literal
 
 import structlog
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LogFormat = Literal["json", "console"]
 
 _HANDLER_NAME = "intellect"
 
 
-class LogSettings(BaseSettings):
-    """`INTELLECT_LOG_FORMAT` and `INTELLECT_LOG_LEVEL`, from the environment or `.env`."""
+def _settings() -> tuple[str, LogFormat]:
+    """(level, format) from `INTELLECT_LOG_*` in the environment or `.env`. pydantic-settings is imported
+    here, not at module level: a quick entry point (`intellect-broadcast fetch`) routes logs without it."""
+    from pydantic_settings import BaseSettings, SettingsConfigDict
 
-    model_config = SettingsConfigDict(env_prefix="INTELLECT_LOG_", env_file=".env", extra="ignore")
+    class LogSettings(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="INTELLECT_LOG_", env_file=".env", extra="ignore")
 
-    format: LogFormat = "json"
-    level: str = "info"
+        format: LogFormat = "json"
+        level: str = "info"
+
+    settings = LogSettings()
+    return settings.level, settings.format
 
 
 def setup_logging(level: str | None = None, fmt: LogFormat | None = None) -> None:
     """Route structlog and stdlib logs to stderr as JSON lines or console text; safe to call twice."""
-    settings = LogSettings()
-    level_name = (level or settings.level).upper()
+    if level is None or fmt is None:
+        default_level, default_fmt = _settings()
+        level, fmt = level or default_level, fmt or default_fmt
+    route_logs(level, fmt)
+
+
+def route_logs(level: str, fmt: str) -> None:
+    """The set-up itself, from explicit values (no settings read)."""
+    level_name = level.upper()
     numeric = logging.getLevelName(level_name)
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level_name!r}: use debug, info, warning or error")
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if (fmt or settings.format) == "console"
+        structlog.dev.ConsoleRenderer() if fmt == "console"
         else structlog.processors.JSONRenderer()
     )
     shared: list[structlog.typing.Processor] = [

@@ -14,7 +14,6 @@ which then answers as always. `app` is still importable from here (loaded on fir
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -101,37 +100,11 @@ def parse_fetch(argv: list[str]) -> FetchArgs | None:
 
 
 def setup_quick_logging(level: str) -> None:
-    """`intellect.logs.setup_logging(level)` without importing it (its settings class is what costs):
-    the same processors and handler, the format from `INTELLECT_LOG_FORMAT`."""
-    import structlog
+    """`intellect.logs.setup_logging(level)` without reading its settings class (what costs at start-up):
+    the format from `INTELLECT_LOG_FORMAT`."""
+    from intellect.logs import route_logs
 
-    renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if (_env("INTELLECT_LOG_FORMAT") or "json") == "console"
-        else structlog.processors.JSONRenderer()
-    )  # fmt: skip
-    shared: list[structlog.typing.Processor] = [
-        structlog.stdlib.add_logger_name,
-        structlog.stdlib.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso"),
-    ]
-    structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, *shared,
-                    structlog.stdlib.PositionalArgumentsFormatter(),
-                    structlog.processors.format_exc_info,
-                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,
-    )  # fmt: skip
-    handler = logging.StreamHandler(sys.stderr)
-    handler.set_name("intellect")
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-    ))  # fmt: skip
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(level.upper())
+    route_logs(level, _env("INTELLECT_LOG_FORMAT") or "json")
 
 
 def quick_fetch(args: FetchArgs) -> int:
