@@ -11,6 +11,7 @@ import pytest
 from ledger_world import World
 
 from ledger.audit import Auditor
+from ledger.client import LedgerClient
 from ledger.errors import ContractRevert
 from ledger.events import EventReader, WorkSubmittedEvent
 from ledger.merkle import BatchTree
@@ -32,6 +33,16 @@ def work(world: World, k: bytes) -> WorkRecord:
     rec = world.admin.get_work(world.pool_id, k)
     assert rec is not None, f"{k.hex()} is not on chain"
     return rec
+
+
+def two_of_two(world: World) -> tuple[LedgerClient, LedgerClient, LedgerClient]:
+    """The pool's owner and two pool validators under a 2-of-2 slashing policy."""
+    owner = world.admin.with_wallet(world.manager)
+    v1, v2 = world.validator, world.stranger
+    for v in (v1, v2):
+        owner.slashing.add_validator(world.pool_id, v.address)
+    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    return owner, v1, v2
 
 
 def files(lo: int, hi: int) -> list[tuple[bytes, int]]:
@@ -119,11 +130,7 @@ def test_batch_shape_errors(world: World) -> None:
 
 
 def test_one_file_of_a_batch_is_slashed_by_quorum_and_the_rest_pays_nothing(world: World) -> None:
-    owner = world.admin.with_wallet(world.manager)
-    v1, v2 = world.validator, world.stranger
-    for v in (v1, v2):
-        owner.slashing.add_validator(world.pool_id, v.address)
-    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    owner, v1, v2 = two_of_two(world)
     world.onboard(world.provider, world.node, stake=1000 * ONE_TOKEN)
     batch = files(0, 8)
     world.provider.submit_work_batch(world.pool_id, world.node.address, batch)
@@ -144,11 +151,7 @@ def test_one_file_of_a_batch_is_slashed_by_quorum_and_the_rest_pays_nothing(worl
 
 
 def test_soft_invalidating_a_batch_file_takes_its_share_only_and_a_pardon_gives_it_back(world: World) -> None:
-    owner = world.admin.with_wallet(world.manager)
-    v1, v2 = world.validator, world.stranger
-    for v in (v1, v2):
-        owner.slashing.add_validator(world.pool_id, v.address)
-    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    owner, v1, v2 = two_of_two(world)
     world.onboard(world.provider, world.node, stake=1000 * ONE_TOKEN)
     batch = files(0, 6)  # units 1, 2, 3, 4, 1, 2
     world.provider.submit_work_batch(world.pool_id, world.node.address, batch)
