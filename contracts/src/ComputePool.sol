@@ -7,7 +7,6 @@ import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/Messa
 import {EnumerableSet} from "@openzeppelin/contracts/utils/structs/EnumerableSet.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
-import {Hashes} from "@openzeppelin/contracts/utils/cryptography/Hashes.sol";
 import {IntellectToken} from "./IntellectToken.sol";
 import {ComputeRegistry} from "./ComputeRegistry.sol";
 import {DomainRegistry} from "./DomainRegistry.sol";
@@ -113,9 +112,14 @@ contract ComputePool is AccessControl {
     ComputeRegistry public immutable registry;
     DomainRegistry public immutable domains;
 
-    uint256 public rewardPerUnit;
-    uint256 public rewardLockPeriod = 24 hours;
-    uint256 public invalidationWindow = 1 days;
+    /// @dev The three figures every submission reads, in one slot (one cold read, not three).
+    struct Params {
+        uint128 rewardPerUnit;
+        uint64 rewardLockPeriod;
+        uint64 invalidationWindow;
+    }
+
+    Params private _params;
     uint256 public slashPenalty = 200 ether;
     bool public whitelistRequired;
 
@@ -239,7 +243,7 @@ contract ComputePool is AccessControl {
         token = token_;
         registry = registry_;
         domains = domains_;
-        rewardPerUnit = rewardPerUnit_;
+        _params = Params(SafeCast.toUint128(rewardPerUnit_), 24 hours, 1 days);
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
     }
 
@@ -392,10 +396,9 @@ contract ComputePool is AccessControl {
         address provider = _submitter(poolId, node);
         uint256 n = workKeys.length;
         if (n == 0 || n != units.length || n > MAX_BATCH) revert BatchSize(n, units.length, MAX_BATCH);
-        bytes32 computed = _standardRoot(workKeys, units);
-        if (computed != root) revert BatchRootMismatch(computed, root);
         uint256 batchIndex = _batches[poolId].length;
-        uint256 total = _recordLeaves(poolId, workKeys, units, batchIndex);
+        (bytes32 computed, uint256 total) = _recordBatch(poolId, workKeys, units, batchIndex);
+        if (computed != root) revert BatchRootMismatch(computed, root);
         uint32 lockIndex = _lockReward(poolId, node, total);
         _batches[poolId].push(
             Batch(root, provider, uint40(block.timestamp), uint16(n), node, SafeCast.toUint64(total), lockIndex)
@@ -410,7 +413,7 @@ contract ComputePool is AccessControl {
     function invalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
         Pool storage p = _pool(poolId);
         Entry memory e = _submittedWork(poolId, workKey);
-        uint256 deadline = uint256(e.timestamp) + invalidationWindow;
+        uint256 deadline = uint256(e.timestamp) + _params.invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
         _invalidate(p, e, slashPenalty);
     }
@@ -426,7 +429,8 @@ contract ComputePool is AccessControl {
             revert InvalidQuorum(quorum, _poolValidators[poolId].length());
         }
         if (window == 0) revert InvalidWindow();
-        if (window > rewardLockPeriod) revert LockShorterThanWindow(rewardLockPeriod, window);
+        uint256 lockPeriod = _params.rewardLockPeriod;
+        if (window > lockPeriod) revert LockShorterThanWindow(lockPeriod, window);
         slashingPolicies[poolId] = SlashingPolicy(quorum, window, amount);
         emit SlashingPolicySet(poolId, quorum, amount, window);
     }
@@ -519,7 +523,7 @@ contract ComputePool is AccessControl {
     /// @notice How long after a submission validators may still invalidate it in this pool.
     function _voteWindow(uint256 poolId) private view returns (uint256) {
         uint64 window = slashingPolicies[poolId].window;
-        return window == 0 ? invalidationWindow : window;
+        return window == 0 ? _params.invalidationWindow : window;
     }
 
     function _votable(uint256 poolId, bytes32 workKey) private view returns (Entry memory e, SlashingPolicy memory policy) {
@@ -527,7 +531,7 @@ contract ComputePool is AccessControl {
         policy = slashingPolicies[poolId];
         if (policy.quorum == 0) {
             if (!hasRole(VALIDATOR_ROLE, msg.sender)) revert NotPoolValidator(poolId, msg.sender);
-            policy = SlashingPolicy(1, uint64(invalidationWindow), slashPenalty);
+            policy = SlashingPolicy(1, _params.invalidationWindow, slashPenalty);
         } else if (!_poolValidators[poolId].contains(msg.sender)) {
             revert NotPoolValidator(poolId, msg.sender);
         }
@@ -555,7 +559,7 @@ contract ComputePool is AccessControl {
     function softInvalidateWork(uint256 poolId, bytes32 workKey) external onlyRole(VALIDATOR_ROLE) {
         _pool(poolId);
         Entry memory e = _submittedWork(poolId, workKey);
-        uint256 deadline = uint256(e.timestamp) + invalidationWindow;
+        uint256 deadline = uint256(e.timestamp) + _params.invalidationWindow;
         if (block.timestamp > deadline) revert InvalidationWindowPassed(poolId, workKey, deadline);
         _softInvalidate(poolId, e);
     }
@@ -616,11 +620,21 @@ contract ComputePool is AccessControl {
         onlyRole(DEFAULT_ADMIN_ROLE)
     {
         if (lockPeriod < window) revert LockShorterThanWindow(lockPeriod, window);
-        rewardPerUnit = rewardPerUnit_;
-        rewardLockPeriod = lockPeriod;
-        invalidationWindow = window;
+        _params = Params(SafeCast.toUint128(rewardPerUnit_), SafeCast.toUint64(lockPeriod), SafeCast.toUint64(window));
         slashPenalty = penalty;
         emit ParametersUpdated(rewardPerUnit_, lockPeriod, window, penalty);
+    }
+
+    function rewardPerUnit() external view returns (uint256) {
+        return _params.rewardPerUnit;
+    }
+
+    function rewardLockPeriod() external view returns (uint256) {
+        return _params.rewardLockPeriod;
+    }
+
+    function invalidationWindow() external view returns (uint256) {
+        return _params.invalidationWindow;
     }
 
     function setWhitelistRequired(bool required) external onlyRole(DEFAULT_ADMIN_ROLE) {
@@ -738,42 +752,54 @@ contract ComputePool is AccessControl {
         if (msg.sender != p.manager && msg.sender != p.creator) revert NotPoolManager(poolId, msg.sender);
     }
 
-    /// @dev One slot per file: the key is taken for good, with its units and status beside the batch index.
-    function _recordLeaves(uint256 poolId, bytes32[] calldata workKeys, uint64[] calldata units, uint256 batchIndex)
+    /// @dev One pass over the files: each key takes its slot for good (its units and status beside the
+    /// batch index) and places its leaf of OpenZeppelin's StandardMerkleTree (npm merkle-tree) over
+    /// (bytes32, uint256) with `sortLeaves: false` (leaf i at tree[2n - 2 - i]); then node i - 1 hashes
+    /// its children tree[2i - 1] and tree[2i] commutatively, down to the root at tree[0]. A batch whose
+    /// root differs reverts in the caller, taking every slot written here with it.
+    function _recordBatch(uint256 poolId, bytes32[] calldata workKeys, uint64[] calldata units, uint256 batchIndex)
         private
-        returns (uint256 total)
+        returns (bytes32 root, uint256 total)
     {
         mapping(bytes32 => uint256) storage index = _workIndex[poolId];
         uint256 tag = IN_BATCH | (uint256(WorkStatus.SUBMITTED) << 128) | batchIndex;
-        for (uint256 i = 0; i < workKeys.length; i++) {
-            bytes32 key = workKeys[i];
-            uint64 u = units[i];
-            if (u == 0) revert ZeroWorkUnits();
-            if (index[key] != 0) _unseen(poolId, key);
-            index[key] = tag | (uint256(u) << 64);
-            total += u;
-        }
-    }
-
-    /// @dev The root of @openzeppelin/merkle-tree's StandardMerkleTree over (bytes32, uint256) leaves with
-    /// `sortLeaves: false`: leaf i sits at tree[len - 1 - i], node i hashes its children commutatively.
-    function _standardRoot(bytes32[] calldata workKeys, uint64[] calldata units) private pure returns (bytes32) {
         uint256 n = workKeys.length;
         bytes32[] memory tree = new bytes32[](2 * n - 1);
-        for (uint256 i = 0; i < n; i++) {
-            // keccak256(bytes.concat(keccak256(abi.encode(key, units)))) without allocating memory
-            bytes32 inner = Hashes.efficientKeccak256(workKeys[i], bytes32(uint256(units[i])));
-            bytes32 leaf;
-            assembly ("memory-safe") {
-                mstore(0x00, inner)
-                leaf := keccak256(0x00, 0x20)
+        // unchecked: n <= MAX_BATCH, and a sum of 256 uint64 values fits a uint256
+        unchecked {
+            for (uint256 i = 0; i < n; ++i) {
+                bytes32 key = workKeys[i];
+                uint64 u = units[i];
+                if (u == 0) revert ZeroWorkUnits();
+                if (index[key] != 0) _unseen(poolId, key);
+                index[key] = tag | (uint256(u) << 64);
+                total += u;
+                assembly ("memory-safe") {
+                    // leaf = keccak256(bytes.concat(keccak256(abi.encode(key, u)))), stored at tree[2n - 2 - i]
+                    mstore(0x00, key)
+                    mstore(0x20, u)
+                    mstore(0x00, keccak256(0x00, 0x40))
+                    mstore(add(tree, shl(5, sub(sub(shl(1, n), 1), i))), keccak256(0x00, 0x20))
+                }
             }
-            tree[2 * n - 2 - i] = leaf;
+            for (uint256 i = n - 1; i > 0; --i) {
+                assembly ("memory-safe") {
+                    let a := mload(add(tree, shl(6, i))) // tree[2i - 1]
+                    let b := mload(add(tree, add(shl(6, i), 0x20))) // tree[2i]
+                    if gt(a, b) {
+                        let t := a
+                        a := b
+                        b := t
+                    }
+                    mstore(0x00, a)
+                    mstore(0x20, b)
+                    mstore(add(tree, shl(5, i)), keccak256(0x00, 0x40)) // tree[i - 1]
+                }
+            }
         }
-        for (uint256 i = n - 1; i > 0; i--) {
-            tree[i - 1] = Hashes.commutativeKeccak256(tree[2 * i - 1], tree[2 * i]);
+        assembly ("memory-safe") {
+            root := mload(add(tree, 0x20))
         }
-        return tree[0];
     }
 
     function _submittedWork(uint256 poolId, bytes32 workKey) private view returns (Entry memory e) {
@@ -827,10 +853,12 @@ contract ComputePool is AccessControl {
     function _lockReward(uint256 poolId, address node, uint256 units) private returns (uint32 lockIndex) {
         Lock[] storage locks = _locks[node];
         lockIndex = SafeCast.toUint32(locks.length);
-        uint256 lock = rewardLockPeriod;
-        uint256 window = _voteWindow(poolId);
+        Params memory params = _params;
+        uint256 lock = params.rewardLockPeriod;
+        uint256 window = slashingPolicies[poolId].window;
+        if (window == 0) window = params.invalidationWindow;
         if (window > lock) lock = window;
-        locks.push(Lock(SafeCast.toUint192(units * rewardPerUnit), uint64(block.timestamp + lock)));
+        locks.push(Lock(SafeCast.toUint192(units * params.rewardPerUnit), uint64(block.timestamp + lock)));
     }
 
     function _providerOf(address node) private view returns (address) {
