@@ -105,6 +105,11 @@ contract ComputePool is AccessControl {
 
     /// @notice Largest batch `submitWorkBatch` takes (the event and the tree stay well inside a block).
     uint256 public constant MAX_BATCH = 256;
+    /// @notice Most unmatured reward locks a node may hold. A slash drops every one of them (~5,800 gas
+    /// a lock), so without a cap a node could grow its locks until its own slash no longer fits a block
+    /// and its rewards matured unjudged; 2,048 locks drop for ~12M gas. A node at the cap submits again
+    /// as its oldest locks mature, or batches its files (one lock a batch).
+    uint256 public constant MAX_LIVE_LOCKS = 2048;
     // _workIndex value of a file in a batch: this flag | status << 128 | units << 64 | batch index.
     uint256 private constant IN_BATCH = 1 << 255;
 
@@ -236,6 +241,7 @@ contract ComputePool is AccessControl {
     error InvalidWindow();
     error NotSoftInvalidated(uint256 poolId, bytes32 workKey);
     error LockShorterThanWindow(uint256 lockPeriod, uint256 window);
+    error TooManyLiveLocks(address node, uint256 max);
 
     constructor(address admin, IntellectToken token_, ComputeRegistry registry_, DomainRegistry domains_, uint256 rewardPerUnit_) {
         if (admin == address(0) || address(token_) == address(0) || address(registry_) == address(0)) revert ZeroAddress();
@@ -853,6 +859,10 @@ contract ComputePool is AccessControl {
     function _lockReward(uint256 poolId, address node, uint256 units) private returns (uint32 lockIndex) {
         Lock[] storage locks = _locks[node];
         lockIndex = SafeCast.toUint32(locks.length);
+        if (locks.length - _lockHead[node] >= MAX_LIVE_LOCKS) {
+            _mature(node); // moves the head past what has matured since
+            if (locks.length - _lockHead[node] >= MAX_LIVE_LOCKS) revert TooManyLiveLocks(node, MAX_LIVE_LOCKS);
+        }
         Params memory params = _params;
         uint256 lock = params.rewardLockPeriod;
         uint256 window = slashingPolicies[poolId].window;
