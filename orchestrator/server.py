@@ -36,7 +36,7 @@ from orchestrator.clients import SignedClient
 from orchestrator.context import Context, Metrics
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
-from orchestrator.heartbeat import HeartbeatHandler
+from orchestrator.heartbeat import HeartbeatHandler, OrchestratorApp
 from orchestrator.invites import invite_loop
 from orchestrator.live import LeaderLease, LiveStore
 from orchestrator.monitor import monitor_loop
@@ -110,6 +110,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool_chain: PoolChain = state.chain or await run_in_threadpool(ledger_pool_chain, settings, key)
         sessions = session_factory(engine)
         live = LiveStore(redis, settings.pool_id, settings.heartbeat_ttl_seconds)
+        resources.callback(live.close)
         keeper = GroupKeeper(sessions, settings.topology_configs, live.bump_version,
                              settings.effective_groups_interval, settings.group_failed_cooldown_seconds)
         scheduler = state.scheduler or GroupScheduler(state.group_key)
@@ -155,7 +156,7 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
     database, Redis and the loops start with the lifespan.
     """
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    app = FastAPI(title="Intellect orchestrator", version="0.1.0", lifespan=lifespan,
+    app = OrchestratorApp(title="Intellect orchestrator", version="0.1.0", lifespan=lifespan,
                   description="Node lifecycle (invites, heartbeats, liveness) and the task API of one pool.")
     state = app.state
     state.settings = settings
@@ -172,8 +173,9 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
         app.include_router(storage_router(state.storage, state.uploads.on_complete))
     for module in (health, heartbeat, tasks, nodes, groups, admin):
         app.include_router(module.router)
-    # Served by a raw ASGI route placed first (skips routing and dependency solving); the FastAPI
-    # route of the same path stays for the OpenAPI document.
+    # POST /heartbeat is answered by OrchestratorApp before the middleware stack; this raw route (first,
+    # skipping routing and dependency solving) serves it in an app built around the router alone, and
+    # the FastAPI route of the same path stays for the OpenAPI document.
     app.router.routes.insert(0, heartbeat.fast_route)
 
     # Bodies are limited while they stream (before auth and parsing); storage PUTs enforce their
