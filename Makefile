@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test test-fast lint devnet down compile bench clean toploc-ref docker images compose-env browser
+.PHONY: install test test-fast lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,6 +22,11 @@ docker: ## a Docker engine (apt docker.io + dockerd) and the local test image, b
 
 browser: ## Debian chromium + chromedriver for the dashboard's browser test (apt)
 	scripts/install-browser.sh
+
+bench-tools: ## HAProxy and PostgreSQL (Debian) for bench/heartbeats.py --replicas 2 (apt)
+	command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends haproxy)
+	bash scripts/ci-services.sh
 
 images: ## the RL images (runtime, workload, service) built offline; cached by content hash
 	images/build-rl.sh

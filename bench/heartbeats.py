@@ -41,6 +41,9 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))  # the throw-away PostgreSQL of the store tests
+
+from balancer import Fleet, HAProxy, haproxy_binary  # noqa: E402
 
 from intellect.identity import Wallet  # noqa: E402
 from intellect.net import free_port  # noqa: E402
@@ -115,9 +118,6 @@ class Server:
                 serving = listening and (p is not root or len(procs) == 1)
                 out["api" if serving else "other"] += sum(p.cpu_times()[:2])
         return out
-
-    def cpu_seconds(self) -> float:
-        return sum(self.cpu_by_role().values())
 
     def node_state(self, address: str) -> str:
         r = httpx.get(f"{self.url}/nodes/{address}", headers={"Authorization": f"Bearer {self.token}"},
@@ -342,12 +342,30 @@ def merged_errors(results: list[ClientResult]) -> dict[str, int]:
     return errors
 
 
-def start_server(devnet, redis_url: str, nodes: list[Wallet], port: int, args) -> Server:
-    state_dir = Path(tempfile.mkdtemp(prefix="bench-orch-"))
-    seed_nodes(f"sqlite:///{state_dir / 'orchestrator.db'}", nodes)
-    return Server(devnet, state_dir, redis_url, port, args.workers, args.server_keep_alive, {
+def start_server(devnet, redis_url: str, nodes: list[Wallet], port: int, args) -> Server | Fleet:
+    """One orchestrator on SQLite at `port`, or (`--replicas N`) N of them on one PostgreSQL database
+    behind HAProxy listening at `port`."""
+    settings: dict[str, object] = {
         "heartbeat_interval_seconds": args.interval, "heartbeat_ttl_seconds": args.ttl,
-        "check_interval_seconds": args.check, "miss_threshold": args.misses, "eject_dead_nodes": "false"})
+        "check_interval_seconds": args.check, "miss_threshold": args.misses, "eject_dead_nodes": "false"}
+    state_dir = Path(tempfile.mkdtemp(prefix="bench-orch-"))
+    if args.replicas == 1:
+        seed_nodes(f"sqlite:///{state_dir / 'orchestrator.db'}", nodes)
+        return Server(devnet, state_dir, redis_url, port, args.workers, args.server_keep_alive, settings)
+    database = args.postgres.fresh_database(f"bench{port}")
+    seed_nodes(database, nodes)
+    replicas: list[Server] = []
+    try:
+        for i in range(args.replicas):
+            replica_dir = state_dir / f"replica{i}"
+            replica_dir.mkdir()
+            replicas.append(Server(devnet, replica_dir, redis_url, free_port(), args.workers,
+                                   args.server_keep_alive, {**settings, "database_url": database}))
+        return Fleet(list(replicas), HAProxy(port, [r.port for r in replicas], state_dir))
+    except BaseException:
+        for replica in replicas:
+            replica.stop()
+        raise
 
 
 def load_run(devnet, redis: EmbeddedRedis, n: int, args, console: Console) -> dict:
@@ -369,8 +387,8 @@ def load_run(devnet, redis: EmbeddedRedis, n: int, args, console: Console) -> di
         server.stop()
 
 
-def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wallet, n: int, rate: float,
-             args) -> dict:
+def _measure(server: Server | Fleet, redis: EmbeddedRedis, clients: Clients, victim: Wallet, n: int,
+             rate: float, args) -> dict:
     clients.wait_ready()
     # The victim beats once, then goes silent for good: the clock for death detection starts here.
     headers = {**sign_request(victim, "POST", "/heartbeat", BODY), "Content-Type": "application/json"}
@@ -419,6 +437,8 @@ def _measure(server: Server, redis: EmbeddedRedis, clients: Clients, victim: Wal
         "loops_cores_busy": round(roles["other"] / wall, 2),
         "dead_detected_s": round(dead_after, 1), "load_before": round(load0, 2),
     }
+    if "balancer" in roles:  # --replicas: HAProxy's share of the server CPU
+        row["balancer_cpu_ms_per_hb"] = round(roles["balancer"] / max(ok, 1) * 1000, 3)
     if any(k.startswith("5") for k in errors):
         row["server_log"] = str(server.log)
     row["holds"] = bool(row["errors"] == 0 and row["p99_ms"] is not None and row["p99_ms"] < 100
@@ -442,14 +462,17 @@ def saturation(devnet, redis: EmbeddedRedis, args, console: Console) -> dict:
                          concurrency=args.concurrency, seconds=args.saturate)
         for path, clients in (("/health", health), ("/heartbeat", beats)):
             clients.wait_ready()
-            cpu0 = server.cpu_seconds()
+            roles0 = server.cpu_by_role()
             results = clients.go()
+            roles = {k: v - roles0[k] for k, v in server.cpu_by_role().items()}
             ok = sum(len(r.latencies) for r in results)
             wall = max(r.wall_seconds for r in results)
             latencies = [x for r in results for x in r.latencies]
             out[path] = {"per_s": round(ok / wall), "p50_ms": ms(percentile(latencies, 0.5)),
                          "p99_ms": ms(percentile(latencies, 0.99)),
-                         "server_cpu_ms": round((server.cpu_seconds() - cpu0) / max(ok, 1) * 1000, 3),
+                         "server_cpu_ms": round(sum(roles.values()) / max(ok, 1) * 1000, 3),
+                         **({"balancer_cpu_ms": round(roles["balancer"] / max(ok, 1) * 1000, 3)}
+                            if "balancer" in roles else {}),
                          "client_cpu_ms": round(sum(r.cpu_seconds for r in results) / max(ok, 1) * 1000, 3),
                          "errors": merged_errors(results)}
     finally:
@@ -475,6 +498,8 @@ def main() -> None:
     parser.add_argument("--saturate", type=float, default=5.0,
                         help="seconds of closed-loop /heartbeat vs /health (0: skip)")
     parser.add_argument("--concurrency", type=int, default=32, help="saturation: requests in flight")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="orchestrators on one PostgreSQL behind HAProxy (1: one server on SQLite)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     console = Console(stderr=True)
@@ -482,6 +507,12 @@ def main() -> None:
                   f"server workers={args.workers}, client processes={args.clients}, "
                   f"{'keep-alive' if args.keep_alive else 'new connection per heartbeat'}")
     rows, sat = [], None
+    args.postgres = None
+    if args.replicas > 1:
+        haproxy_binary()  # before anything starts: one line if it is missing
+        from postgres_cluster import start_cluster
+
+        args.postgres = start_cluster()
     devnet = start_devnet()
     try:
         with EmbeddedRedis() as redis:
@@ -494,15 +525,19 @@ def main() -> None:
                 console.print(f"  {row}")
     finally:
         devnet.stop()
+        if args.postgres is not None:
+            args.postgres.stop()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if args.json:
-        print(json.dumps({"rows": rows, "saturation": sat, "workers": args.workers, "clients": args.clients,
+        print(json.dumps({"rows": rows, "saturation": sat, "workers": args.workers, "replicas": args.replicas,
+                          "clients": args.clients,
                           "keep_alive": args.keep_alive, "children_cpu_s": usage.ru_utime + usage.ru_stime},
                          indent=2))
         return
     table = Table("nodes", "target/s", "achieved/s", "errors", "p50 ms", "p99 ms", "server CPU ms/hb",
                   "redis ms/hb", "client ms/hb", "dead detected (s)", "load", "holds",
-                  title=f"heartbeats, {args.workers} server process(es), interval {args.interval}s")
+                  title=f"heartbeats, {args.replicas} replica(s) x {args.workers} server process(es), "
+                        f"interval {args.interval}s")
     for r in rows:
         table.add_row(*(str(r[k]) for k in (
             "nodes", "target_per_s", "achieved_per_s", "errors", "p50_ms", "p99_ms", "server_cpu_ms_per_hb",
