@@ -198,6 +198,11 @@ def up(
         print(json.dumps(report.as_dict(), indent=2))
     else:
         _print_report(report)
+        # the services stay up for the dashboard and a look around: say so, or they run on unnoticed
+        where = _dir_flag(Path(state.directory))
+        dash = f" (dashboard {report.dashboard_url})" if report.dashboard_url else ""
+        console.print(f"The devnet is still running{dash}: stop it with "
+                      f"[bold]intellect devnet down{where}[/bold].", soft_wrap=True)
     if report.honest_invalidations or report.honest_out_of_pool:
         err.print("[red]error:[/red] an honest node's work was voted invalid or the node left the pool "
                   "(see honest_invalidations / honest_out_of_pool in the report)")
