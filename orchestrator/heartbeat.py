@@ -6,9 +6,10 @@ version and writes liveness (`LiveStore.record_beat`), and the task from the in-
 touched only when something changes (first heartbeat after an invite, a new reported task state).
 The reply is built as bytes here: FastAPI's response_model pass would validate it a second time.
 
-`HeartbeatEndpoint` serves the route as a plain ASGI app ahead of FastAPI's routing and dependency
-machinery; the FastAPI route of the same path stays for the OpenAPI document. Errors are raised as
-HTTPException / RequestValidationError, so the app's exception handlers shape them as for any route.
+`OrchestratorApp` serves `POST /heartbeat` ahead of the middleware stack and FastAPI's routing and
+dependency machinery; the FastAPI route of the same path stays for the OpenAPI document. Errors are
+raised as HTTPException / RequestValidationError, so the app's exception handlers shape them as for
+any route.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import inspect
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
@@ -25,7 +26,6 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from intellect.auth import raw_path_with_query
@@ -165,33 +165,12 @@ class HeartbeatHandler:
         return Response(self._reply(plan, address), media_type="application/json")
 
 
-class HeartbeatEndpoint:
-    """`POST /heartbeat` as a raw ASGI app (a Starlette Route treats a callable object as one).
-
-    Without `handler` it answers with the app's own `app.state.heartbeat` (set by the server's
-    lifespan), so one route object serves whichever app it is placed in.
-    """
-
-    def __init__(self, handler: Callable[[], HeartbeatHandler] | None = None) -> None:
-        self.handler = handler
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        handler: HeartbeatHandler = self.handler() if self.handler else request.app.state.heartbeat
-        response = await handler.handle(request)
-        await response(scope, receive, send)
-
-
-def heartbeat_route(handler: Callable[[], HeartbeatHandler] | None = None) -> Route:
-    """The fast route; insert it first in the app's routes (the documented FastAPI route stays)."""
-    return Route("/heartbeat", HeartbeatEndpoint(handler), methods=["POST"], include_in_schema=False)
-
-
 class OrchestratorApp(FastAPI):
     """The orchestrator's app: `POST /heartbeat` is answered before the middleware stack.
 
     Why: in process (the real app, lifespan, Redis), a heartbeat cost ~530 us of CPU through the whole
-    app and ~420 us given straight to `HeartbeatEndpoint`: the difference is the stack every request
+    app and ~420 us given straight to the handler (a raw route placed first in the router, as before):
+    the difference is the stack every request
     crosses (server errors, FastAPI's telemetry and body limit, the guard's body limit, the exception
     middleware, the exit stack, the router). What the stack does for this route is done here: the
     handler bounds the body in size and JSON depth before parsing it (`read_body`), and an exception

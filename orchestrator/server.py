@@ -173,10 +173,8 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
         app.include_router(storage_router(state.storage, state.uploads.on_complete))
     for module in (health, heartbeat, tasks, nodes, groups, admin):
         app.include_router(module.router)
-    # POST /heartbeat is answered by OrchestratorApp before the middleware stack; this raw route (first,
-    # skipping routing and dependency solving) serves it in an app built around the router alone, and
-    # the FastAPI route of the same path stays for the OpenAPI document.
-    app.router.routes.insert(0, heartbeat.fast_route)
+    # POST /heartbeat is answered by OrchestratorApp before the middleware stack; the FastAPI route of
+    # the same path stays for the OpenAPI document.
 
     # Bodies are limited while they stream (before auth and parsing); storage PUTs enforce their
     # own per-file limit; a dead Redis or chain answers 503/502 with a JSON reason.

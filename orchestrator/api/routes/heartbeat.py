@@ -1,9 +1,8 @@
 """`POST /heartbeat`, signed by the node key: liveness in, the node's current task out.
 
-Two routes share the path. `fast_route` (raw ASGI, placed first by the server) serves every request:
-it skips FastAPI's routing and dependency solving, which was ~18% of the path's CPU. The FastAPI
-route below is never reached in a full app; it stays so the OpenAPI document shows the request schema,
-and so the router alone (without the fast route) still answers in a test.
+In the served app `OrchestratorApp` (orchestrator/heartbeat.py) answers every `POST /heartbeat`
+before the middleware stack and the router, so this route is never reached there; it stays so the
+OpenAPI document shows the request schema, and so the router alone still answers in a test.
 """
 
 from __future__ import annotations
@@ -12,12 +11,9 @@ from fastapi import APIRouter, Request, Response
 
 from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse
 from orchestrator.api.deps import HeartbeatDep
-from orchestrator.heartbeat import heartbeat_route
 
 router = APIRouter(tags=["heartbeat"])
 
-# Reads the handler from `request.app.state.heartbeat`, so this one object serves any app.
-fast_route = heartbeat_route()
 
 _SCHEMA = {"requestBody": {"content": {"application/json": {"schema": HeartbeatRequest.model_json_schema()}},
                            "required": True}}
