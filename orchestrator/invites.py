@@ -23,7 +23,6 @@ from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
 from orchestrator.models import NodeRow, utcnow
 from orchestrator.pacing import Pacing
-from orchestrator.store.nodes import mirrored
 
 log = structlog.get_logger("intellect.orchestrator.invites")
 MAX_CONCURRENT_INVITES = 16
@@ -86,7 +85,7 @@ async def invite_pass(ctx: Context, full_mirror: bool = True) -> None:
     on_chain = set(await run_in_threadpool(ctx.chain.pool_nodes))
     done = await run_in_threadpool(ctx.book.reconcile, records, on_chain)
     if full_mirror:
-        await ctx.live.set_states({r.address: mirrored(r) for r in await run_in_threadpool(ctx.book.all)})
+        await ctx.live.set_states(await run_in_threadpool(ctx.book.mirror_states))
     else:
         await ctx.live.set_states(done.mirror)
     now = utcnow()

@@ -35,12 +35,16 @@ CHUNK = 500  # addresses per `IN (...)`: well under SQLite's bound-parameter lim
 
 def may_heartbeat(row: NodeRow) -> bool:
     """Discovered nodes outside the pool have no business heartbeating; everyone else is answered."""
-    return row.state != NodeState.DISCOVERED or row.in_pool
+    return mirrored_state(row.state, row.in_pool) is not None
+
+
+def mirrored_state(state: str, in_pool: bool) -> NodeState | None:
+    """What the Redis state hash holds for a row in this state (None: absent, the heartbeat is refused)."""
+    return NodeState(state) if state != NodeState.DISCOVERED or in_pool else None
 
 
 def mirrored(row: NodeRow) -> NodeState | None:
-    """What the Redis state hash holds for this row (None: absent, the heartbeat is refused)."""
-    return NodeState(row.state) if may_heartbeat(row) else None
+    return mirrored_state(row.state, row.in_pool)
 
 
 def audit(session: Session, actor: str, action: str, subject: str | None, **detail: Any) -> None:
@@ -141,9 +145,18 @@ class NodeBook:
             found = dict(session.execute(select(NodeRow.state, func.count()).group_by(NodeRow.state)).all())
         return {state.value: int(found.get(state.value, 0)) for state in NodeState}
 
+    def mirror_states(self) -> dict[str, NodeState | None]:
+        """What the Redis state hash should hold for every row (None: absent), from three plain columns.
+
+        Why not `all()`: building 25,000 ORM objects cost each API process ~1 s of CPU at start-up,
+        while a restarted fleet's first heartbeats were already arriving; plain tuples are a fraction."""
+        with self.sessions() as session:
+            rows = session.execute(select(NodeRow.address, NodeRow.state, NodeRow.in_pool)).tuples()
+            return {address: mirrored_state(state, in_pool) for address, state, in_pool in rows}
+
     async def rebuild_mirror(self) -> None:
-        rows = await run_in_threadpool(self.all)
-        await self.live.replace_states({r.address: NodeState(r.state) for r in rows if may_heartbeat(r)})
+        states = await run_in_threadpool(self.mirror_states)
+        await self.live.replace_states({a: s for a, s in states.items() if s is not None})
 
     def reconcile(self, records: list[DiscoveredNode], on_chain: set[str]) -> Reconciled:
         """Upsert node rows from discovery and the chain in one transaction; return the rows it touched

@@ -139,3 +139,24 @@ def test_file_counter_increments_are_not_lost_under_concurrency(engine) -> None:
     assert sorted(seen) == list(range(20))
     with sessions() as session:
         assert session.get(FileCounterRow, (NODE, "t1")).count == 20
+
+
+def test_state_mirror_from_columns_matches_the_rows(engine) -> None:
+    """`NodeBook.mirror_states` (three plain columns, the start-up rebuild) holds exactly what
+    `mirrored(row)` gives row by row: every state, in and out of the pool."""
+    from redis.asyncio import Redis
+
+    from intellect.wire.nodes import NodeState
+    from orchestrator.live import LiveStore
+    from orchestrator.store.nodes import NodeBook, mirrored
+
+    sessions = session_factory(engine)
+    with sessions() as session, session.begin():
+        for i, (state, in_pool) in enumerate((s, p) for s in NodeState for p in (True, False)):
+            session.add(NodeRow(address=f"0x{i:040x}", state=state.value, in_pool=in_pool, misses=0,
+                                invite_attempts=0))
+    with sessions() as session:
+        expected = {row.address: mirrored(row) for row in session.scalars(select(NodeRow))}
+    found = NodeBook(sessions, LiveStore(Redis(), 1, 20)).mirror_states()  # SQL only: Redis is never reached
+    assert found == expected
+    assert None in found.values() and NodeState.DISCOVERED in found.values()  # outside vs inside the pool
