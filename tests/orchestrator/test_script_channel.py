@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from intellect.net import free_port
+from intellect.redis_server import EmbeddedRedis
 from orchestrator.script_channel import ScriptChannel, encode
 
 ECHO = "redis.call('set', KEYS[1], ARGV[1]) return {ARGV[1], redis.call('incr', KEYS[2])}"
@@ -75,6 +76,69 @@ def test_the_database_of_the_url_is_the_one_written(redis_url: str) -> None:
     base = redis_url.rsplit("/", 1)[0]
     assert redis.Redis.from_url(base + "/3").get("db:key") == b"in three"
     assert redis.Redis.from_url(base + "/0").get("db:key") is None
+
+
+def test_calls_made_while_the_connection_opens_wait_for_auth_and_select() -> None:
+    """Fifty calls, one each loop turn from the first, on a fresh channel to a password-protected Redis,
+    database 3: every one runs in database 3 (a call written between AUTH and SELECT would run in 0)."""
+    with EmbeddedRedis() as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.script_load(ECHO)  # cached: each call's first try (EVALSHA) runs straight away
+        admin.config_set("requirepass", "s3cret")
+        base = f"redis://:s3cret@127.0.0.1:{server.port}"
+
+        async def main() -> None:
+            client = Redis.from_url(base + "/3")
+            channel = ScriptChannel(client, ECHO)
+            try:
+                calls = []
+                for i in range(50):  # one new call each loop turn, through the whole opening
+                    calls.append(asyncio.create_task(channel.call([f"auth:{i}", "auth:n"], [str(i)])))
+                    await asyncio.sleep(0)
+                await asyncio.gather(*calls)
+            finally:
+                channel.close()
+                await client.aclose()
+
+        asyncio.run(main())
+        assert redis.Redis.from_url(base + "/3").get("auth:n") == b"50"
+        assert redis.Redis.from_url(base + "/0").dbsize() == 0
+
+
+class CountingTransport(asyncio.Transport):
+    """The channel's transport, counting the writes made to it."""
+
+    def __init__(self, inner: asyncio.Transport) -> None:
+        super().__init__()
+        self.inner, self.writes = inner, 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes += 1
+        self.inner.write(data)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_the_calls_of_one_loop_turn_go_out_in_one_write(redis_url: str) -> None:
+    async def main() -> tuple[list[list[bytes]], int]:
+        client = Redis.from_url(redis_url)
+        channel = ScriptChannel(client, ECHO)
+        try:
+            await channel.call(["turn:warm", "turn:n0"], ["warm"])  # opens the connection, caches the script
+            assert channel.transport is not None
+            counting = CountingTransport(channel.transport)
+            channel.transport = counting
+            replies = await asyncio.gather(*(channel.call([f"turn:{i}", "turn:n"], [f"v{i}"])
+                                             for i in range(200)))
+            return replies, counting.writes
+        finally:
+            channel.close()
+            await client.aclose()
+
+    replies, writes = asyncio.run(main())
+    assert [r[0] for r in replies] == [f"v{i}".encode() for i in range(200)]
+    assert writes == 1
 
 
 def test_errors_keep_redis_types() -> None:
