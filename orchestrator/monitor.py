@@ -28,7 +28,7 @@ from fastapi.concurrency import run_in_threadpool
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
 from orchestrator.pacing import Pacing
-from orchestrator.store.nodes import UNWELL, Liveness, may_heartbeat
+from orchestrator.store.nodes import UNWELL, Liveness, mirrored
 
 log = structlog.get_logger("intellect.orchestrator.monitor")
 SWEEP_SECONDS = 300.0
@@ -97,8 +97,9 @@ async def check_pass(ctx: Context, grace_until: float = 0.0, watchlist: Watchlis
     judged = stale | set(unwell) | unseen
     seen = await ctx.live.last_seen(sorted(judged))
     changed = await run_in_threadpool(ctx.book.apply_checks, liveness(ctx), seen, now, grace_until, judged)
-    for row in changed:
-        await ctx.live.set_state(row.address, NodeState(row.state) if may_heartbeat(row) else None)
+    # One round trip for the pass: after a stall thousands of rows can change at once, and a write per
+    # row (a Redis round trip each) made the loop slowest exactly when the orchestrator was behind.
+    await ctx.live.set_states({row.address: mirrored(row) for row in changed})
     left = {r.address for r in changed if r.state != NodeState.HEALTHY.value}
     watchlist.settle(seen, unseen - left)
     if ctx.settings.eject_dead_nodes:

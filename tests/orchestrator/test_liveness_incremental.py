@@ -76,10 +76,12 @@ def test_only_nodes_whose_deadline_passed_die(tmp_path: Path, redis_server: Embe
         assert found[DOWN] == NodeState.DEAD.value
         mirror = await ctx.live.redis.hgetall(ctx.live.state_key)
         assert mirror[STALE.encode()] == b"Dead" and mirror[FRESH.encode()] == b"Healthy"
+        assert mirror[NEVER.encode()] == b"Dead"  # every row a pass changed is mirrored (one write)
         # a Dead node that beats again is Healthy at the next pass (the unwell are judged every time)
         await ctx.live.redis.zadd(ctx.live.seen_key, {DOWN: time.time()})
         await check_pass(ctx, 0.0, watchlist)
         assert states(ctx)[DOWN] == NodeState.HEALTHY.value
+        assert await ctx.live.redis.hget(ctx.live.state_key, DOWN) == b"Healthy"
         await ctx.live.redis.aclose()
 
     asyncio.run(run())
@@ -92,6 +94,54 @@ def test_no_node_is_counted_missing_during_the_start_up_grace(tmp_path: Path,
         await check_pass(ctx, time.time() + 60, Watchlist())
         found = states(ctx)
         assert found[NEVER] == NodeState.HEALTHY.value and found[STALE] == NodeState.HEALTHY.value
+        await ctx.live.redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_mass_move_logs_one_summary_and_audits_every_node(tmp_path: Path,
+                                                            redis_server: EmbeddedRedis) -> None:
+    """After a stall many nodes turn Unhealthy in one pass: one summary log line, not one per node,
+    while every node's move is still an audit row. A small pass logs each node as before."""
+    import structlog
+
+    from orchestrator.models import AuditRow
+    from orchestrator.store.nodes import LOG_EACH_UP_TO
+
+    async def run() -> None:
+        ctx = await world(tmp_path, redis_server.url)
+        ttl = ctx.settings.heartbeat_ttl_seconds
+        now = time.time()
+        await ctx.live.redis.zadd(ctx.live.seen_key, {STALE: now - ttl - 5, FRESH: now, DOWN: now - 500})
+        with structlog.testing.capture_logs() as logs:  # a small pass: STALE and NEVER, one line each
+            await check_pass(ctx, 0.0, Watchlist())
+        each = [e for e in logs if e["event"] == "node state"]
+        assert {e["node"] for e in each} == {STALE, NEVER} and len(each) == 2
+        assert not [e for e in logs if e["event"] == "node states"]
+
+        many = [f"0x{i:040x}" for i in range(1, LOG_EACH_UP_TO + 11)]
+        with ctx.sessions() as session, session.begin():
+            session.add_all(NodeRow(address=a, state=NodeState.HEALTHY.value, misses=0, in_pool=True,
+                                    invite_attempts=0, state_changed_at=utcnow(), created_at=utcnow())
+                            for a in many)
+        await ctx.live.redis.zadd(ctx.live.seen_key, {a: time.time() - ttl - 5 for a in many})
+        before = states(ctx)
+        with structlog.testing.capture_logs() as logs:
+            await check_pass(ctx, 0.0, Watchlist())
+        after = states(ctx)
+        moved = {a for a in after if after[a] != before.get(a)}
+        summaries = [e for e in logs if e["event"] == "node states"]
+        assert [e["nodes"] for e in summaries] == [len(moved)]
+        assert summaries[0]["moves"]["Healthy->Unhealthy"] == len(many)
+        assert sum(summaries[0]["moves"].values()) == len(moved)
+        assert not [e for e in logs if e["event"] == "node state"]
+        with ctx.sessions() as session:
+            audited = [r.subject for r in session.scalars(select(AuditRow).where(AuditRow.action == "state"))]
+        assert set(many) <= set(audited) and len(audited) == 2 + len(moved)  # every move of both passes
+        with ctx.sessions() as session:
+            row = session.scalars(select(AuditRow).where(AuditRow.subject == many[0])).one()
+        assert (row.actor, row.detail["old"], row.detail["new"]) == ("monitor", "Healthy", "Unhealthy")
+        assert "heartbeat older than" in row.detail["reason"] and row.at is not None
         await ctx.live.redis.aclose()
 
     asyncio.run(run())
