@@ -8,6 +8,7 @@ loop). The loops decide when to run a pass; what a pass does to the rows lives h
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -148,8 +149,8 @@ class NodeBook:
     def mirror_states(self) -> dict[str, NodeState | None]:
         """What the Redis state hash should hold for every row (None: absent), from three plain columns.
 
-        Why not `all()`: building 25,000 ORM objects cost each API process ~1 s of CPU at start-up,
-        while a restarted fleet's first heartbeats were already arriving; plain tuples are a fraction."""
+        Why not `all()`: building 25,000 ORM objects cost each API process 0.4-0.5 s of CPU at start-up,
+        while a restarted fleet's first heartbeats were already arriving; the three columns ~0.1 s."""
         with self.sessions() as session:
             rows = session.execute(select(NodeRow.address, NodeRow.state, NodeRow.in_pool))
             return {address: mirrored_state(state, in_pool) for address, state, in_pool in rows}
@@ -284,10 +285,8 @@ def _log_moves(moves: list[tuple[str, str, str, str | None]]) -> None:
         for address, old, new, reason in moves:
             log.info("node state", node=address, old=old, new=new, reason=reason)
         return
-    counts: dict[str, int] = {}
-    for _, old, new, _ in moves:
-        counts[f"{old}->{new}"] = counts.get(f"{old}->{new}", 0) + 1
-    log.warning("node states", nodes=len(moves), moves=counts, first=[m[0] for m in moves[:5]],
+    counts = Counter(f"{old}->{new}" for _, old, new, _ in moves)
+    log.warning("node states", nodes=len(moves), moves=dict(counts), first=[m[0] for m in moves[:5]],
                 detail="each node's move is a row of the audit_log table")
 
 
