@@ -34,6 +34,11 @@ _RETRYABLE = (
 )
 BUMP = 1.25  # fee multiplier per retry (>= 10 % is what nodes require to replace a pending tx)
 NONCE_CHECK_SECONDS = 0.5  # how often a receipt wait asks whether its nonce went to another tx
+# How long a transaction whose nonce was used but whose receipt is not found yet is still looked for
+# before it counts as replaced. A node can show the sender's nonce moved before it serves the receipt
+# of the very transaction that moved it (seen with anvil on a busy machine: the transaction was then
+# sent again and reverted as a duplicate, WorkAlreadySubmitted / NodeAlreadyRegistered).
+REPLACED_GRACE_SECONDS = 3.0
 
 
 class _Retry(Exception):
@@ -201,12 +206,30 @@ class TxSender:
             if now >= next_nonce_check:
                 next_nonce_check = now + NONCE_CHECK_SECONDS
                 if self.w3.eth.get_transaction_count(self.address, "latest") > nonce:
-                    try:  # mined between the two reads, or replaced
-                        return self.w3.eth.get_transaction_receipt(tx_hash)
-                    except TransactionNotFound:
-                        return None
+                    return self._mined_or_replaced(tx_hash)
             if now > deadline:
                 raise LedgerTimeout(f"no receipt for 0x{tx_hash.hex()} within {self.timeout:.0f}s")
+            time.sleep(0.05)
+
+    def _mined_or_replaced(self, tx_hash: Hash32) -> TxReceipt | None:
+        """The sender's nonce is used: this transaction's receipt if it is the one that used it, else None
+        (replaced). It counts as replaced only when the node shows it in no block and no receipt came
+        within a grace period: sending a mined transaction again would run it twice."""
+        started = time.monotonic()
+        while True:
+            try:
+                return self.w3.eth.get_transaction_receipt(tx_hash)
+            except TransactionNotFound:
+                pass
+            try:
+                mined = self.w3.eth.get_transaction(tx_hash).get("blockNumber") is not None
+            except TransactionNotFound:
+                mined = False
+            waited = time.monotonic() - started
+            if not mined and waited >= REPLACED_GRACE_SECONDS:
+                return None
+            if waited > self.timeout:
+                raise LedgerTimeout(f"no receipt for 0x{tx_hash.hex()} (mined) within {self.timeout:.0f}s")
             time.sleep(0.05)
 
     def _explain_failure(self, to: str | None, data: str, value: int, receipt: Any) -> ContractRevert:

@@ -7,9 +7,11 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 from ledger_world import World
+from web3.exceptions import TransactionNotFound
 
 from intellect.identity import Wallet
 from intellect.settings import PROJECT_ROOT
@@ -248,3 +250,28 @@ def test_concurrent_processes_sharing_a_key(world: World, tmp_path) -> None:
 def test_revert_message_names_the_missing_role(world: World) -> None:
     with pytest.raises(ContractRevert, match="neededRole=VALIDATOR_ROLE"):
         world.stranger.invalidate_work(world.pool_id, b"\x01" * 32)
+
+
+def test_a_receipt_served_after_the_nonce_moved_is_not_sent_again(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A node may show the sender's nonce used before it serves the receipt of the transaction that
+    used it (anvil did on a busy machine). That transaction was mined: sending it again would run it
+    twice (seen: a submission sent again reverted WorkAlreadySubmitted). Here the node serves each
+    receipt only on the fourth ask; the transfer is made once and its receipt returned."""
+    sender = world.stranger.with_wallet(world.stranger.wallet)
+    eth = sender.w3.eth
+    real = eth.get_transaction_receipt
+    asked: dict[bytes, int] = {}
+
+    def late_receipt(tx_hash: Any) -> Any:
+        key = bytes(tx_hash)
+        asked[key] = asked.get(key, 0) + 1
+        if asked[key] < 4:
+            raise TransactionNotFound(f"not yet: ask {asked[key]}")
+        return real(tx_hash)
+
+    monkeypatch.setattr(eth, "get_transaction_receipt", late_receipt)
+    to = Wallet.create().address
+    receipt = sender.transfer(to, 5)
+    assert receipt.status == 1 and world.admin.balance_of(to) == 5
+    assert list(asked.values()) == [4]  # one transaction, asked for until served
