@@ -21,7 +21,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from workloads.pipeline.member import CHEATS, BatchRequest, GroupBundle, Member, Policy, StageOutput
+from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
+from workloads.pipeline.options import CHEATS
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
 from workloads.pipeline.transport import MemberError, MemberLink
 

@@ -26,27 +26,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from workloads.model import sampler
+from workloads.pipeline.options import Cheat
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import MemberLink, MemberMisbehaved
 from workloads.toploc.proof import build_proofs_batch as _build_proofs
-
-Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
-                "wrong-plan"]
-CHEATS: tuple[str, ...] = (
-    "none",
-    "weights",
-    "noise",
-    "noise-unproven",
-    "other-prompt",
-    "skip",
-    "forge-token",
-    "wrong-plan",  # stage 0 as a task (task.py): seeds the task's plan does not derive
-)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
 from intellect.workloads import FileJudge, NodeWindows, ValidatorEnv, WorkloadSettingsError, with_program
-from workloads.pipeline.member import CHEATS
-from workloads.pipeline.task import ENV_PREFIX
+from workloads.pipeline.options import CHEATS, ENV_PREFIX
 
 if TYPE_CHECKING:
     from workloads.pipeline.pooled import PooledVerdict

@@ -24,9 +24,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
-from workloads.pipeline.member import CHEATS, BatchRequest, Cheat, Member, Policy
-
-ENV_PREFIX = "INTELLECT_PIPELINE_"
+from workloads.pipeline.member import BatchRequest, Member, Policy
+from workloads.pipeline.options import CHEATS, ENV_PREFIX, Cheat
 
 
 class PipelineTaskSettings(IntellectSettings):
