@@ -38,7 +38,6 @@ from intellect.identity import Wallet
 from intellect.net import free_port
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
-from workloads.trainer.checkpoints import CheckpointDir
 
 Progress = Callable[[str], None]
 REPO = Path(__file__).resolve().parents[1]
@@ -352,6 +351,8 @@ def watch(
     report = DemoReport(cheater=cheater_node)
     joined = False
     last_step = -1
+    from workloads.trainer.checkpoints import CheckpointDir  # torch: only once a demo has run
+
     checkpoints = CheckpointDir(Path(state.directory) / "trainer")
     down_since: dict[str, float] = {}  # a process found dead, since when (a restart replaces it)
     while time.monotonic() - started < plan.timeout:
