@@ -3,7 +3,9 @@ trainer, two validators with a 2-of-2 quorum on chain, three workers of which th
 rewards. Without anyone acting, the RL task posted with the SDK runs: the trainer takes its steps
 on validated rollouts only, the cheater is slashed and ejected by the quorum, honest nodes earn
 rewards; a validator killed mid-run and restarted with `devnet restart` is followed by the demo (and
-still votes); `devnet down` leaves no process behind. (The reward's rise over many steps is asserted in
+still votes); `devnet down` leaves no process behind, and a second `up --demo` in the same folder after
+`down` is a new run as good as the first (issue 24; it was its own test, which ran the demo twice more:
+now the first of its two runs is this one). (The reward's rise over many steps is asserted in
 tests/trainer/test_rl_loop.py; here the run is kept short.)"""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from devnet.network import strays
 from devnet.state import DevnetState
 from ledger.client import LedgerClient
 from ledger.events import EventReader
@@ -110,3 +113,19 @@ def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
         except psutil.Error:
             continue
     assert leftovers == [], leftovers
+    assert strays(directory) == []
+
+    # The main command works every time: after `down`, a second demo in the same folder is a new run.
+    again = ["devnet", "up", "--demo", "--dir", str(directory), "--workers", "2", "--validators", "1",
+             "--quorum", "1", "--cheat", "none", "--steps", "2", "--timeout", "900", "--json"]  # fmt: skip
+    try:
+        done = subprocess.run([INTELLECT, *again], capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout)
+        assert report["steps"] >= 2 and report["files_accepted"] > 0, report
+        assert "a new demo run" in done.stdout + done.stderr
+    finally:
+        down = subprocess.run([INTELLECT, "devnet", "down", "--dir", str(directory)], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    assert strays(directory) == []
