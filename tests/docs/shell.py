@@ -1,6 +1,7 @@
 """Run the docs' shell blocks as written: `bash -e` in a scratch folder that looks like the project's
 (`.venv` linked), with `.venv/bin` on PATH, free ports for the port variables a block defaults
-(`${TRAINER_PORT:-8092}` and the like), and a time limit. Whatever a block leaves running in the
+(`${TRAINER_PORT:-8092}` and the like, reserved until the document's blocks are done), and a time
+limit. Whatever a block leaves running in the
 background is killed with its process group afterwards, pass or fail."""
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ class Shell:
 
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+    reservations: list[socket.socket] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Give the reserved ports back (the document's blocks are done)."""
+        for sock in self.reservations:
+            sock.close()
+        self.reservations.clear()
 
     def run(self, script: str, timeout: float = BLOCK_TIMEOUT) -> subprocess.CompletedProcess[str]:
         process = subprocess.Popen(
@@ -63,19 +71,27 @@ def _kill_group(pgid: int) -> None:
         time.sleep(1.0)
 
 
-def listen_port() -> int:
-    """A free port below the kernel's ephemeral range. The block binds it later; a port the OS handed
-    out as free (an ephemeral one) can meanwhile become some process's outgoing source port, which
-    once made the README's validator fail to bind and the trainer poll a stranger (seen in CI)."""
+def reserve_port() -> socket.socket:
+    """A port below the kernel's ephemeral range, held by a bound (not listening) socket until the
+    caller closes it.
+
+    Below the ephemeral range: the OS never hands such a port out as some process's outgoing source
+    port (that once made the README's validator fail to bind, seen in CI). Held until use: a port only
+    probed as free could be taken by anyone between the probe and the block's service binding it
+    (another document's block under pytest-xdist, say). The holder sets SO_REUSEADDR and never
+    listens, so the block's service (which binds with SO_REUSEADDR, as uvicorn and
+    `socket.create_server` do) can still bind and listen on it, while any other bind is refused."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(200):
         port = random.randrange(20_000, min(low, 32_000))
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            continue
+        return sock
     raise RuntimeError("no free port below the ephemeral range")
 
 
@@ -86,8 +102,10 @@ def new_shell(root: Path) -> Shell:
         link.symlink_to(REPO / ".venv")
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', os.defpath)}"
-    env.update({name: str(listen_port()) for name in PORT_VARIABLES})
-    return Shell(root, env)
+    reservations = [reserve_port() for _ in PORT_VARIABLES]
+    ports = [str(sock.getsockname()[1]) for sock in reservations]
+    env.update(dict(zip(PORT_VARIABLES, ports, strict=True)))
+    return Shell(root, env, reservations)
 
 
 def run_shell_block(example: Example) -> str | None:
@@ -114,7 +132,9 @@ def run_readme_python(example: Example) -> None:
 @pytest.fixture(scope="module")
 def doc_shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
     """A scratch folder for one document's blocks (no devnet)."""
-    yield new_shell(tmp_path_factory.mktemp("doc"))
+    shell = new_shell(tmp_path_factory.mktemp("doc"))
+    yield shell
+    shell.release()
 
 
 @pytest.fixture(scope="module")
@@ -128,4 +148,5 @@ def doc_devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
         yield shell
     finally:
         down = shell.run(".venv/bin/intellect devnet down", timeout=120)
+        shell.release()
         assert down.returncode == 0, down.stdout[-2000:]

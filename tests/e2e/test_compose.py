@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -98,8 +99,10 @@ def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_
     assert made.returncode == 0, made.stderr
     ports = read_env(env_file)
     project = f"intellect-test-{uuid.uuid4().hex[:8]}"
-    root = tmp_path / "compose-root"
-    root.mkdir()
+    # A short root: each worker's bridge socket lives under its state dir only while that path fits
+    # AF_UNIX's 107 bytes, else in the worker container's own /tmp, which the host's engine cannot
+    # mount into the task container (seen under a pytest-xdist worker's longer tmp_path).
+    root = Path(tempfile.mkdtemp(prefix="icr-", dir="/tmp"))
     shell_env = {**os.environ, "INTELLECT_COMPOSE_ROOT": str(root), "INTELLECT_COMPOSE_ENV": str(env_file)}
     compose = [*(compose_command() or []), "-p", project, "--env-file", str(env_file),
                "-f", str(REPO / "docker-compose.yml")]  # fmt: skip
@@ -157,6 +160,7 @@ def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_
     finally:
         logs = run("logs", "--no-color", "--tail", "40", check=False).stdout
         down = run("down", "-v", "--remove-orphans", check=False)
+        shutil.rmtree(root, ignore_errors=True)
     assert down.returncode == 0, down.stderr
     left = docker_ids("ps", f"com.docker.compose.project={project}")
     assert left == [], f"containers left behind: {left}\n{logs[-3000:]}"

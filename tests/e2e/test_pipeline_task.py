@@ -152,12 +152,16 @@ def test_a_pipeline_task_runs_across_two_workers_and_pays_each_member(tmp_path: 
         assert json.loads(checked.stdout.strip().splitlines()[-1])["verdict"] == "accept"
 
 
-def member_process(index: int) -> psutil.Process | None:
+def member_process(index: int, under: Path) -> psutil.Process | None:
+    """The pipeline member of group index `index` whose data folder is under `under` (this test's: other
+    tests may run pipeline members at the same time)."""
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "workloads.pipeline.task" in " ".join(proc.info["cmdline"] or []) and \
-                    proc.environ().get("INTELLECT_PIPELINE_GROUP_INDEX") == str(index):  # fmt: skip
-                return proc
+            if "workloads.pipeline.task" in " ".join(proc.info["cmdline"] or []):
+                env = proc.environ()
+                if env.get("INTELLECT_PIPELINE_GROUP_INDEX") == str(index) and \
+                        env.get("INTELLECT_DATA_DIR", "").startswith(str(under)):  # fmt: skip
+                    return proc
         except psutil.Error:
             continue
     return None
@@ -170,7 +174,7 @@ def test_a_member_killed_mid_run_costs_its_batch_only_and_nothing_is_credited_tw
         for i in (0, 1):
             wait_until(f"worker {i} Healthy", lambda i=i: cluster.state_of(i) == "Healthy", 120)
         assert cluster.orch("POST", "/tasks", json=task).status_code == 201
-        victim = wait_until("member 1 running", lambda: member_process(1), 180)
+        victim = wait_until("member 1 running", lambda: member_process(1, tmp_path), 180)
         folder = Path(victim.environ()["INTELLECT_DATA_DIR"]) / "pipeline"
         wait_until("member 1's first batch written", lambda: any(folder.glob("pipeline-batch000001-*")), 180)
         victim.kill()  # mid-run: the worker restarts it; member 0 times out on it and restarts too
