@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test test-fast lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools
+.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,8 +34,12 @@ images: ## the RL images (runtime, workload, service) built offline; cached by c
 compose-env: ## compose.env for docker-compose.yml: a fresh chain mnemonic, role keys, ports (never committed)
 	$(BIN)/intellect compose env --out compose.env
 
-test: lint ## the full test suite (starts its own anvil, Redis and servers)
-	$(BIN)/pytest --durations=25
+test: ## lint, then the full suite (its own anvil, Redis, servers) on pytest-xdist workers; ends with its wall time against the 25 min budget
+	scripts/timed-tests.sh
+
+test-profile: ## the full suite with the 60 most expensive items (tests and fixture set-ups) printed, record in .test-profile.json; refreshes tests/durations.json (the order workers take modules in)
+	scripts/timed-tests.sh --profile-top 60
+	$(BIN)/python -m tests.support.timing .test-profile.json --write-durations tests/durations.json --top 0
 
 test-fast: ## pure functions and in-process apps over one Redis: no chain, no containers (< 60 s)
 	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider
