@@ -37,10 +37,7 @@ if TYPE_CHECKING:
     import torch
 
 DEVICE_SETTINGS = "auto, cpu, cuda or cuda:N"
-DEVICE_DESCRIPTION = (
-    f"where models run: {DEVICE_SETTINGS} (auto: the first GPU PyTorch sees, else the CPU); bf16 on "
-    "every device"
-)
+DEVICE_DESCRIPTION = f"where models run: {DEVICE_SETTINGS} (auto: the first GPU PyTorch sees, else the CPU)"
 _FORM = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 

@@ -102,7 +102,8 @@ def build_model(name: str, device: torch.device, seed: int = 0) -> Qwen2ForCausa
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen2ForCausalLM(config)
-    return model.to(model_dtype(device)).eval()
+    # transformers types `to` as the unbound nn.Module.to (see workloads/model/loading.py).
+    return model.to(model_dtype(device)).eval()  # type: ignore[arg-type]
 
 
 class Budget:
@@ -280,7 +281,7 @@ class Bench:
             return
         fp32 = prefill_in_fp32(torch.device("cpu"))
         log(f"CPU recompute of {path.name} (~{need:.0f} s; linear layers through fp32 GEMM: {fp32})")
-        cpu_model = copy.deepcopy(model).to("cpu")
+        cpu_model = copy.deepcopy(model).to("cpu")  # type: ignore[arg-type]
         judged = self.judge(path, cpu_model, "cpu" if self.device.type != "cpu" else "cpu-copy", tokens)
         del cpu_model
         log(f"  CPU: {judged.tokens / judged.seconds:,.0f} tok/s, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,7 +132,7 @@ def test_token_checks_in_slices_equal_the_whole(tiny_model, tiny_tokenizer, back
             assert torch.equal(a, b)
 
 
-def _one_file(tmp_path: Path, name: str, **kw: object) -> bytes:
+def _one_file(tmp_path: Path, name: str, **kw: Any) -> bytes:
     settings = InferenceSettings(node_address=NODE, output_dir=tmp_path / name, batch_size=3, n=2,
                                  max_new_tokens=12, max_batches=1, checkpoint_cache=tmp_path / "ckpt",
                                  **kw)  # fmt: skip
