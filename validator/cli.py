@@ -74,8 +74,8 @@ def check(
     ),
     max_bytes: int = typer.Option(DEFAULT_MAX_BYTES, "--max-bytes", min=1, help="largest file accepted"),
     device: str = typer.Option(
-        "auto", "--device", help="where the recomputation runs: auto, cpu, cuda or cuda:N (auto: a GPU if "
-        "PyTorch sees one)",
+        "auto", "--device", envvar="INTELLECT_VALIDATOR_DEVICE", help="where the recomputation runs: auto, "
+        "cpu, cuda or cuda:N (auto: a GPU if PyTorch sees one)",
     ),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per file, one per line"),
 ) -> None:

@@ -155,3 +155,6 @@ def test_cuda_asked_where_there_is_none_is_refused_at_start(tmp_path: Path, no_g
         InferenceWorkload(InferenceSettings(device="cuda", output_dir=tmp_path / "out"))
     result = CliRunner().invoke(validator_app, ["check", str(tmp_path / "x.parquet"), "--device", "cuda"])
     assert result.exit_code == 2 and "--device: device 'cuda' asked for" in result.output
+    result = CliRunner().invoke(validator_app, ["check", str(tmp_path / "x.parquet")],
+                                env={"INTELLECT_VALIDATOR_DEVICE": "cuda:1"})  # fmt: skip
+    assert result.exit_code == 2 and "device 'cuda:1' asked for" in result.output
