@@ -56,7 +56,7 @@ sys.path[0] = str(HERE.parents[1])
 import transformers  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from bench.gpu.summary import Cell, Judged, Report, markdown, write  # noqa: E402
+from bench.gpu.summary import Cell, Judged, Report, markdown, verdict, write  # noqa: E402
 from validator.checks.model import recompute  # noqa: E402
 from validator.thresholds import ValidationThresholds  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
@@ -221,7 +221,7 @@ class Bench:
         cell.gen_proofs_tok_s, cell.proof_build_s = n / proofs_s, timings.proofs
         cell.val_tok_s = n / judged.seconds
         cell.ratio = cell.val_tok_s / cell.gen_proofs_tok_s
-        cell.verdict = "accept" if not judged.reasons else "INVALIDATED: " + judged.reasons[0][:120]
+        cell.verdict = verdict(judged)
         log(f"  generation with proofs {cell.gen_proofs_tok_s:,.0f} tok/s (proofs built in "
             f"{timings.proofs:.2f} s), validation {cell.val_tok_s:,.0f} tok/s ({cell.ratio:.1f}x), "
             f"{cell.verdict}")  # fmt: skip
@@ -284,8 +284,7 @@ class Bench:
         cpu_model = copy.deepcopy(model).to("cpu")  # type: ignore[arg-type]
         judged = self.judge(path, cpu_model, "cpu" if self.device.type != "cpu" else "cpu-copy", tokens)
         del cpu_model
-        log(f"  CPU: {judged.tokens / judged.seconds:,.0f} tok/s, "
-            f"{'accept' if not judged.reasons else 'INVALIDATED: ' + judged.reasons[0][:120]}")  # fmt: skip
+        log(f"  CPU: {judged.tokens / judged.seconds:,.0f} tok/s, {verdict(judged)}")
         self.report.notes.append(f"CPU recompute of {path.name}: {judged.seconds:.2f} s, "
                                  f"{judged.tokens / judged.seconds:,.0f} tok/s ({os.cpu_count()} cores)")
 
