@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools
+.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools gpu-wheels
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -56,6 +56,22 @@ down:
 
 compile: ## recompile the contracts with the pinned solcjs and refresh the committed artifacts
 	node contracts/compile.js
+
+# What bench/gpu imports beyond a lent GPU machine's torch stack (torch, transformers, numpy, safetensors,
+# pyarrow, tokenizers, rich): pydantic and what it needs, structlog, and py_ecc (imported by `intellect`
+# for its side effect). Versions are the lock file's.
+GPU_WHEEL_NAMES := pydantic pydantic_core pydantic-settings annotated-types typing-inspection \
+	typing_extensions python-dotenv structlog py-ecc
+GPU_WHEELS = $(foreach n,$(GPU_WHEEL_NAMES),$(shell grep -i -m1 '^$(n)==' requirements.lock))
+
+gpu-wheels: ## the wheels bench/gpu/run.sh installs on a lent GPU machine (Python 3.12, offline) into .whl/
+	@test $(words $(GPU_WHEELS)) -eq $(words $(GPU_WHEEL_NAMES)) || \
+	  (echo "requirements.lock lacks one of: $(GPU_WHEEL_NAMES)"; exit 1)
+	rm -rf .whl && mkdir -p .whl
+	python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl $(GPU_WHEELS)
+	@du -sh .whl && ls .whl
 
 bench:
 	$(BIN)/python bench/gas.py

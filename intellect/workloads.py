@@ -70,8 +70,8 @@ class NodeWindows(Protocol):
 @dataclass(frozen=True)
 class ValidatorEnv:
     """What a validator offers a plug-in's checks: its memory of judged files and of each node's recent
-    statistics, the trainer's step counter (if the pool has one), a private folder for caches, and its
-    file size limit."""
+    statistics, the trainer's step counter (if the pool has one), a private folder for caches, its
+    file size limit, and where its models run (a device setting: auto, cpu, cuda or cuda:N)."""
 
     seen: SeenStore
     data_dir: Path
@@ -79,6 +79,7 @@ class ValidatorEnv:
     max_file_bytes: int = 256 * 1024 * 1024
     windows: NodeWindows | None = None  # None: the plug-in keeps them in memory
     task_id: str = ""  # the task whose files this judge gets ("" when judging files outside a task)
+    device: str = "auto"  # auto: the first GPU PyTorch sees, else the CPU (`workloads.device`)
 
 
 class FileJudge(Protocol):

@@ -28,6 +28,7 @@ from validator.task import TaskSettings
 from validator.tasks import TaskBook, TaskJudge
 from validator.thresholds import ValidationThresholds
 from validator.verdicts import Judge, Submission
+from workloads.device import DeviceSettingError, resolve_device
 
 app = typer.Typer(
     help="The validator: judge rollout files, watch a pool, vote to slash cheaters.", no_args_is_help=True
@@ -72,13 +73,22 @@ def check(
         [], "--checkpoint", help="STEP=PATH of a trainer checkpoint (repeat)"
     ),
     max_bytes: int = typer.Option(DEFAULT_MAX_BYTES, "--max-bytes", min=1, help="largest file accepted"),
+    device: str = typer.Option(
+        "auto", "--device", envvar="INTELLECT_VALIDATOR_DEVICE", help="where the recomputation runs: auto, "
+        "cpu, cuda or cuda:N (auto: a GPU if PyTorch sees one)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per file, one per line"),
 ) -> None:
     """Run the full validation pipeline on local files. Exit 0 when all are accepted, 1 otherwise.
 
     Files are judged in the order given, so a later file repeating an earlier one is a duplicate."""
     submission = Submission(node=node, work_units=work_units, trainer_step=trainer_step, work_key=work_key)
-    other = _other_workload_judge(task, max_bytes) if task else None
+    try:
+        resolve_device(device)
+    except DeviceSettingError as exc:
+        err.print(f"error: --device: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    other = _other_workload_judge(task, max_bytes, device) if task else None
     if other is not None:  # a task of another workload plug-in: judged by that plug-in's checks
         if checkpoint:
             err.print("error: --checkpoint is for inference tasks; this task names another workload")
@@ -92,7 +102,7 @@ def check(
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
         pipeline = Pipeline(settings, MemorySeenStore(), LocalCheckpoints(settings.model, steps),
-                            ValidationThresholds(), max_bytes=max_bytes)  # fmt: skip
+                            ValidationThresholds(), max_bytes=max_bytes, device=device)  # fmt: skip
         verdicts = [pipeline.judge(p, submission) for p in paths]
     if as_json:
         for v in verdicts:
@@ -129,7 +139,7 @@ def check(
         raise typer.Exit(1)
 
 
-def _other_workload_judge(task: Path, max_bytes: int) -> FileJudge | None:
+def _other_workload_judge(task: Path, max_bytes: int, device: str = "auto") -> FileJudge | None:
     """The judge of the plug-in a task file names, when that is not the inference workload (whose
     checks take this command's checkpoint flags); None for inference tasks and bare settings."""
     try:
@@ -145,8 +155,9 @@ def _other_workload_judge(task: Path, max_bytes: int) -> FileJudge | None:
         err.print(f"error: --task {task}: {exc}", markup=False)
         raise typer.Exit(2) from None
     folder = Path(tempfile.mkdtemp(prefix="intellect-check-"))
-    return plugin.file_judge(settings, ValidatorEnv(seen=MemorySeenStore(), data_dir=folder,
-                                                    max_file_bytes=max_bytes, task_id=""))  # fmt: skip
+    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=folder, max_file_bytes=max_bytes, task_id="",
+                       device=device)  # fmt: skip
+    return plugin.file_judge(settings, env)
 
 
 def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSeenStore], Judge]:
@@ -156,7 +167,7 @@ def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSee
     def factory(seen: SqlSeenStore) -> Judge:
         env = ValidatorEnv(seen=seen, data_dir=settings.data_dir, step_url=settings.step_url,
                            max_file_bytes=settings.max_file_bytes,
-                           windows=SqlNodeWindows(seen.db))  # fmt: skip
+                           windows=SqlNodeWindows(seen.db), device=settings.device)  # fmt: skip
         return TaskJudge(TaskBook(settings.orchestrator_url, wallet), env)
 
     return factory
@@ -198,6 +209,10 @@ def run(
     host: str | None = typer.Option(None, help="API address"),
     port: int | None = typer.Option(None, help="API port"),
     vote: bool | None = typer.Option(None, "--vote/--no-vote", help="send invalidation votes"),
+    device: str | None = typer.Option(
+        None, help="where the recomputation runs: auto, cpu, cuda or cuda:N (env INTELLECT_VALIDATOR_DEVICE; "
+        "default auto: a GPU if PyTorch sees one)",
+    ),
 ) -> None:
     """Watch the pools' submitted work, judge every file, vote to slash cheaters; serve the API."""
     overrides: dict[str, Any] = {  # field values of every type: the settings model validates them
@@ -212,9 +227,11 @@ def run(
         "host": host,
         "port": port,
         "vote": vote,
+        "device": device,
     }
     try:
         settings = ValidatorSettings(**{k: v for k, v in overrides.items() if v is not None})
+        resolve_device(settings.device)  # CUDA asked where there is none: refused now, not per file
         wallet = load_wallet(settings)
         settings = with_chain_data_dir(settings)
         judge_factory = build_judge(settings, wallet)

@@ -35,6 +35,7 @@ from validator.task import TaskSettings
 from validator.thresholds import ValidationThresholds
 from validator.verdicts import CheckpointSource, SeenStore, Submission, Verdict, VerdictKind
 from workloads.datasets import load_dataset
+from workloads.device import model_dtype, resolve_device
 from workloads.model.loading import load_model, load_tokenizer, load_weights
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -55,8 +56,10 @@ class Pipeline:
         windows: NodeWindows | None = None,
         task_id: str = "",
         reader: CappedReader | None = None,
+        device: str | torch.device = "auto",
     ) -> None:
         self.task = task
+        self.device = resolve_device(device)  # refused before any model loads: CUDA asked, none here
         self.reader = reader or shared_reader()
         self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
@@ -68,17 +71,18 @@ class Pipeline:
         self.tokenizer = load_tokenizer(task.model)
         self._models: OrderedDict[str, PreTrainedModel] = OrderedDict()
         self.models_kept = max(1, models_kept)
-        base = load_model(task.model, dtype=torch.bfloat16)
+        base = load_model(task.model, dtype=model_dtype(self.device), device=self.device)
         self.vocab_size = int(base.config.vocab_size)
         self._base = base
         self.last_stats: FileStats | None = None
 
     def model_for(self, path: Path, sha256: str) -> PreTrainedModel:
-        """The claimed checkpoint's weights in bf16 (as generated), cached by sha256."""
+        """The claimed checkpoint's weights in bf16 (as generated), on this validator's device, cached
+        by sha256."""
         if sha256 in self._models:
             self._models.move_to_end(sha256)
             return self._models[sha256]
-        model = load_model(self.task.model, dtype=torch.bfloat16)
+        model = load_model(self.task.model, dtype=model_dtype(self.device), device=self.device)
         load_weights(model, path)
         self._models[sha256] = model
         while len(self._models) > self.models_kept:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
+from workloads.device import DEVICE_DESCRIPTION, check_device_setting
 
 
 class ValidatorSettings(IntellectSettings):
@@ -40,11 +41,18 @@ class ValidatorSettings(IntellectSettings):
         "long after its submission is invalidated (withheld); capped at a third of the pool's voting window",
     )
     vote: bool = Field(True, description="send invalidation votes (off: judge and report only)")
+    device: str = Field("auto", description=DEVICE_DESCRIPTION + "; the recomputation (prefill) runs there")
     judge_attempts: int = Field(
         5, ge=1, description="tries at judging a file the validator's own checks fail on (a crash, a dead "
         "reader) before it is soft-invalidated: not paid, never slashed; the files behind it are judged "
         "meanwhile",
     )
+
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device_setting(value)
 
 
 def chain_data_dir(root: Path, chain_id: int, pool_contract: str, deploy_block_hash: str) -> Path:

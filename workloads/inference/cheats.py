@@ -35,8 +35,8 @@ def perturb_model(model: PreTrainedModel, scale: float = 1e-2, seed: int = 3) ->
     generator = torch.Generator().manual_seed(seed)
     weight = next(p for n, p in model.named_parameters() if n.endswith("q_proj.weight"))
     with torch.no_grad():
-        noise = torch.randn(weight.shape, generator=generator) * scale
-        weight.add_(noise.to(weight.dtype))
+        noise = torch.randn(weight.shape, generator=generator) * scale  # drawn on the CPU: the same anywhere
+        weight.add_(noise.to(weight.device, weight.dtype))
 
 
 def claimed_units(tokens: int, cheat: Cheat) -> int:

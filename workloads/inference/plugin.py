@@ -168,7 +168,7 @@ class InferencePlugin:
         else:
             checkpoints = LocalCheckpoints(task.model)
         return Pipeline(task, env.seen, checkpoints, ValidationThresholds(), max_bytes=env.max_file_bytes,
-                        windows=env.windows, task_id=env.task_id)  # fmt: skip
+                        windows=env.windows, task_id=env.task_id, device=env.device)  # fmt: skip
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
+from workloads.device import DEVICE_DESCRIPTION, check_device_setting
 
 
 class InferenceSettings(IntellectSettings):
@@ -57,13 +58,20 @@ class InferenceSettings(IntellectSettings):
         "more file (the trainer may still lack informative rows), then wait again",
     )
     proofs: bool = Field(True, description="build TOPLOC proofs")
-    device: str = Field("cpu")
-    dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16")
+    device: str = Field("auto", description=DEVICE_DESCRIPTION)
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="weights' dtype; validators recompute in bfloat16, so keep it"
+    )
     backend: Literal["torch", "vllm"] = Field("torch")
     json_output: bool = Field(False, description="print one JSON line per batch instead of a table row")
     cheat: Literal["none", "forged-reward", "perturbed-model", "inflated-units"] = Field(
         "none", description="demos and tests only: write dishonest files the validators must catch"
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device_setting(value)
 
     @model_validator(mode="after")
     def _check(self) -> InferenceSettings:
@@ -80,5 +88,5 @@ class InferenceSettings(IntellectSettings):
             if not self.checkpoint_cache.is_absolute():
                 self.checkpoint_cache = Path(data_dir) / self.checkpoint_cache
         if self.backend == "vllm" and self.device == "cpu":
-            raise ValueError("the vllm backend needs a GPU: set device=cuda or backend=torch")
+            raise ValueError("the vllm backend needs a GPU: set device=auto or cuda, or backend=torch")
         return self

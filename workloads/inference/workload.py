@@ -13,6 +13,7 @@ import structlog
 from pydantic import BaseModel
 
 from workloads.datasets import load_dataset
+from workloads.device import resolve_device
 from workloads.inference.cheats import claimed_units, forge_rewards, perturb_model
 from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.inference.generate import DTYPES, make_rollouts
@@ -54,10 +55,14 @@ class InferenceWorkload:
         self.records = load_dataset(settings.dataset)
         self.tokenizer = load_tokenizer(settings.model)
         self.model = None
+        # Refused here, before anything loads, with the setting named: CUDA asked where there is none.
+        self.device = resolve_device(settings.device)
         if settings.backend == "vllm":
+            if self.device.type != "cuda":
+                raise ValueError("the vllm backend needs a GPU and PyTorch sees none here: set backend=torch")
             self.backend: InferenceBackend = VLLMBackend(resolve(settings.model), dtype=settings.dtype)
         else:
-            self.model = load_model(settings.model, dtype=DTYPES[settings.dtype], device=settings.device)
+            self.model = load_model(settings.model, dtype=DTYPES[settings.dtype], device=self.device)
             if settings.cheat == "perturbed-model":
                 perturb_model(self.model)
             self.backend = TorchBackend(self.model, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
@@ -140,7 +145,7 @@ class InferenceWorkload:
 
     def _use_base(self) -> bool:
         if self.checkpoint_step != 0 and self.model is not None:
-            base = load_model(self.s.model, dtype=DTYPES[self.s.dtype], device=self.s.device)
+            base = load_model(self.s.model, dtype=DTYPES[self.s.dtype], device=self.device)
             self.model.load_state_dict(base.state_dict())
             if self.s.cheat == "perturbed-model":
                 perturb_model(self.model)

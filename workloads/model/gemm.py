@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from workloads import device
+
 _local = threading.local()
 _INSTALLED = "_intellect_fp32_gemm"
 
@@ -66,7 +68,7 @@ def fp32_gemm(model: nn.Module) -> Iterator[None]:
     """For the calling thread, inside the block: the model's bf16 linear layers compute through fp32
     GEMM when it sits on a CPU without bf16 arithmetic; anywhere else nothing changes."""
     param = next(model.parameters(), None)
-    if param is None or param.device.type != "cpu" or param.dtype != torch.bfloat16 or native_bf16():
+    if param is None or param.dtype != torch.bfloat16 or not device.prefill_in_fp32(param.device):
         yield
         return
     _install(model)

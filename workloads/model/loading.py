@@ -19,6 +19,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from workloads.device import ATTENTION, resolve_device
+
 TINY_MODEL_DIR = Path(__file__).resolve().parent / "tiny"
 TINY = "tiny"
 _GENERIC_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}  # alias accepted wherever a model name is
@@ -39,16 +41,22 @@ def load_model(
     dtype: torch.dtype = torch.bfloat16,
     device: str | torch.device = "cpu",
 ) -> PreTrainedModel:
-    """Load a causal LM in `dtype` (bf16 like a real deployment; torch runs bf16 on CPU), eval mode.
+    """Load a causal LM in `dtype` (bf16 like a real deployment; torch runs bf16 on CPU), eval mode,
+    on `device`: a torch device or a device setting (`auto`, `cpu`, `cuda`, `cuda:N`; see
+    `workloads.device`, which refuses CUDA where there is none). Attention is PyTorch's SDPA
+    (flash / memory-efficient kernels on a GPU; what transformers picks on a CPU anyway).
 
     A hub name works where the hub is reachable (GPU hosts); `None` or "tiny" is the shipped model."""
+    target = resolve_device(device)
     # transformers builds the model on the meta device and then fills it: two threads doing that at
     # once (two validator services in one process) can see each other's meta tensors. One at a time.
     with _LOAD_LOCK:
-        model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve(name_or_path), dtype=dtype, attn_implementation=ATTENTION
+        )
         # transformers wraps `to` in `functools.wraps(nn.Module.to)`, whose stub types the unbound
         # method: mypy takes `device` for `self`. The call itself is the ordinary `Module.to`.
-        return model.to(device).eval()  # type: ignore[arg-type]
+        return model.to(target).eval()  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=16)

@@ -54,8 +54,10 @@ class Batch:
 
 
 def make_batch(
-    prompts: list[list[int]], outputs: list[list[int]], advantages: list[float], pad_token_id: int
-) -> Batch:
+    prompts: list[list[int]], outputs: list[list[int]], advantages: list[float], pad_token_id: int,
+    device: torch.device | str = "cpu",
+) -> Batch:  # fmt: skip
+    """Built on the CPU (row by row), then moved to the trainer's device in one copy per tensor."""
     seqs = [p + o for p, o in zip(prompts, outputs, strict=True)]
     width = max(map(len, seqs))
     ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long)
@@ -63,7 +65,7 @@ def make_batch(
     for i, (p, o) in enumerate(zip(prompts, outputs, strict=True)):
         ids[i, : len(p) + len(o)] = torch.tensor(p + o)
         mask[i, len(p) : len(p) + len(o)] = True
-    return Batch(ids, mask, torch.tensor(advantages, dtype=torch.float32))
+    return Batch(ids.to(device), mask.to(device), torch.tensor(advantages, dtype=torch.float32).to(device))
 
 
 def token_logprobs_and_entropy(model: PreTrainedModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +77,7 @@ def token_logprobs_and_entropy(model: PreTrainedModel, batch: Batch) -> tuple[to
     target = batch.ids[:, 1:]
     logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    zeros = torch.zeros((batch.ids.shape[0], 1), dtype=logp.dtype)
+    zeros = torch.zeros((batch.ids.shape[0], 1), dtype=logp.dtype, device=logp.device)
     return torch.cat([zeros, logp], dim=1), torch.cat([zeros, entropy], dim=1)
 
 

@@ -23,6 +23,7 @@ import structlog
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from workloads.device import resolve_device, train_autocast
 from workloads.model.loading import load_model, load_tokenizer
 from workloads.rollouts import BatchInfo, Rollout, RolloutSchemaError, read_rollouts
 from workloads.trainer.checkpoints import CheckpointDir, config_hash
@@ -67,8 +68,10 @@ class Trainer:
         self.async_level = settings.async_level
         self.public_url = settings.public_url or f"http://{settings.host}:{settings.port}"
         torch.manual_seed(settings.seed)
-        self.policy = load_model(settings.model, dtype=torch.float32, device=settings.device)
-        self.reference = load_model(settings.model, dtype=torch.float32, device=settings.device)
+        self.device = resolve_device(settings.device)  # CUDA asked where there is none: refused here
+        # fp32 master weights on every device (see workloads/device.py); bf16 autocast on a GPU.
+        self.policy = load_model(settings.model, dtype=torch.float32, device=self.device)
+        self.reference = load_model(settings.model, dtype=torch.float32, device=self.device)
         self.reference.requires_grad_(False)
         self.tokenizer = load_tokenizer(settings.model)
         self.pad = int(self.tokenizer.pad_token_id)
@@ -77,9 +80,9 @@ class Trainer:
         )
         self.grpo = GrpoConfig(settings.epsilon, settings.delta, settings.kl_coef, settings.entropy_coef)
         self.checkpoints = CheckpointDir(settings.output_dir, settings.keep)
-        self.config_hash = config_hash(
-            settings.model_dump(exclude={"host", "port", "public_url", "max_steps"})
-        )
+        # The device as resolved ("cpu", "cuda:0"), not the setting: "auto" says nothing of where it ran.
+        hashed = settings.model_dump(exclude={"host", "port", "public_url", "max_steps"})
+        self.config_hash = config_hash(hashed | {"device": str(self.device)})
         self.step = 0
         self.consumed: set[str] = set()
         self.pending_files: list[RolloutFile] = []  # files for a later step
@@ -170,20 +173,23 @@ class Trainer:
         rows, self.buffer.rows = self.buffer.rows, []
         rewards_seen, self.buffer.task_rewards = self.buffer.task_rewards, []
         batch = make_batch([r.input_tokens for r in rows], [r.output_tokens for r in rows],
-                           [r.advantages for r in rows], self.pad)  # fmt: skip
-        with torch.no_grad():  # the policy as it is at the start of the step, and the reference
+                           [r.advantages for r in rows], self.pad, self.device)  # fmt: skip
+        # The policy as it is at the start of the step, and the reference.
+        with torch.no_grad(), train_autocast(self.device):
             self.policy.eval()
             old_logp, _ = token_logprobs_and_entropy(self.policy, batch)
             ref_logp, _ = token_logprobs_and_entropy(self.reference, batch)
         self.policy.train()
         parts: dict[str, float] = {}
-        order = torch.randperm(len(rows))
+        order = torch.randperm(len(rows))  # on the CPU generator (saved with the state) on every device
         updates = self.updates_for(len(rows))
-        for chunk in order.chunk(updates):
+        for cpu_chunk in order.chunk(updates):
+            chunk = cpu_chunk.to(self.device)
             sub = type(batch)(batch.ids[chunk], batch.output_mask[chunk], batch.advantages[chunk])
-            logp, entropy = token_logprobs_and_entropy(self.policy, sub)
-            loss, parts = grpo_loss(logp, old_logp[chunk], ref_logp[chunk], entropy, sub.advantages,
-                                    sub.output_mask, self.grpo)  # fmt: skip
+            with train_autocast(self.device):
+                logp, entropy = token_logprobs_and_entropy(self.policy, sub)
+                loss, parts = grpo_loss(logp, old_logp[chunk], ref_logp[chunk], entropy, sub.advantages,
+                                        sub.output_mask, self.grpo)  # fmt: skip
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             parts["grad_norm"] = float(

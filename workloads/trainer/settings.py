@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
+from workloads.device import DEVICE_SETTINGS, check_device_setting
 
 
 class TrainerSettings(IntellectSettings):
@@ -27,7 +28,10 @@ class TrainerSettings(IntellectSettings):
         "minibatches (TrainerSettings.for_cpu_demo); flags given beside it win",
     )
     model: str = Field("tiny", description="base model: 'tiny' (shipped), a HF name or a local path")
-    device: str = Field("cpu")
+    device: str = Field(
+        "auto", description=f"where the model trains: {DEVICE_SETTINGS} (auto: the first GPU PyTorch "
+        "sees, else the CPU); fp32 weights, bf16 autocast on a GPU",
+    )
     output_dir: Path = Field(Path("checkpoints"), description="checkpoints, manifests and trainer state")
     rollouts: str = Field(
         "rollouts", description="validated rollouts: a validator URL (its /accepted feed) or a local folder"
@@ -56,6 +60,11 @@ class TrainerSettings(IntellectSettings):
     keep: int = Field(5, ge=1, description="checkpoints kept on disk")
     seed: int = Field(0)
     poll_seconds: float = Field(1.0, gt=0)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device_setting(value)
 
     @classmethod
     def for_cpu_demo(cls, **overrides: Any) -> TrainerSettings:
