@@ -38,9 +38,6 @@ fi
 xdist=()
 if [ "$WORKERS" != "0" ]; then
   xdist=(-n "$WORKERS" --dist loadscope --no-loadscope-reorder)  # whole modules, longest first
-  # Several workers share two cores: a torch process's second thread only spins against the others
-  # (a process that needs a count sets its own: the demo's trainer, the worker's benchmark).
-  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 fi
 "$BIN/pytest" "${xdist[@]}" --profile "$PROFILE" --profile-top 25 "$@"
 rc=$?

@@ -86,7 +86,18 @@ class PipelineSettings(BaseModel):
         return self
 
 
+_SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "model" / "tiny"  # workloads.model.loading's "tiny"
+
+
 def model_layers(model: str) -> int:
+    """The model's layer count. A local model (the shipped one, or a folder) is read from its
+    config.json: the orchestrator asks this when a task is POSTed, and going through transformers
+    imported torch on that path (seconds; on a busy machine past a client's 10 s: seen in CI). A hub
+    name goes through transformers' AutoConfig, as the members load it."""
+    folder = _SHIPPED_MODEL if model in (None, "", "tiny") else Path(model)
+    config = folder / "config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text())["num_hidden_layers"])
     from workloads.pipeline.stages import plan_stages
 
     return plan_stages(model, 1)[0].layers.stop
