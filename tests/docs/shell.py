@@ -84,6 +84,13 @@ def reserve_port() -> socket.socket:
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(200):
         port = random.randrange(20_000, min(low, 32_000))
+        # A probe without SO_REUSEADDR is refused while anyone holds the port, another reservation too
+        # (two SO_REUSEADDR sockets that do not listen may share a port).
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
