@@ -74,8 +74,8 @@ def check(
     ),
     max_bytes: int = typer.Option(DEFAULT_MAX_BYTES, "--max-bytes", min=1, help="largest file accepted"),
     device: str = typer.Option(
-        "auto", "--device", envvar="INTELLECT_VALIDATOR_DEVICE", help="where the recomputation runs: auto, "
-        "cpu, cuda or cuda:N (auto: a GPU if PyTorch sees one)",
+        "cpu", "--device", envvar="INTELLECT_VALIDATOR_DEVICE", help="where the recomputation runs: cpu "
+        "(default: where the thresholds were calibrated), auto, cuda or cuda:N",
     ),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per file, one per line"),
 ) -> None:
@@ -211,7 +211,7 @@ def run(
     vote: bool | None = typer.Option(None, "--vote/--no-vote", help="send invalidation votes"),
     device: str | None = typer.Option(
         None, help="where the recomputation runs: auto, cpu, cuda or cuda:N (env INTELLECT_VALIDATOR_DEVICE; "
-        "default auto: a GPU if PyTorch sees one)",
+        "default cpu, where the thresholds were calibrated)",
     ),
 ) -> None:
     """Watch the pools' submitted work, judge every file, vote to slash cheaters; serve the API."""

@@ -41,7 +41,8 @@ class ValidatorSettings(IntellectSettings):
         "long after its submission is invalidated (withheld); capped at a third of the pool's voting window",
     )
     vote: bool = Field(True, description="send invalidation votes (off: judge and report only)")
-    device: str = Field("auto", description=DEVICE_DESCRIPTION + "; the recomputation (prefill) runs there")
+    device: str = Field("cpu", description=DEVICE_DESCRIPTION + "; the recomputation (prefill) runs there. "
+                        "Default cpu: the thresholds were calibrated there (docs/performance.md)")
     judge_attempts: int = Field(
         5, ge=1, description="tries at judging a file the validator's own checks fail on (a crash, a dead "
         "reader) before it is soft-invalidated: not paid, never slashed; the files behind it are judged "
