@@ -34,7 +34,7 @@ images: ## the RL images (runtime, workload, service) built offline; cached by c
 compose-env: ## compose.env for docker-compose.yml: a fresh chain mnemonic, role keys, ports (never committed)
 	$(BIN)/intellect compose env --out compose.env
 
-test: ## lint, then the full suite (its own anvil, Redis, servers; TEST_WORKERS=3 for pytest-xdist workers); ends with its wall time against the 25 min budget
+test: ## lint, then the full suite (its own anvil, Redis, servers; on 3 pytest-xdist workers, TEST_WORKERS=0 for one process); ends with its wall time against the 25 min budget
 	scripts/timed-tests.sh
 
 test-profile: ## the full suite with the 60 most expensive items (tests and fixture set-ups) printed, record in .test-profile.json; refreshes tests/durations.json (the order workers take modules in)

@@ -129,6 +129,7 @@ def up(
     worker_env: dict[int, dict[str, str]] = {}
     groups: str | None = None  # the topology the orchestrator forms (--pipeline)
     was_running = False  # a devnet already ran here before this `up` (a failure then stops nothing)
+    stake_before = 0  # the cheater's stake, read before the RL task is posted
     try:
         if demo:
             plan.check()
@@ -164,6 +165,8 @@ def up(
                 status.update("starting the dashboard")
                 state.processes.append(start_dashboard(state))
                 state.save()
+                if plan.cheat != "none":
+                    stake_before = demo_mod.provider_stake(state, count)
                 status.update("posting the RL task with the Python SDK")
                 task_id = demo_mod.submit(state, task_file)
             write_dashboard_env(state)
@@ -186,7 +189,8 @@ def up(
         dashboard = state.process("dashboard")
         if dashboard is not None:
             console.print(f"Dashboard: [bold]{dashboard.url}[/bold] (reward curve, nodes, payouts, verdicts)")
-    report = _watch_demo(state, plan, trainer, vals, count if plan.cheat != "none" else None, as_json)
+    report = _watch_demo(state, plan, trainer, vals, count if plan.cheat != "none" else None, as_json,
+                         stake_before)
     dashboard = state.process("dashboard")
     report.dashboard_url = (dashboard.url or "") if dashboard else ""
     try:
@@ -211,7 +215,7 @@ def up(
         raise typer.Exit(1)
 
 
-def _watch_demo(state, plan, trainer, vals, cheater, quiet):  # noqa: ANN001, ANN202
+def _watch_demo(state, plan, trainer, vals, cheater, quiet, stake_before):  # noqa: ANN001, ANN202
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("[bold]trainer"), BarColumn(), MofNCompleteColumn(),
@@ -224,7 +228,8 @@ def _watch_demo(state, plan, trainer, vals, cheater, quiet):  # noqa: ANN001, AN
             bar.update(job, completed=min(step, plan.steps), description=text)
 
         try:
-            return demo_mod.watch(state, plan, trainer, vals, cheater, on_step, bar.console.print)
+            return demo_mod.watch(state, plan, trainer, vals, cheater, on_step, bar.console.print,
+                                  stake_before)
         except demo_mod.DemoError as exc:
             err.print(f"[red]demo failed:[/red] {exc}")
             return exc.report or demo_mod.DemoReport(cheater="")

@@ -13,7 +13,7 @@ from pathlib import Path
 from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
-from intellect.net import free_port
+from intellect.net import stable_port
 
 ENV_FILE = "dashboard.env"
 
@@ -45,7 +45,7 @@ def write_dashboard_env(state: DevnetState) -> Path:
 def start_dashboard(state: DevnetState) -> ManagedProcess:
     """`intellect-dashboard serve` on a free port, configured for this devnet; waits until it answers."""
     directory = Path(state.directory)
-    port = free_port()
+    port = stable_port()
     where = Placement.of(state)
     host = where.host("dash")
     own = {"INTELLECT_DASHBOARD_PORT": str(port), "INTELLECT_DASHBOARD_HOST": where.bind(host)}

@@ -35,7 +35,7 @@ from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from intellect.client import OrchestratorClient
 from intellect.identity import Wallet
-from intellect.net import free_port
+from intellect.net import stable_port
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
 
@@ -236,11 +236,11 @@ def start_learning_services(
     where = Placement.of(state)
     names = ("trainer", "relay", *(f"v{i + 1}" for i in range(plan.validators)))
     at = {name: where.host(name) for name in names}
-    trainer_port = free_port()
+    trainer_port = stable_port()
     trainer_url = f"http://{where.address(at['trainer'])}:{trainer_port}"
-    validator_ports = [free_port() for _ in range(plan.validators)]
+    validator_ports = [stable_port() for _ in range(plan.validators)]
     validator_urls = [f"http://{where.address(at[f'v{i + 1}'])}:{p}" for i, p in enumerate(validator_ports)]
-    origin_port, relay_port = free_port(), free_port()
+    origin_port, relay_port = stable_port(), stable_port()
     relays = [f"http://{where.address(at['relay'])}:{relay_port}",
               f"http://{where.address(at['trainer'])}:{origin_port}"]  # the origin as fallback  # fmt: skip
     spec = task_spec(plan, trainer_url, runtime, relays)
@@ -318,6 +318,13 @@ def _client(state: DevnetState) -> OrchestratorClient:
     return OrchestratorClient(orchestrator.url, token=token)
 
 
+def provider_stake(state: DevnetState, worker: int) -> int:
+    """The stake of worker `worker`'s provider now (read before the task is posted: the cheater's
+    stake before any slash)."""
+    ledger = LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
+    return int(ledger.get_provider(state.account(f"provider-{worker}").address).stake)
+
+
 def submit(state: DevnetState, task_file: Path) -> str:
     """Post the RL task as a trainer would, with the Python SDK (admin token of the devnet)."""
     with _client(state) as client:
@@ -341,14 +348,16 @@ def _get(url: str) -> Any:
 def watch(
     state: DevnetState, plan: DemoPlan, trainer: ManagedProcess, validators: list[ManagedProcess],
     cheater: int | None, on_step: Callable[[int, float | None], None], progress: Progress,
+    cheater_stake_before: int = 0,
 ) -> DemoReport:  # fmt: skip
     """Follow the run until the trainer reached `plan.steps` and worker `cheater`'s node was ejected
-    (or timeout)."""
+    (or timeout). `cheater_stake_before`: its provider's stake read before the task was posted (no
+    file, so no slash, can come before that)."""
     started = time.monotonic()
     ledger = LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
     cheater_node = state.account(f"node-{cheater}").address if cheater else ""
     provider = state.account(f"provider-{cheater}").address if cheater else ""
-    report = DemoReport(cheater=cheater_node)
+    report = DemoReport(cheater=cheater_node, cheater_stake_before=cheater_stake_before)
     joined = False
     last_step = -1
     from workloads.trainer.checkpoints import CheckpointDir  # torch: only once a demo has run
@@ -370,10 +379,11 @@ def watch(
             on_step(report.steps, report.curve[-1] if report.curve else None)
         if cheater_node and not report.cheater_ejected:
             in_pool = ledger.is_node_in_pool(state.pool_id, cheater_node)
-            if in_pool and not joined:
-                joined = True
-                report.cheater_stake_before = ledger.get_provider(provider).stake
-            report.cheater_ejected = joined and not in_pool
+            joined = joined or in_pool
+            # Out of the pool after it was seen in it, or blacklisted there: a quorum may slash and
+            # eject before this loop's first look (a busy machine), and that is the same outcome.
+            report.cheater_ejected = not in_pool and (
+                joined or ledger.is_node_blacklisted(state.pool_id, cheater_node))
             if report.cheater_ejected:
                 progress(f"cheater {cheater_node} slashed and ejected by the validators' quorum")
         if report.steps >= plan.steps and (report.cheater_ejected or not cheater_node):

@@ -15,7 +15,7 @@ from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
 from devnet.storage import start_storage
-from intellect.net import free_port, wait_for_port
+from intellect.net import stable_port, wait_for_port
 from intellect.redis_server import redis_server_binary
 
 Progress = Callable[[str], None]
@@ -36,7 +36,7 @@ def start_services(
     procs: list[ManagedProcess] = []
 
     progress("starting redis")
-    port = free_port()
+    port = stable_port()
     redis_dir = directory / "redis"
     redis_dir.mkdir(exist_ok=True)
     host = where.host("redis")
@@ -49,7 +49,7 @@ def start_services(
     wait_for_port(where.address(host), port)
 
     progress("starting discovery")
-    port = free_port()
+    port = stable_port()
     host = where.host("discovery")
     discovery = spawn(
         "discovery",
@@ -76,7 +76,7 @@ def start_services(
         procs.append(storage)
 
     progress("starting the orchestrator")
-    port = free_port()
+    port = stable_port()
     host = where.host("orch")
     orchestrator_url = f"http://{where.address(host)}:{port}"
     orchestrator = spawn(
@@ -107,7 +107,7 @@ def start_services(
     services = len(procs)
     for index in range(1, workers + 1):
         progress(f"starting worker {index}")
-        port = free_port()
+        port = stable_port()
         host = where.host(f"w{index}", nat=index > 1)
         worker = spawn(
             f"worker-{index}",
@@ -133,7 +133,7 @@ def start_services(
                 # Everything here listens on loopback: task containers share the host's network.
                 "INTELLECT_WORKER_TASK_NETWORK": "host",
             }
-            | ({"INTELLECT_WORKER_P2P_PORT": str(free_port())} if groups else {})
+            | ({"INTELLECT_WORKER_P2P_PORT": str(stable_port(span=2))} if groups else {})
             | (worker_env or {}).get(index, {}),
             directory,
             # behind the home router nobody can call it, this machine neither: its health is its heartbeat

@@ -24,7 +24,7 @@ from devnet.hosts import Host
 from devnet.placement import Placement
 from devnet.processes import spawn, wait_healthy
 from devnet.state import ManagedProcess
-from intellect.net import free_port
+from intellect.net import stable_port
 
 BUCKET = "intellect-devnet"
 REGION = "us-east-1"
@@ -57,7 +57,7 @@ def start_storage(
     require_moto()
     progress("starting the storage host (S3)")
     host: Host | None = where.host("storage")
-    port = free_port()
+    port = stable_port()
     url = f"http://{where.address(host)}:{port}"
     argv = [sys.executable, "-m", "devnet.storage", where.bind(host), str(port)]
     storage = spawn("storage", where.wrap(host, argv), env, directory, url)

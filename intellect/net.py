@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import time
+from pathlib import Path
+
+# Below this, ports are left to well-known services; the kernel's ephemeral range starts above.
+STABLE_PORTS_FROM = 10_000
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -11,6 +16,43 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it hands out itself (port-0 binds, outgoing connections)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(host: str, port: int) -> bool:
+    # No SO_REUSEADDR: a socket that is bound (listening or not, or an outgoing connection's local
+    # end) on the port makes this fail.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def stable_port(host: str = "0.0.0.0", span: int = 1, attempts: int = 500) -> int:
+    """A port, free now with its `span - 1` neighbours above it, for a listener that is recorded and
+    bound again later (a service restarted on its port, a worker's p2p inbox that each group task
+    binds while it runs): outside the kernel's ephemeral range. A port from `free_port` is an
+    ephemeral one, and while its owner is down any outgoing connection on the machine may take it as
+    its local port (a pooled HTTP or Redis connection keeps it for minutes), so the next bind fails
+    and the owner stays down: on a busy machine a pipeline group's members failed that way until their
+    group dissolved."""
+    low, _ = ephemeral_range()
+    floor = STABLE_PORTS_FROM if low - span > STABLE_PORTS_FROM + 1000 else 1024
+    for _ in range(attempts):
+        port = random.randrange(floor, low - span + 1)
+        if all(_bindable(host, port + k) for k in range(span)):
+            return port
+    raise OSError(f"no free port below the ephemeral range ({low}) after {attempts} tries")
 
 
 def wait_for_port(host: str, port: int, timeout: float = 15.0) -> None:

@@ -3,10 +3,8 @@
 # suite's budget (docs/testing.md), and a warning line when over it. A warning, not a failure: these
 # machines are noisy, and a slow suite must be seen the day it appears, not when CI stops landing.
 #   TEST_BUDGET_MINUTES  the budget (default 25)
-#   TEST_WORKERS         pytest-xdist workers (default 0: one process). 3 workers finish in about 30
-#                        minutes instead of about 51 here, but the pipeline demo crawls past its limit
-#                        when it shares the cores with the other long modules (two CI rehearsals of
-#                        three): until that is fixed, CI runs the suite in one process.
+#   TEST_WORKERS         pytest-xdist workers (default 3; 0 runs everything in this process, about
+#                        twice as long). Whole modules go to a worker, longest first.
 #   TEST_PROFILE         where the run's timing record goes (default .test-profile.json; see
 #                        `python -m tests.support.timing`)
 # Extra arguments go to pytest (e.g. `scripts/timed-tests.sh tests/ledger`).
@@ -14,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 BUDGET_MINUTES="${TEST_BUDGET_MINUTES:-25}"
-WORKERS="${TEST_WORKERS:-0}"
+WORKERS="${TEST_WORKERS:-3}"
 PROFILE="${TEST_PROFILE:-.test-profile.json}"
 BIN=.venv/bin
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_control_plane import Cluster, Service, wait_until  # noqa: E402
 
 from intellect.identity import Wallet  # noqa: E402
-from intellect.net import free_port  # noqa: E402
+from intellect.net import stable_port  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from ledger.deploy import DeployParams, deploy_all  # noqa: E402
@@ -51,7 +51,7 @@ class GroupCluster(Cluster):
     def pipeline_worker(self, index: int) -> Service:
         service = self.worker_service(index)
         service.argv[service.argv.index("recording")] = "process"
-        service.env |= {"INTELLECT_WORKER_P2P_PORT": str(free_port()),
+        service.env |= {"INTELLECT_WORKER_P2P_PORT": str(stable_port(span=2)),
                         "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1"}
         return service
 

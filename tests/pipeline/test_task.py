@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from intellect.net import free_port
+from intellect.net import stable_port
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.templates import expand
 from intellect.wire.verdicts import Submission
@@ -94,7 +94,7 @@ def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = 
     plugin = PipelinePlugin()
     task = spec({**settings, "cheat": cheat, "cheat_stage": cheat_stage}, [f"{members}x0GB"])
     rendered = plugin.render(task, plugin.task_settings(task))
-    ports = [free_port() for _ in range(members)]
+    ports = [stable_port() for _ in range(members)]
     secret = secret or secrets.token_hex(32)
     procs, dirs = [], []
     for i in range(members):

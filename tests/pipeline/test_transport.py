@@ -9,12 +9,12 @@ import pytest
 import torch
 import zmq
 
-from intellect.net import free_port
+from intellect.net import stable_port
 from workloads.pipeline.transport import MemberLink, MemberMisbehaved, MemberTimeout, member_keys
 
 
 def ring(members: int, secret: bytes, max_frame_bytes: int = 1 << 20) -> list[MemberLink]:
-    ports = [free_port() for _ in range(members)]
+    ports = [stable_port() for _ in range(members)]
     links = [MemberLink(i, members, secret, f"tcp://127.0.0.1:{ports[i]}",
                         f"tcp://127.0.0.1:{ports[(i + 1) % members]}", max_frame_bytes=max_frame_bytes,
                         timeout=2.0) for i in range(members)]  # fmt: skip
@@ -84,8 +84,8 @@ def test_a_member_behind_nat_opens_both_of_its_links_and_only_its_peer_hears_a_l
     2 as usual. The roles stay: member 1's inbox still admits member 0's key alone, and member 0's
     listening outbox hands frames only to a peer that holds member 1's key."""
     secret, n = secrets.token_bytes(32), 3
-    ports = [free_port() for _ in range(n)]
-    out0 = f"tcp://127.0.0.1:{free_port()}"
+    ports = [stable_port() for _ in range(n)]
+    out0 = f"tcp://127.0.0.1:{stable_port()}"
     inbox = [f"tcp://127.0.0.1:{p}" for p in ports]
     links = [
         MemberLink(0, n, secret, inbox[0], None, outbox_bind=out0, max_frame_bytes=1 << 20, timeout=2.0),

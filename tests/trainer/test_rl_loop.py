@@ -36,6 +36,10 @@ MARGIN = 0.08
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
     env["PYTHONUNBUFFERED"] = "1"
+    # One torch thread each: five processes share the cores (the devnet's demo does the same). With
+    # torch's default of a thread per core they spun against each other: 376 s in one pytest process
+    # and 764 s next to two busy xdist workers, against 99 s with one thread each next to them.
+    env["OMP_NUM_THREADS"] = "1"
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)  # fmt: skip

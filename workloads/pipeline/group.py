@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from intellect.net import free_port
+from intellect.net import stable_port
 from workloads.pipeline.__main__ import SECRET_ENV, output_from_json
 from workloads.pipeline.member import BatchRequest, StageOutput
 
@@ -42,8 +42,8 @@ def run_local_group(
     batch of a list) through them, collect what each member made. Members in `behind_nat` open both of
     their links themselves (`--dial-prev`; their predecessor `--listen-next`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    ports = [free_port() for _ in range(members)]
-    outports = [free_port() for _ in range(members)]
+    ports = [stable_port() for _ in range(members)]
+    outports = [stable_port() for _ in range(members)]
     nat = behind_nat or set()
     address = [h.public_address for h in hosts] if hosts else ["127.0.0.1"] * members  # as others see it
     listen = "0.0.0.0" if hosts else "127.0.0.1"

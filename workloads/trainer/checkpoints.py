@@ -6,6 +6,10 @@ Files are written to a temporary name and renamed, manifest last, so a crash mid
 previous step as the newest complete one; a restart resumes from it without repeating or skipping a
 step. Only the last `keep` steps' weights and state stay on disk;
 manifests stay (the reward curve). Step 0, the base model, is never written here.
+
+torch, safetensors and transformers are imported where weights are saved or loaded: reading the
+manifests (the devnet's demo follows the reward curve from them) costs no torch import, which on a busy
+machine took long enough for a whole slash-and-eject to pass unseen.
 """
 
 from __future__ import annotations
@@ -14,14 +18,14 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from pydantic import BaseModel, Field
-from safetensors.torch import load_file, save_file
-from transformers import PreTrainedModel
 
 from workloads.rollouts import sha256_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class Manifest(BaseModel):
@@ -64,6 +68,9 @@ class CheckpointDir:
         self, model: PreTrainedModel, step: int, parent: int, config_hash: str, metrics: dict[str, float],
         files: list[str], state: dict[str, Any],
     ) -> Manifest:  # fmt: skip
+        import torch
+        from safetensors.torch import save_file
+
         weights = self.weights(step)
         tmp = weights.with_suffix(".tmp")
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
@@ -87,12 +94,16 @@ class CheckpointDir:
         return manifest
 
     def load_weights(self, model: PreTrainedModel, step: int) -> None:
+        from safetensors.torch import load_file
+
         state = load_file(str(self.weights(step)))
         model.load_state_dict(state, strict=False)
         if getattr(model.config, "tie_word_embeddings", False):
             model.tie_weights()
 
     def load_state(self, step: int) -> dict[str, Any]:
+        import torch
+
         state: dict[str, Any] = torch.load(self.state_path(step), weights_only=False)
         return state
 
