@@ -14,6 +14,12 @@ The cap is set far above what an honest file of any task can take (their declare
 bounded by the footer check): `DEFAULT_MEMORY_BYTES` of address space for one read, or 16× the bytes
 the task's footer limits allow when that is more, on top of the child's own baseline (Python,
 pyarrow, pydantic), measured when the child starts.
+
+The validator's own environment may allow less: a hard `RLIMIT_AS` from `ulimit -v`, `prlimit`,
+`docker --ulimit`, limits.conf or a batch scheduler, which no process can raise. The child then reads
+under that lower ceiling, and a memory error below the cap it meant to set is the validator's own
+limit, not evidence against the file: it is reported as `ReaderFailed` (retried, soft at worst, never
+a slash), and the validator logs the shortfall once when the child starts.
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from workloads.rollouts import COLUMNS, BatchInfo, FileLimits, Rollout, RolloutSchemaError, RolloutTooLarge
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_MEMORY_BYTES = 1 << 30  # address space a read may add to the child's baseline
 DEFAULT_TIMEOUT = 120.0
@@ -49,7 +59,8 @@ def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`python
     # are set where the child is started (`pa.set_memory_pool` here was not enough: the footer reader
     # still went to mimalloc).
     baseline = _address_space()
-    conn.send(("ready", baseline))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    conn.send(("ready", (baseline, hard)))
     while True:
         try:
             request = conn.recv()
@@ -58,12 +69,22 @@ def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`python
         if request is None:
             return
         path, limits, cap = request
+        wanted = baseline + cap
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)  # now: it may have been lowered since the start
+        # Never above the hard limit the validator was started under (raising it is refused).
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         try:
-            resource.setrlimit(resource.RLIMIT_AS, (baseline + cap, resource.RLIM_INFINITY))
+            resource.setrlimit(resource.RLIMIT_AS, (ceiling, hard))
             rows, info = read_rollouts(path, limits)
             conn.send(("ok", (rows, info)))
         except (MemoryError, pa.ArrowMemoryError) as exc:
-            conn.send(("memory", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
+            what = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            if ceiling < wanted:  # the validator's own limit was hit, not the reader's cap
+                conn.send(("own-memory", f"out of memory under this validator's own hard address-space limit "
+                                     f"({hard >> 20} MB, below the {wanted >> 20} MB the reader allows a "
+                                     f"file): not the file's fault ({what})"))  # fmt: skip
+            else:
+                conn.send(("memory", what))
         except RolloutSchemaError as exc:
             conn.send(("schema", (type(exc) is RolloutTooLarge, str(exc))))
         except ValueError as exc:  # pyarrow's own refusals of a malformed file (ArrowInvalid)
@@ -93,6 +114,7 @@ class CappedReader:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
+        self._warned = False  # the shortfall of a hard memory limit is logged once
 
     def read(self, path: Path, limits: FileLimits) -> tuple[list[Rollout], BatchInfo]:
         cap = self.cap_for(limits)
@@ -105,6 +127,8 @@ class CappedReader:
                     self._kill()
                     raise ReaderFailed(f"reading the file took over {self.timeout:.0f} s")
                 kind, payload = conn.recv()
+                if kind == "own-memory":
+                    self._kill()  # a child that ran out of memory starts afresh for the next read
             except (EOFError, OSError, BrokenPipeError) as exc:
                 code = self._process.poll() if self._process is not None else None
                 self._kill()
@@ -127,6 +151,8 @@ class CappedReader:
                                   f"memory ({payload}): its pages hold more than its footer declares")
         if kind == "failed":
             raise ReaderFailed(f"the reader could not read the file: {payload}")
+        if kind == "own-memory":
+            raise ReaderFailed(f"the reader ran out of memory: {payload}")
         if kind == "schema":
             too_large, message = payload
             raise (RolloutTooLarge if too_large else RolloutSchemaError)(message)
@@ -151,7 +177,13 @@ class CappedReader:
             process.kill()
             conn.close()
             raise ReaderFailed("the reader process did not start within 60 s")
-        conn.recv()
+        _, (baseline, hard) = conn.recv()
+        if hard != resource.RLIM_INFINITY and hard < baseline + self.memory_bytes and not self._warned:
+            self._warned = True
+            log.warning("reader memory below its cap", hard_limit_mb=hard >> 20,
+                        cap_mb=(baseline + self.memory_bytes) >> 20,
+                        effect="a file needing more than the hard limit is retried, never invalidated: "
+                               "raise the hard RLIMIT_AS (ulimit -v) to judge such files")  # fmt: skip
         self._process, self._conn = process, conn
         return conn
 

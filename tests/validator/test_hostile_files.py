@@ -322,3 +322,41 @@ def test_a_relative_path_is_the_validators_and_a_missing_file_is_never_the_nodes
             reader.read(tmp_path / "gone.parquet", LIMITS)
     finally:
         reader.close()
+
+
+def _vm_size(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize")
+
+
+def test_a_hard_memory_limit_of_the_validators_own_is_never_the_files_fault(tmp_path: Path) -> None:
+    """Issue 37: a validator started under a finite hard RLIMIT_AS (`ulimit -v`, `prlimit --as`,
+    `docker --ulimit`, a batch scheduler) had its reader ask for more than that hard limit, the kernel
+    refused, and every honest file was called unreadable: invalidated, slashed. The reader now reads
+    under the lower ceiling, and a memory error below its own cap is `ReaderFailed` (retried, never
+    slashed). The limit is put on the running reader child, as its parent's would be inherited."""
+    honest = _honest_file(tmp_path)
+    reader = CappedReader()  # 1 GiB over its baseline for a read
+    try:
+        reader.read(honest, LIMITS)
+        assert reader._process is not None
+        pid = reader._process.pid
+        # Hard limit 256 MB over what the child holds now: below the 1 GiB it would set itself.
+        hard = _vm_size(pid) + (256 << 20)
+        resource.prlimit(pid, resource.RLIMIT_AS, (hard, hard))
+        rows, _ = reader.read(honest, LIMITS)  # an honest file still reads
+        assert len(rows) == 32
+        # A file that needs more than that hard limit and less than the reader's own cap: out of
+        # memory under the validator's limit, not the reader's, so nothing is known about the file.
+        big = bomb(tmp_path / "big.parquet", per_row=2_000_000, rows=4)  # 8 M tokens: ~300 MB read
+        let_through = FileLimits(max_rows=32, max_tokens_per_row=4_000_000, max_new_tokens=32)
+        tight = _vm_size(pid) + (64 << 20)
+        resource.prlimit(pid, resource.RLIMIT_AS, (tight, tight))
+        with pytest.raises(ReaderFailed, match="own hard address-space limit|died") as failed:
+            reader.read(big, let_through)
+        assert not isinstance(failed.value, RolloutSchemaError)
+        assert len(reader.read(honest, LIMITS)[0]) == 32  # a new child, without the limit, reads it
+    finally:
+        reader.close()
