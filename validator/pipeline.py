@@ -121,6 +121,8 @@ class Pipeline:
         reasons = run("schema", lambda: schema_and_bounds(ctx, self.reader))
         if ctx.info is None:
             return verdict("invalidate", reasons)
+        # Before any check can fail: every file with a readable header uses its counter (see there).
+        grinding = run("order", lambda: counter_order(ctx, self.windows))
         reasons += run("work_units", lambda: work_units(ctx))
         reasons += run("duplicates", lambda: duplicates(ctx))
         reasons += run("plan", lambda: plan_derivation(ctx))
@@ -135,7 +137,6 @@ class Pipeline:
             return verdict("invalidate", reasons)
         if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
             return verdict("soft_invalidate", unverifiable)
-        grinding = run("order", lambda: counter_order(ctx, self.windows))
         return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
 
     def _recompute(self, ctx: FileContext) -> list[str]:

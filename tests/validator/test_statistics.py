@@ -146,3 +146,25 @@ def test_batch_counters_must_follow_each_other(tmp_path: Path) -> None:
                                                 target_lengths=[8]))  # fmt: skip
     report = again.run_batch()
     assert report is not None and report.batch_counter == 5
+
+
+def test_a_rejected_file_still_uses_its_counter_and_a_retry_is_not_counted_twice(tmp_path: Path) -> None:
+    """Issue 37.3: counters were recorded only for files that passed every check, so after any
+    invalidate (or a soft verdict) a node's next honest file looked like a gap and was not paid as
+    "grinding" (5 times in a run of the attack suite). Every file with a readable header counts now.
+    A file judged again after an error of the validator's (its seen-store never wrote it) is the same
+    file: not a second counter."""
+    made = files(tmp_path / "made", SMALL, 3)
+    forged = edit_logprobs(made[0], tmp_path / "forged.parquet",
+                           lambda i, r: [lp - 1.0 for lp in r.output_logprobs])  # fmt: skip
+    windows = MemoryNodeWindows()
+    pipeline = Pipeline(SMALL, MemorySeenStore(), LocalCheckpoints(SMALL.model), windows=windows)
+    first = pipeline.judge(forged, Submission(node=NODE))
+    assert first.verdict == "invalidate", first.reasons
+    second = pipeline.judge(made[1], Submission(node=NODE))
+    assert second.verdict == "accept", second.reasons  # counter 2 after counter 1, whatever 1's verdict
+    # the same file judged again by a validator whose seen-store lost it (a crash before it wrote)
+    again = Pipeline(SMALL, MemorySeenStore(), LocalCheckpoints(SMALL.model), windows=windows)
+    assert again.judge(made[1], Submission(node=NODE)).verdict == "accept"
+    third = again.judge(made[2], Submission(node=NODE))
+    assert third.verdict == "accept", third.reasons

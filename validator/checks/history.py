@@ -101,12 +101,20 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
     otherwise choose its data. A counter past the next one (a gap) is not paid: soft-invalidated, not
     slashed (an honest worker can leave a gap when an upload is refused for good), and the count
     continues from it. So a ground batch is never paid nor trained on, and a node that abstains from a
-    bad batch forfeits the next one as well."""
+    bad batch forfeits the next one as well.
+
+    Every submitted file whose header can be read counts, whatever its verdict: the pipeline calls
+    this before any other check can fail (a file that was invalidated, or soft-invalidated for a
+    reason of the validator's, still used its counter; counting only accepted files made the node's
+    next honest file look like a gap). A file judged again (a retry after an error of the validator's)
+    is not counted twice: the window names each entry's file."""
     assert ctx.info is not None
     node = (ctx.submission.node or ctx.info.node_address).lower()
     key = f"{node}#{ctx.info.task_id}#step{ctx.info.step}"
-    window = windows.push(ctx.submission.pool_id, key, {"counter": ctx.info.batch_counter}, keep=2)
-    previous = int(window[-2]["counter"]) if len(window) > 1 else 0
+    entry = {"counter": ctx.info.batch_counter, "file": ctx.sha256}
+    window = windows.push(ctx.submission.pool_id, key, entry, keep=4)
+    earlier = [entry for entry in window[:-1] if entry.get("file") != ctx.sha256]
+    previous = int(earlier[-1]["counter"]) if earlier else 0
     if ctx.info.batch_counter != previous + 1:
         return [f"grinding: batch counter {ctx.info.batch_counter} of step {ctx.info.step} where "
                 f"{previous + 1} was due (a node's counters of a step must follow each other)"]  # fmt: skip
