@@ -107,7 +107,8 @@ class JudgeLoop:
             return
         submission = Submission(
             node=sub.node, pool_id=sub.pool_id, work_key=sub.work_key, work_units=sub.units,
-            trainer_step=sub.trainer_step, block_number=sub.block_number, tx_hash=sub.tx_hash,
+            trainer_step=sub.trainer_step, trainer_step_before=sub.trainer_step_before,
+            block_number=sub.block_number, tx_hash=sub.tx_hash,
         )  # fmt: skip
         try:
             verdict = self.judge.judge(path, submission)

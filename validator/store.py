@@ -76,6 +76,7 @@ class SubmissionRow(Base):
     tx_hash: Mapped[str] = mapped_column(String(66))
     submitted_at: Mapped[int] = mapped_column(BigInteger)  # chain timestamp
     trainer_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    trainer_step_before: Mapped[int | None] = mapped_column(Integer, nullable=True)  # see Submission
     state: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending | judged
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0)
@@ -132,6 +133,7 @@ def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
 ADDED_COLUMNS = [
     ("submissions", "log_index", "INTEGER NOT NULL DEFAULT 0"),
     ("submissions", "leaf", "INTEGER NOT NULL DEFAULT 0"),
+    ("submissions", "trainer_step_before", "INTEGER"),
 ]
 
 

@@ -19,6 +19,37 @@ log = structlog.get_logger(__name__)
 
 REORG_CHECK_DEPTH = 64  # newest stored block hashes compared with the chain on every pass
 MAX_BLOCKS_PER_PASS = 500
+# How far the chain's block time and the trainer's clock may differ (seconds): "behind the window" is
+# judged against the trainer's step in force this long before the block's time (the lenient side).
+CLOCK_GRACE_SECONDS = 30
+
+
+def trainer_step(step_url: str, at: float | None = None) -> int | None:
+    """The trainer's step now, or in force at unix time `at` (`GET /step?at=`; a trainer older than
+    that answers with the step now: later, so it can only make an honest file look stale, never
+    ahead). None when the trainer cannot be read."""
+    try:
+        params = {} if at is None else {"at": max(0.0, at)}
+        step = httpx.get(step_url, params=params, timeout=5.0).json().get("step")
+        return int(step) if isinstance(step, int) else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def steps_at_submission(
+    step_url: str | None, block_times: set[int]
+) -> tuple[int | None, dict[int, int | None]]:
+    """The steps the trainer may have been at when blocks of these times were made: (latest, earliest
+    by block time). latest: the step now, never less than the step at submission whatever the clocks
+    say ("ahead of the trainer" slashes, so it is judged on a bound no clock skew between the chain
+    and the trainer can lower). earliest: the step in force at the block's time less
+    `CLOCK_GRACE_SECONDS`, from the trainer's history, so the same whenever a validator gets to the
+    block (late, or after a restart): an honest file is never unpaid as "behind" because its validator
+    lagged."""
+    latest = trainer_step(step_url) if step_url and block_times else None
+    if step_url is None or latest is None:
+        return None, dict.fromkeys(block_times)
+    return latest, {t: trainer_step(step_url, t - CLOCK_GRACE_SECONDS) for t in block_times}
 
 
 class Watcher:
@@ -61,15 +92,6 @@ class Watcher:
             first_bad = number
         return first_bad
 
-    def trainer_step(self) -> int | None:
-        if not self.step_url:
-            return None
-        try:
-            step = httpx.get(self.step_url, timeout=5.0).json().get("step")
-            return int(step) if isinstance(step, int) else None
-        except (httpx.HTTPError, ValueError):
-            return None
-
     def poll(self) -> int:
         """One pass over every pool; returns how many new submissions were queued."""
         queued = 0
@@ -90,7 +112,8 @@ class Watcher:
                     max(batch.from_block, batch.to_block - REORG_CHECK_DEPTH + 1), batch.to_block + 1
                 )
             }
-            step = self.trainer_step() if batch.events else None
+            latest, earliest = steps_at_submission(
+                self.step_url, {e.timestamp for e in batch.events if isinstance(e, WorkSubmittedEvent)})
             with self.db.transaction() as s:
                 for event in batch.events:
                     assert isinstance(event, WorkSubmittedEvent)
@@ -107,7 +130,8 @@ class Watcher:
                             leaf=event.leaf,
                             tx_hash=event.tx_hash,
                             submitted_at=event.timestamp,
-                            trainer_step=step,
+                            trainer_step=latest,
+                            trainer_step_before=earliest[event.timestamp],
                         ),
                     )
                     queued += int(added)

@@ -20,7 +20,12 @@ class Submission(BaseModel):
     pool_id: int | None = None
     work_key: str | None = None  # 0x + 64 hex: sha256 of the file as recorded on chain
     work_units: int | None = None  # units claimed on chain
-    trainer_step: int | None = None  # the trainer's step when the work was submitted
+    # The trainer's step when the work was submitted: the latest it may have been (the step when the
+    # validator read the submission, judging 'ahead of the trainer') and the earliest (the step in force
+    # at the block's time less a clock grace, judging 'behind its window': the same for a validator
+    # that reads the chain late or restarts).
+    trainer_step: int | None = None
+    trainer_step_before: int | None = None  # None: as trainer_step
     block_number: int | None = None
     tx_hash: str | None = None
 

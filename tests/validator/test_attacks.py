@@ -329,10 +329,23 @@ def test_another_nodes_seeds(world) -> None:
 
 
 def test_stale_step_beyond_async_level_is_not_paid_but_not_slashed(world) -> None:
-    """The trainer's step is read when the validator sees the submission, which can be late: an honest
-    file can look stale. Not paid (soft), never slashed."""
+    """A file whose step is behind the trainer's window at submission: not paid (soft), never slashed
+    (the trainer may simply not have said which step was in force then)."""
     [v] = judge(world["honest"][0], trainer_step=TASK.async_level + 1)
     assert v.verdict == "soft_invalidate" and any("behind the trainer's window" in r for r in v.reasons), v
+
+
+def test_behind_is_judged_at_submission_so_a_late_validator_pays_the_same(world) -> None:
+    """Issue 37.4: a validator that reads the submission minutes late sees the trainer far ahead; it
+    now judges "behind the window" against the step in force at the block's time
+    (`trainer_step_before`, from the trainer's history: tests/trainer/test_step_at.py), so it pays the
+    honest file as the timely validator does. Without that step it falls back to the step it read."""
+    honest = world["honest"][0]
+    [timely] = judge(honest, trainer_step=0, trainer_step_before=0)
+    [late] = judge(honest, trainer_step=TASK.async_level + 5, trainer_step_before=0)
+    assert timely.verdict == late.verdict == "accept", (timely.reasons, late.reasons)
+    [unknown] = judge(honest, trainer_step=TASK.async_level + 5)
+    assert unknown.verdict == "soft_invalidate"
 
 
 def test_a_step_ahead_of_the_trainer_is_slashed(world) -> None:

@@ -154,18 +154,21 @@ def freshness(ctx: FileContext) -> list[str]:
 
 def unverifiable_freshness(ctx: FileContext) -> list[str]:
     """What makes a file unpayable without proving its node cheated (soft: not paid, never slashed):
-    - its step is behind the trainer's window as this validator read it. The watcher reads the trainer's
-      step when it sees the submission, which can be late (a restarted or busy validator), so an honest
-      file submitted in time can look stale;
+    - its step is behind the trainer's window at submission (the earliest step the trainer may have
+      been at, the block time less a clock grace: `Submission.trainer_step_before`). The watcher asks
+      the trainer for the step in force at the block's time, so a validator that reads the chain late
+      or restarts judges the same; a trainer that cannot say (older, or down) gives the step now, which
+      can only make an honest file look stale, hence soft;
     - the checkpoint it names can no longer be had: the trainer lists only its window and keeps few
       files, and a validator that fell behind may never have fetched it."""
     assert ctx.info is not None
     info, level, reasons = ctx.info, ctx.task.async_level, []
-    trainer = ctx.submission.trainer_step
+    trainer = ctx.submission.trainer_step_before
+    trainer = ctx.submission.trainer_step if trainer is None else trainer
     if trainer is not None and info.step < trainer - level:
         reasons.append(
             f"freshness: step {info.step} is behind the trainer's window [{trainer - level}, {trainer}] "
-            f"as this validator read it (async level {level})"
+            f"at submission (async level {level})"
         )
     if info.checkpoint_step is not None and ctx.checkpoints.checkpoint_for(info.checkpoint_step) is None:
         reasons.append(f"freshness: no checkpoint of step {info.checkpoint_step} can be had from the trainer")

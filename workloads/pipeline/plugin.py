@@ -304,8 +304,9 @@ class PipelineJudge:
         """(the submitter's fault, unverifiable, the driver's alone) about the batch's policy. Every member
         checks the checkpoint's window and loads the checkpoint by its sha256 (`policy_problems`,
         `Policies.stage`), so a file failing those is its own fault; whether the batch's step was ahead
-        of the trainer's only the driver could know; a step behind the window as this validator read it
-        late, or a checkpoint it can no longer fetch, is no proof of anything (soft)."""
+        of the trainer's only the driver could know; a step behind the window at submission (the
+        earliest the trainer may have been at), or a checkpoint this validator can no longer fetch, is
+        no proof of anything (soft)."""
         from workloads.pipeline.files import policy_problems
 
         level, trainer, step = self.task.async_level, submission.trainer_step, data.step
@@ -314,9 +315,10 @@ class PipelineJudge:
             hard.append(f"bounds: n={data.n} completions per prompt, the task's is {self.task.n}")
         if trainer is not None and step > trainer:
             drivers.append(f"freshness: step {step} is ahead of the trainer's step {trainer} at submission")
-        if trainer is not None and step < trainer - level:
-            soft.append(f"freshness: step {step} is behind the trainer's window [{trainer - level}, "
-                        f"{trainer}] as this validator read it")  # fmt: skip
+        earliest = trainer if submission.trainer_step_before is None else submission.trainer_step_before
+        if earliest is not None and step < earliest - level:
+            soft.append(f"freshness: step {step} is behind the trainer's window [{earliest - level}, "
+                        f"{earliest}] at submission")  # fmt: skip
         known = self.checkpoints.checkpoint_for(data.checkpoint_step)
         if known is None:
             soft.append(f"freshness: no checkpoint of step {data.checkpoint_step} can be had from the "

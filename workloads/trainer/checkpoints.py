@@ -61,6 +61,12 @@ class CheckpointDir:
         """Steps with a complete checkpoint on disk (manifest written last, weights kept), oldest first."""
         return [s for s in self.all_steps() if self.weights(s).exists() and self.state_path(s).exists()]
 
+    def step_at(self, when: float) -> int:
+        """The trainer's step in force at unix time `when`: the newest step whose checkpoint was
+        written by then (0, the base model, before the first). Manifests are kept for every step."""
+        done = [s for s in self.all_steps() if self.manifest(s).created_at <= when]
+        return max(done, default=0)
+
     def manifest(self, step: int) -> Manifest:
         return Manifest.model_validate_json(self.manifest_path(step).read_text())
 

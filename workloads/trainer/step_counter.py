@@ -5,6 +5,9 @@ smallest step that still lacks enough accepted rollouts (what inference should g
 `checkpoints` lists every step a worker may still use (step − async level … step; 0 is the base
 model, which every worker already has). The inference workload polls it (`INTELLECT_INFER_STEP_URL`)
 and fetches `/checkpoints/{step}.safetensors` (+ `.sha256`) unless a broadcast relay serves it.
+`GET /step?at=<unix time>`: the same for the step in force then (the newest step whose checkpoint was
+written by that time): validators judge a file's freshness at its submission's block time, so a
+validator that reads the chain late, or restarts, gives the same verdict.
 Also `GET /history` (per-step metrics: the reward curve), `/health`, `/metrics`.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -42,16 +45,24 @@ router = APIRouter()
 
 
 @router.get("/step", summary="the step to generate for, and the checkpoints still usable")
-def step(view: View) -> dict[str, Any]:
+def step(
+    view: View,
+    at: Annotated[float | None, Query(ge=0, description="unix time: the step in force then instead of "
+                                      "now (validators judge a file against its submission's time)")] = None,
+) -> dict[str, Any]:
+    current = view.step if at is None else min(view.step, view.checkpoints.step_at(at))
     usable: dict[str, dict[str, str | None]] = {}
     on_disk = set(view.checkpoints.steps())
-    for s in range(max(0, view.step - view.async_level), view.step + 1):
+    for s in range(max(0, current - view.async_level), current + 1):
         if s == 0:
             usable["0"] = {"url": None, "sha256": base_checkpoint_sha256(view.model_name)}
         elif s in on_disk:
             usable[str(s)] = {"url": f"{view.public_url}/checkpoints/{s}.safetensors",
                               "sha256": view.checkpoints.manifest(s).sha256}  # fmt: skip
-    return {"step": view.step, "async_level": view.async_level, "checkpoints": usable}
+    body: dict[str, Any] = {"step": current, "async_level": view.async_level, "checkpoints": usable}
+    if at is not None:
+        body["at"] = at
+    return body
 
 
 @router.get("/checkpoints/{step}.safetensors", response_class=FileResponse, summary="weights of a step")
