@@ -89,9 +89,37 @@ def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`python
             conn.send(("schema", (type(exc) is RolloutTooLarge, str(exc))))
         except ValueError as exc:  # pyarrow's own refusals of a malformed file (ArrowInvalid)
             conn.send(("unreadable", str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__))
+        except OSError as exc:
+            conn.send(_os_error(exc, path, limits))
         except Exception as exc:  # OSError and the rest: the file cannot be said to be at fault (retry)
             first = str(exc).splitlines()[0][:300] if str(exc) else ""
             conn.send(("failed", f"{type(exc).__name__}: {first}"))
+
+
+def _os_error(exc: OSError, path: str, limits: FileLimits) -> tuple[str, str]:
+    """An OSError while reading. With an errno it is the system's (a missing file, an I/O error, too
+    many open files): nothing is known about the file. Without one it is pyarrow's own word that the
+    bytes do not decode (corrupt compression, a page header that does not parse): the file's fault
+    (`invalidate`), since the validator hashed these bytes against the work key the node signed on
+    chain before reading them, so they are the bytes the node submitted; storage or transit that
+    corrupts a file changes its hash and is judged soft. Read once more first: a fault of this
+    machine's (memory, disk) does not repeat the same way. (Left to the node: bytes its own disk
+    corrupted between writing the file and hashing it are still its file.)"""
+    from workloads.rollouts import read_rollouts
+
+    first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    if exc.errno is not None:
+        return "failed", f"{type(exc).__name__}: {first}"
+    try:
+        read_rollouts(path, limits)
+    except OSError as again:
+        second = str(again).splitlines()[0][:300] if str(again) else type(again).__name__
+        if again.errno is None and second == first:
+            return "unreadable", f"its bytes do not decode ({first})"
+        return "failed", f"{type(again).__name__}: {second} (after {first})"
+    except Exception as other:  # anything else the second time: not a repeatable fault of the file's
+        return "failed", f"{type(other).__name__} on a second read (after {first})"
+    return "failed", f"a read failed once and not again ({first})"
 
 
 def _address_space() -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -245,7 +246,33 @@ def read_table(path: str | Path, limits: FileLimits | None = None) -> tuple[pa.T
         info = BatchInfo.model_validate_json(schema.metadata[_META_BATCH])
     except (KeyError, ValueError) as exc:
         raise RolloutSchemaError(f"{path} lacks valid batch metadata: {exc}") from exc
-    return pq.read_table(path), info
+    table = pq.read_table(path)
+    if limits is not None:
+        check_decoded(table, limits)
+    return table, info
+
+
+def check_decoded(table: pa.Table, limits: FileLimits) -> None:
+    """Refuse a decoded table that holds more than `limits` allow (`RolloutTooLarge`), before any row
+    becomes a Python object. The footer check sees only what the footer declares; a page header can
+    understate its size and its pages still hold more. A validator reads in a memory-capped child
+    (`validator/reader.py`), and what the child hands the validator is bounded here, by the task's
+    shape, not by the child's cap: before, such a file reached 1.47 GB in the validator process."""
+    if table.num_rows > limits.max_rows:
+        raise RolloutTooLarge(f"the file holds {table.num_rows} rows where its task allows {limits.max_rows}"
+                              " (its footer said otherwise)")  # fmt: skip
+    for name in COLUMNS:
+        column = table.column(name)
+        if column.nbytes > limits.column_bytes(name):
+            raise RolloutTooLarge(f"column {name!r} decodes to {column.nbytes} bytes where its task allows "
+                                  f"{limits.column_bytes(name)} (its footer said otherwise)")  # fmt: skip
+        if pa.types.is_list(column.type) and len(column):
+            lengths = pc.list_value_length(column)
+            longest = pc.max(lengths).as_py() or 0
+            per_row = limits.column_values(name) // limits.max_rows - 1
+            if longest > per_row:
+                raise RolloutTooLarge(f"column {name!r} has a row of {longest} values where its task "
+                                      f"allows {per_row}")  # fmt: skip
 
 
 def read_rollouts(path: str | Path, limits: FileLimits | None = None) -> tuple[list[Rollout], BatchInfo]:

@@ -360,3 +360,52 @@ def test_a_hard_memory_limit_of_the_validators_own_is_never_the_files_fault(tmp_
         assert len(reader.read(honest, LIMITS)[0]) == 32  # a new child, without the limit, reads it
     finally:
         reader.close()
+
+
+def test_what_a_file_decodes_to_is_bounded_by_its_task_before_rows_are_made() -> None:
+    """Issue 37.7: the footer check sees only what the footer declares, and a page header can
+    understate its pages; such a file reached 1.47 GB in the validator process, because the reader
+    child handed over whatever it decoded within its own (larger) cap. The decoded table is now held
+    to the task's shape in the child, before any row becomes a Python object."""
+    from workloads.rollouts import check_decoded, to_table
+
+    check_decoded(to_table(honest_rows(), INFO), LIMITS)  # an honest batch of the task's shape
+    with pytest.raises(RolloutTooLarge, match="33 rows where its task allows 32"):
+        check_decoded(to_table(honest_rows(33), INFO), LIMITS)
+    long_row = [r.model_copy(update={"input_tokens": [5] * 4200}) if i == 7 else r
+                for i, r in enumerate(honest_rows())]  # fmt: skip
+    with pytest.raises(RolloutTooLarge, match="'input_tokens' has a row of 4200 values where its task"):
+        check_decoded(to_table(long_row, INFO), LIMITS)
+    # bytes that no count of values shows: a text column far past its task's bytes
+    wordy = [r.model_copy(update={"problem_id": "x" * 100_000}) for r in honest_rows()]
+    with pytest.raises(RolloutTooLarge, match="'problem_id' decodes to 3200128 bytes where its task allows"):
+        check_decoded(to_table(wordy, INFO), LIMITS)
+
+
+def test_corrupt_compression_in_the_nodes_own_bytes_is_its_fault(tmp_path: Path) -> None:
+    """Issue 37.7: a file whose pages do not decompress was retried and soft-invalidated at most
+    (pyarrow says so with an OSError, which the reader took for the system's). The validator hashes
+    the bytes against the node's signed work key before it reads them, so bytes that do not decode are
+    the node's: `RolloutSchemaError` (invalidate), after a second read agrees. A system error (an
+    errno: a missing file) stays `ReaderFailed`."""
+    honest = _honest_file(tmp_path)
+    data = bytearray(honest.read_bytes())
+    meta = pq.ParquetFile(honest).metadata
+    column = meta.row_group(0).column(COLUMNS.index("output_logprobs"))
+    assert column.compression == "SNAPPY"
+    start = column.data_page_offset
+    header_end = start + 40  # past the page header: into the snappy-compressed values
+    corrupt = tmp_path / "corrupt.parquet"
+    for k in range(header_end, header_end + 8):
+        data[k] ^= 0x5A
+    corrupt.write_bytes(bytes(data))
+    reader = CappedReader()
+    try:
+        with pytest.raises(RolloutSchemaError, match="do not decode") as caught:
+            reader.read(corrupt, LIMITS)
+        assert not isinstance(caught.value, RolloutTooLarge)
+        with pytest.raises(ReaderFailed, match="FileNotFoundError"):
+            reader.read(tmp_path / "gone.parquet", LIMITS)
+        assert len(reader.read(honest, LIMITS)[0]) == 32
+    finally:
+        reader.close()
