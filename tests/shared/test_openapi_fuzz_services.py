@@ -5,15 +5,14 @@ each live server's OpenAPI document, valid and invalid inputs; no 5xx, every ans
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from tests.dashboard.test_dashboard import world as dashboard_world  # noqa: F401 - the dashboard fixture
 from tests.support.openapi_fuzz import run_fuzz
 from tests.support.testing import ServerThread
+from tests.support.trainer_view import TrainerView
 from workloads.broadcast import api as broadcast_api
 from workloads.broadcast.origin import create_origin_app, publish
 from workloads.broadcast.store import VersionStore
@@ -23,23 +22,11 @@ from workloads.trainer.step_counter import create_app as create_trainer_app
 pytestmark = pytest.mark.slow
 
 
-@dataclass
-class View:
-    """The trainer as its step server sees it: at step 2, one checkpoint on disk."""
-
-    checkpoints: CheckpointDir
-    step: int = 2
-    async_level: int = 1
-    model_name: str = "tiny"
-    public_url: str = "http://127.0.0.1:9"
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-
 @pytest.fixture
 def trainer(tmp_path: Path) -> Iterator[ServerThread]:
     checkpoints = CheckpointDir(tmp_path / "trainer")
     checkpoints.weights(1).write_bytes(b"\0" * 64)
-    with ServerThread(create_trainer_app(View(checkpoints))) as server:
+    with ServerThread(create_trainer_app(TrainerView(checkpoints))) as server:
         yield server
 
 

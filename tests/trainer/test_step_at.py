@@ -6,25 +6,13 @@ same steps for a submission as one that read it at once."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
 from tests.support.testing import ServerThread
+from tests.support.trainer_view import TrainerView
 from validator.watcher import CLOCK_GRACE_SECONDS, steps_at_submission, trainer_step
 from workloads.trainer.checkpoints import CheckpointDir, Manifest
 from workloads.trainer.step_counter import create_app
-
-
-@dataclass
-class View:
-    checkpoints: CheckpointDir
-    step: int = 0
-    async_level: int = 1
-    model_name: str = "tiny"
-    public_url: str = "http://127.0.0.1:9"
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
 
 def write_steps(checkpoints: CheckpointDir, times: list[float]) -> None:
@@ -43,7 +31,7 @@ def test_the_step_in_force_at_a_time_comes_from_the_trainers_history(tmp_path: P
     write_steps(checkpoints, times)
     assert checkpoints.step_at(times[0] - 1) == 0  # before the first checkpoint: the base model
     assert checkpoints.step_at(times[3]) == 4 and checkpoints.step_at(times[3] + 59) == 4
-    with ServerThread(create_app(View(checkpoints, step=10))) as trainer:
+    with ServerThread(create_app(TrainerView(checkpoints, step=10))) as trainer:
         url = f"{trainer.url}/step"
         assert trainer_step(url) == 10
         assert trainer_step(url, times[4] + 1) == 5
@@ -52,7 +40,7 @@ def test_the_step_in_force_at_a_time_comes_from_the_trainers_history(tmp_path: P
         # (the trainer has moved on by then), the step it is judged "behind" against is the same
         block = int(times[4]) + 1 + CLOCK_GRACE_SECONDS
         timely = steps_at_submission(url, {block})
-        later_view = View(checkpoints, step=15)
+        later_view = TrainerView(checkpoints, step=15)
         write_steps(checkpoints, times + [now + k for k in range(1, 6)])  # steps 11..15 since then
         with ServerThread(create_app(later_view)) as moved_on:
             late = steps_at_submission(f"{moved_on.url}/step", {block})
