@@ -43,9 +43,9 @@ def stable_port(host: str = "0.0.0.0", span: int = 1, attempts: int = 500) -> in
     bound again later (a service restarted on its port, a worker's p2p inbox that each group task
     binds while it runs): outside the kernel's ephemeral range. A port from `free_port` is an
     ephemeral one, and while its owner is down any outgoing connection on the machine may take it as
-    its local port (a pooled HTTP or Redis connection keeps it for minutes), so the next bind fails
-    and the owner stays down: on a busy machine a pipeline group's members failed that way until their
-    group dissolved."""
+    its local port (a pooled HTTP or Redis connection keeps it for minutes), and the owner's next bind
+    fails (a zmq bind on such a port: tests/shared/test_net.py). Two callers asking at once may still
+    be given the same port; each binds it for real later, and the second gets a clear bind error."""
     low, _ = ephemeral_range()
     floor = STABLE_PORTS_FROM if low - span > STABLE_PORTS_FROM + 1000 else 1024
     for _ in range(attempts):

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -62,6 +63,15 @@ class Node:
         report = self.workload.run_batch()
         assert report is not None
         return Path(report.path)
+
+
+def json_document(text: str) -> Any:
+    """The JSON document a CLI printed (in one write), from an output that may also hold log lines:
+    CliRunner swaps this process's stdout, and the services running in its threads log there too
+    (seen in CI: a warning line before the document)."""
+    start = next(i for i, line in enumerate(text.splitlines(keepends=True)) if line[:1] in "{[")
+    offset = sum(len(line) for line in text.splitlines(keepends=True)[:start])
+    return json.JSONDecoder().raw_decode(text, offset)[0]
 
 
 def forge_rewards(path: Path) -> Path:
@@ -208,7 +218,7 @@ def test_honest_accepted_cheater_slashed_withheld_invalidated(devnet, world) -> 
             ],
         )
         assert result.exit_code == 0, result.output
-        mine = json.loads(result.stdout)["verdicts"][api.url]
+        mine = json_document(result.stdout)["verdicts"][api.url]
         assert mine["counts"] == {"invalidate": 1}
         assert "verifier does not give" in " ".join(mine["rejected"][0]["reasons"])
     finally:
