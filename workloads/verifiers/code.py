@@ -6,7 +6,8 @@ Containment (util-linux `unshare` + chroot as root; no extra package, which is w
   daemonised child does not outlive the run;
 - an empty root on a tmpfs with only the interpreter, its standard library and the directories of
   its shared libraries bind-mounted read-only, plus a writable /tmp/work: no host file (/etc/passwd,
-  the project checkout, the worker's keys) exists for the program; it runs as `nobody` after the
+  the project checkout, the worker's keys) exists for the program; it runs as a user id of its own
+  (not `nobody`: RLIMIT_NPROC counts a user's processes machine-wide) after the
   chroot, so it cannot leave it;
 - RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE (stdout goes to a file, so it is capped too),
   RLIMIT_NOFILE, a wall-clock timeout, a scrubbed environment.
@@ -79,7 +80,7 @@ class SandboxMaximums(BaseSettings):
     max_cpu_seconds: int = Field(10, ge=1, description="CPU seconds per test case")
     max_wall_seconds: float = Field(20.0, gt=0, description="wall-clock seconds per test case")
     max_memory_bytes: int = Field(1 * 2**30, ge=32 * 2**20, description="address space (RLIMIT_AS)")
-    max_processes: int = Field(64, ge=1, description="processes of the `nobody` user (RLIMIT_NPROC)")
+    max_processes: int = Field(64, ge=1, description="processes of the sandbox's own user id (RLIMIT_NPROC)")
     max_file_bytes: int = Field(16 * 2**20, ge=1024, description="largest file, stdout included")
     max_open_files: int = Field(256, ge=16, description="open file descriptors")
     require_isolation: bool = Field(True, description="refuse to run code without the namespace sandbox")

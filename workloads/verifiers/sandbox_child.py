@@ -1,8 +1,12 @@
 """Runs inside fresh mount, network and PID namespaces (via `unshare`), as root of those namespaces:
 builds an empty root on a tmpfs holding only the interpreter and its libraries (read-only bind
-mounts) and a writable /tmp/work, chroots into it, drops to `nobody`, applies the resource limits
-and execs the untrusted program. No host file but those binds exists for the program; as `nobody`
-it cannot chroot back out. Standard library only: it runs with `python -I`.
+mounts) and a writable /tmp/work, chroots into it, drops to an unprivileged user id of its own (a
+random one from a range no account uses, not `nobody`), applies the resource limits and execs the
+untrusted program. No host file but those binds exists for the program; unprivileged it cannot chroot
+back out. A user id of its own because RLIMIT_NPROC counts every process of the user machine-wide:
+as `nobody` the limit also counted the tasks a worker runs as `nobody` (and anything else that does),
+and with a busy neighbour the program's first fork failed: a right answer scored as wrong. Standard
+library only: it runs with `python -I`.
 
 argv: program_path root_dir python_executable binds_json limits_json
 """
@@ -10,10 +14,12 @@ argv: program_path root_dir python_executable binds_json limits_json
 import ctypes
 import json
 import os
+import random
 import resource
 import sys
 
-NOBODY = 65534
+# User ids no account has: 2^31 - 2^24 ... 2^31 - 2 (above every range useradd or systemd hands out).
+SANDBOX_UIDS = range(2**31 - 2**24, 2**31 - 1)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,9 +58,10 @@ def main():
         f.write(source)
     os.chroot(root)
     os.chdir("/tmp/work")
+    own = random.SystemRandom().choice(SANDBOX_UIDS)
     os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+    os.setgid(own)
+    os.setuid(own)
     for name, value in limits.items():
         resource.setrlimit(getattr(resource, name), (value, value))
     env = {"PATH": os.path.dirname(python), "HOME": "/tmp/work", "LANG": "C.UTF-8"}
