@@ -91,7 +91,7 @@ def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`python
             conn.send(("unreadable", str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__))
         except OSError as exc:
             conn.send(_os_error(exc, path, limits))
-        except Exception as exc:  # OSError and the rest: the file cannot be said to be at fault (retry)
+        except Exception as exc:  # anything else: the file cannot be said to be at fault (retry)
             first = str(exc).splitlines()[0][:300] if str(exc) else ""
             conn.send(("failed", f"{type(exc).__name__}: {first}"))
 

@@ -64,8 +64,15 @@ class CheckpointDir:
     def step_at(self, when: float) -> int:
         """The trainer's step in force at unix time `when`: the newest step whose checkpoint was
         written by then (0, the base model, before the first). Manifests are kept for every step."""
-        done = [s for s in self.all_steps() if self.manifest(s).created_at <= when]
-        return max(done, default=0)
+        steps = self.all_steps()  # written in order, so their times rise: a bisection reads log2(n)
+        low, high = 0, len(steps)  # manifests, not all of them, per question (a validator asks often)
+        while low < high:
+            middle = (low + high) // 2
+            if self.manifest(steps[middle]).created_at <= when:
+                low = middle + 1
+            else:
+                high = middle
+        return steps[low - 1] if low else 0
 
     def manifest(self, step: int) -> Manifest:
         return Manifest.model_validate_json(self.manifest_path(step).read_text())
