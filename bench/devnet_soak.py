@@ -6,7 +6,8 @@ devnet up --demo`, 40 steps, three validators, a 2-of-3 quorum, a cheater) while
 share the cores, and counts per run what the protocol promises never happens:
 
 - honest invalidations (a validator voted `invalidate` on an honest node's file),
-- honest files not paid (`soft_invalidate`), with their reasons (not a slash, but counted),
+- honest files not paid (`soft_invalidate`), with their reasons (not a slash, but counted; the last
+  step's files judged after the trainer has stopped serving its checkpoints are among them),
 - honest nodes slashed or out of the pool at the end,
 - and, for scale, files judged, whether the cheater was ejected, the run's wall time.
 
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +179,11 @@ def main() -> int:
                 "honest_soft_invalidate": sum(r["honest_soft_invalidate"] for r in runs),
                 "honest_out_of_pool": sum(len(r["honest_out_of_pool"] or {}) for r in runs),
                 "cheater_ejected": sum(bool(r["cheater_ejected"]) for r in runs),
-                "failed_runs": sum(r["exit"] != 0 for r in runs), "per_run": runs,
+                "failed_runs": sum(r["exit"] != 0 for r in runs),
+                "not_accepted_by_reason": dict(Counter(
+                    f"{b['verdict']}: {(b['reasons'] or ['?'])[0][:70]}" for r in runs for b in r["honest_not_accepted"]
+                ).most_common()),
+                "per_run": runs,
             }  # fmt: skip
             (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     finally:
