@@ -181,7 +181,8 @@ def main() -> int:
                 "cheater_ejected": sum(bool(r["cheater_ejected"]) for r in runs),
                 "failed_runs": sum(r["exit"] != 0 for r in runs),
                 "not_accepted_by_reason": dict(Counter(
-                    f"{b['verdict']}: {(b['reasons'] or ['?'])[0][:70]}" for r in runs for b in r["honest_not_accepted"]
+                    f"{b['verdict']}: {(b['reasons'] or ['?'])[0][:70]}"
+                    for r in runs for b in r["honest_not_accepted"]
                 ).most_common()),
                 "per_run": runs,
             }  # fmt: skip
