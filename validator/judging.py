@@ -12,6 +12,9 @@ A file that cannot be fetched is retried with exponential backoff, and judged by
   of the window, at least 30 s), the work is soft-invalidated: not paid (nobody could judge it), not
   slashed, and the pool's owner may pardon it while its reward is still locked.
 Accepted files are kept (the trainer reads them through `GET /accepted` → `GET /files/{sha256}`).
+Rejected ones are kept as evidence (`<data dir>/evidence/<sha256>.parquet`, the newest
+`EVIDENCE_KEPT`): a slash or an unpaid file can be looked at again by the pool owner, and an honest
+file a limit rejected becomes test data (as tests/validator/data/demo-near-tie).
 
 Downloads overlap judging: while one file is judged (CPU: the prefill), the next `prefetch` files of
 the pass are fetched on a thread pool, so a validator whose storage is far away spends its time
@@ -35,6 +38,7 @@ from validator.verdicts import Judge, Submission, Verdict
 log = structlog.get_logger(__name__)
 
 PASS_LIMIT = 64  # files judged in one pass of the loop at most
+EVIDENCE_KEPT = 256  # rejected files kept (each within the file-size cap): the newest first
 
 
 class JudgeLoop:
@@ -52,6 +56,7 @@ class JudgeLoop:
         max_delay: float = 300.0,
         poison_limit: int = 5,
         prefetch: int = 2,
+        evidence_dir: Path | None = None,
     ) -> None:
         self.submissions = submissions
         self.verdicts = verdicts
@@ -64,6 +69,7 @@ class JudgeLoop:
         self.max_delay = max_delay
         self.poison_limit = poison_limit
         self.prefetch = prefetch
+        self.evidence_dir = evidence_dir
         self.judged: list[Verdict] = []  # this process's verdicts (metrics)
 
     def run_once(self) -> int:
@@ -127,7 +133,7 @@ class JudgeLoop:
         kept = path if verdict.verdict == "accept" else None
         self.verdicts.record(sub, verdict, sha, kept, self.vote)
         if kept is None:
-            path.unlink(missing_ok=True)
+            self._keep_evidence(path, sha)
         self.judged.append(verdict)
         log.info(
             "judged",
@@ -137,6 +143,17 @@ class JudgeLoop:
             reasons=verdict.reasons,
             seconds=verdict.seconds,
         )
+
+    def _keep_evidence(self, path: Path, sha: str) -> None:
+        """The rejected file moved to the evidence folder (its oldest files pruned), or deleted."""
+        if self.evidence_dir is None or not path.is_file():
+            path.unlink(missing_ok=True)
+            return
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        path.replace(self.evidence_dir / f"{sha}.parquet")
+        kept = sorted(self.evidence_dir.glob("*.parquet"), key=lambda p: p.stat().st_mtime)
+        for old in kept[:-EVIDENCE_KEPT]:
+            old.unlink(missing_ok=True)
 
     def _retry(self, sub: SubmissionRow, error: str) -> None:
         """Back off exponentially, but never past the next point where this file gets a verdict."""

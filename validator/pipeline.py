@@ -3,8 +3,10 @@
 Checks run cheapest first (docs/validator.md): 1 identity → 2 schema and bounds → 3 work units →
 4 duplicates → 5 plan derivation → 6 freshness → 7 rewards → 8 recompute (prefill: termination,
 sampling, logprobs, TOPLOC). A failure of 1 is `soft_invalidate` (no slash: storage may be at
-fault); any failure of 2–8 is `invalidate`. The recompute runs only when 2–7 passed: a file that
-already failed needs no forward pass to be rejected.
+fault); any failure of 2–7 is `invalidate`; a failure of 8 is graded by its evidence
+(validator/grades.py): strong → `invalidate`, marginal → looked at again, then `soft_invalidate`
+(the node's third marginal file of its window: `invalidate`). The recompute runs only when 2–7
+passed: a file that already failed needs no forward pass to be rejected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from transformers import PreTrainedModel
 
 from intellect.workloads import NodeWindows
 from validator.checks.basic import file_identity, schema_and_bounds, work_units
-from validator.checks.context import FileContext
+from validator.checks.context import FileContext, rows_named
 from validator.checks.history import (
     counter_order,
     duplicates,
@@ -27,8 +29,9 @@ from validator.checks.history import (
     plan_derivation,
     unverifiable_freshness,
 )
-from validator.checks.model import FileStats, distribution_reasons, pooled, recompute
+from validator.checks.model import FileStats, distribution_findings, pooled, recompute_findings
 from validator.checks.rewards import rewards_and_advantages
+from validator.grades import Finding, Grade, grade, marked_files, unique_files
 from validator.memory import MemoryNodeWindows
 from validator.reader import CappedReader, shared_reader
 from validator.task import TaskSettings
@@ -37,6 +40,7 @@ from validator.verdicts import CheckpointSource, SeenStore, Submission, Verdict,
 from workloads.datasets import load_dataset
 from workloads.device import model_dtype, resolve_device
 from workloads.model.loading import load_model, load_tokenizer, load_weights
+from workloads.rollouts import Rollout
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
@@ -75,6 +79,7 @@ class Pipeline:
         self.vocab_size = int(base.config.vocab_size)
         self._base = base
         self.last_stats: FileStats | None = None
+        self.last_grade: Grade = "none"  # the last recomputation's grade (check 8)
 
     def model_for(self, path: Path, sha256: str) -> PreTrainedModel:
         """The claimed checkpoint's weights in bf16 (as generated), on this validator's device, cached
@@ -112,7 +117,7 @@ class Pipeline:
                 timings=timings,
             )  # fmt: skip
 
-        self.last_stats = None
+        self.last_stats, self.last_grade = None, "none"
         if not ctx.path.is_file():
             return verdict("soft_invalidate", [f"file: {path} does not exist"])
         soft = run("identity", lambda: file_identity(ctx, self.max_bytes))
@@ -133,6 +138,8 @@ class Pipeline:
         if not reasons and not unverifiable:
             reasons += run("recompute", lambda: self._recompute(ctx))
         self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
+        if reasons and self.last_grade == "marginal":  # not paid, not slashed (validator/grades.py)
+            return verdict("soft_invalidate", reasons)
         if reasons:
             return verdict("invalidate", reasons)
         if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
@@ -140,25 +147,73 @@ class Pipeline:
         return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
 
     def _recompute(self, ctx: FileContext) -> list[str]:
+        """Check 8, graded: strong evidence → reasons (invalidate); marginal → a second look at the
+        failing rows, then reasons with `last_grade` "marginal" (soft) unless the node's window holds
+        enough marked files already; nothing (or nothing that repeats) → the pooled statistics."""
         assert ctx.info is not None and ctx.info.checkpoint_step is not None
         known = self.checkpoints.checkpoint_for(ctx.info.checkpoint_step)
         assert known is not None  # freshness passed
         model = self.model_for(*known)
-        reasons, stats = recompute(
-            model, ctx.rows, eos_token_id=int(self.tokenizer.eos_token_id),
-            pad_token_id=int(self.tokenizer.pad_token_id), max_new_tokens=self.task.max_new_tokens,
-            th=self.thresholds,
-        )  # fmt: skip
+        th = self.thresholds
+
+        def findings_for(rows: list[Rollout], batch: int) -> tuple[list[Finding], FileStats]:
+            return recompute_findings(
+                model, rows, eos_token_id=int(self.tokenizer.eos_token_id),
+                pad_token_id=int(self.tokenizer.pad_token_id), max_new_tokens=self.task.max_new_tokens,
+                th=th.model_copy(update={"prefill_batch_size": batch}),
+            )  # fmt: skip
+
+        findings, stats = findings_for(ctx.rows, th.prefill_batch_size)
+        stats.file = ctx.sha256
         self.last_stats = stats
-        if reasons:
-            return reasons
+        self.last_grade = grade(findings, th)
+        if self.last_grade == "strong":
+            return [f.reason for f in findings]
+        if self.last_grade == "marginal":
+            findings = self._second_look(ctx, findings, findings_for)
+            self.last_grade = grade(findings, th) if findings else "none"
+            stats.marginal = bool(findings)
         # Pooled over the node's recent files: a small file has too few chunks or tokens for the
         # distribution statistics, a node's window has enough (a cheater cannot stay under a minimum).
         node = ctx.submission.node or ctx.info.node_address
-        keep = self.thresholds.pool_files
-        window = self.windows.push(ctx.submission.pool_id, node, stats.model_dump(), keep)
+        entry = stats.model_dump()
+        window = unique_files(self.windows.push(ctx.submission.pool_id, node, entry, th.pool_files))
+        if findings:
+            marked = marked_files(window)
+            if marked < th.marginal_files:
+                return [f"{f.reason} [marginal: not paid, not slashed; the node's marginal files in "
+                        f"its last {len(window)}: {marked}, {th.marginal_files} slash]"
+                        for f in findings]  # fmt: skip
+            self.last_grade = "strong"
+            return [f"{f.reason} [repeated: the node's marginal file {marked} of its last {len(window)}; "
+                    f"{th.marginal_files} slash]" for f in findings]  # fmt: skip
         if len(window) < 2:
             return []
         together = pooled([FileStats.model_validate(w) for w in window])
-        what = f"the node's last {len(window)} files"
-        return [f"{r} (pooled)" for r in distribution_reasons(together, self.thresholds, what)]
+        pooled_findings = distribution_findings(together, th, f"the node's last {len(window)} files")
+        self.last_grade = grade(pooled_findings, th)
+        return [f"{f.reason} (pooled)" for f in pooled_findings]
+
+    def _second_look(
+        self,
+        ctx: FileContext,
+        findings: list[Finding],
+        findings_for: Callable[[list[Rollout], int], tuple[list[Finding], FileStats]],
+    ) -> list[Finding]:
+        """The failing rows recomputed alone at another prefill batch: a row rule's failure that does
+        not repeat is dropped (no evidence); file statistics stand (they are over every row). Returns
+        what repeats, with the rows named as in the file."""
+        rows = sorted({r for f in findings for r in f.rows})
+        kept = [f for f in findings if not f.rows]
+        if not rows:
+            return kept
+        again, _ = findings_for([ctx.rows[r] for r in rows], self.thresholds.recheck_prefill_batch_size)
+        for f in again:
+            if f.rows:  # rows of the subset → rows of the file
+                named = [rows[i] for i in f.rows]
+                kept.append(f.model_copy(update={
+                    "rows": named,
+                    "reason": f.reason.replace(rows_named(f.rows), rows_named(named), 1) + " (seen again at "
+                    f"prefill batch {self.thresholds.recheck_prefill_batch_size})",
+                }))  # fmt: skip
+        return kept

@@ -111,6 +111,7 @@ class ValidatorService:
             vote=settings.vote,
             vote_window=VoteWindows(self.client).seconds,
             poison_limit=settings.judge_attempts,
+            evidence_dir=settings.data_dir / "evidence",
         )
         self.voting = VoteLoop(self.verdicts, voter or QuorumVoter(self.client))
         self._stop = threading.Event()

@@ -61,7 +61,22 @@ class ValidationThresholds(IntellectSettings):
     logprob_bias_floor: float = Field(0.01, ge=0, description="signed mean error allowed however many tokens")
     logprob_bias_sigma: float = Field(0.02, gt=0, description="per-token spread assumed (3x the measured)")
     logprob_bias_k: float = Field(6.0, gt=0, description="standard errors of the mean allowed on top")
+    # Outlier tokens over a whole file (and a node's window): honest ~1 row in 6,000 has one (above);
+    # one edit under the per-row rules on every row (the same -0.45 dent a row, any sign) has one a row.
+    logprob_file_outliers: int = Field(2, ge=0, description="outlier tokens allowed in any file or window")
+    logprob_outlier_rate: float = Field(
+        0.002, ge=0, description="and per row on top (12x the honest 1 in 6,000 measured)"
+    )
     pool_files: int = Field(16, ge=1, description="a node's recent files whose statistics are pooled")
+    # Grades (validator/grades.py): what makes a failed recomputation a slash and not only "not paid".
+    strong_rows: int = Field(3, ge=1, description="rows failing recomputed rules that are strong evidence")
+    file_strong_factor: float = Field(
+        1.25, ge=1, description="a file statistic this many times its limit is strong evidence"
+    )
+    marginal_files: int = Field(
+        4, ge=1, description="the node's marginal files among its last pool_files that make a slash"
+    )
+    recheck_prefill_batch_size: int = Field(1, ge=1, description="the second look's prefill batch")
     min_eos_logprob: float = Field(math.log(1e-4), description="an EOS less likely than this was forced")
     reward_tolerance: float = Field(1e-4, ge=0, description="float32 round-off allowed on rewards")
     advantage_tolerance: float = Field(1e-3, ge=0, description="float32 round-off allowed on advantages")
@@ -73,6 +88,10 @@ class ValidationThresholds(IntellectSettings):
     def row_mean_limit(self, tokens: int) -> float:
         """The largest honest row mean |error| for a row of `tokens` tokens."""
         return self.logprob_mean_tolerance + self.logprob_tolerance / max(1, tokens)
+
+    def outlier_limit(self, rows: int) -> float:
+        """The most outlier tokens (beyond `logprob_outlier`) honest files of `rows` rows hold."""
+        return self.logprob_file_outliers + self.logprob_outlier_rate * rows
 
     def bias_limit(self, tokens: int) -> float:
         """The largest honest |signed mean error| over `tokens` tokens (one file, or a node's window)."""

@@ -182,3 +182,25 @@ def test_the_next_file_downloads_while_one_is_judged_and_verdicts_keep_chain_ord
     assert judge.order == files
     judged = {v.work_key: v.verdict for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
     assert judged == dict.fromkeys(files, "accept")
+
+
+def test_rejected_files_are_kept_as_evidence_and_accepted_ones_are_served(tmp_path: Path) -> None:
+    """A file not accepted (here a counter out of order: soft) is moved to the evidence folder, where
+    the pool owner can look at it again; an accepted one stays where `GET /files/{sha256}` serves it.
+    Without an evidence folder a rejected file is deleted, as before."""
+    db = Database(open_database(None, tmp_path))
+    submissions, verdicts = Submissions(db), Verdicts(db)
+    fetcher = Fetcher("http://127.0.0.1:9", Wallet.from_key("0x" + "01" * 32), tmp_path / "files",
+                      max_bytes=1 << 20, timeout=1)  # fmt: skip
+    good, gap = key(1), key(2)
+    queue(db, [(good, A, 10, 0), (gap, A, 11, 0)])
+    fetcher.path_for(good[2:]).write_text("1")
+    fetcher.path_for(gap[2:]).write_text("3")  # counter 3 after 1: not paid
+    loop = JudgeLoop(submissions, verdicts, fetcher, CounterJudge(), fetch_window=600, vote=False,
+                     base_delay=0.0, evidence_dir=tmp_path / "evidence")  # fmt: skip
+    assert loop.run_once() == 2
+    judged = {v.work_key: v.verdict for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}
+    assert judged == {good: "accept", gap: "soft_invalidate"}
+    assert fetcher.path_for(good[2:]).read_text() == "1"
+    assert not fetcher.path_for(gap[2:]).exists()
+    assert (tmp_path / "evidence" / f"{gap[2:]}.parquet").read_text() == "3"

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from transformers import PreTrainedModel
 
 from validator.checks.context import rows_named
+from validator.grades import Finding
 from validator.thresholds import ValidationThresholds
 from workloads.inference.verify import token_checks
 from workloads.model.prefill import prefill_batch
@@ -35,6 +36,12 @@ class FileStats(BaseModel):
     mant_sum: float = 0.0  # sum over chunks of the chunk's mantissa-error mean
     lp_tokens: int = 0
     lp_signed_sum: float = 0.0  # sum of claimed - recomputed logprob over every output token
+    lp_abs_sum: float = 0.0  # sum of |claimed - recomputed| logprob over every output token
+    rows: int = 0
+    lp_outliers: int = 0  # tokens whose |claimed - recomputed| logprob is beyond logprob_outlier
+    # what the validator's window keeps with the sums (validator/grades.py)
+    file: str = ""  # the file's sha256: a file judged twice counts once
+    marginal: bool = False  # the file failed marginally, and the second look confirmed it
 
     @property
     def lp_bias(self) -> float:
@@ -50,30 +57,48 @@ def pooled(window: list[FileStats]) -> FileStats:
         chunks=chunks, median_chunks=medians, mant_sum=mant,
         median_chunk_share=medians / chunks if chunks else 0.0, mant_mean=mant / chunks if chunks else 0.0,
         lp_tokens=sum(w.lp_tokens for w in window), lp_signed_sum=sum(w.lp_signed_sum for w in window),
+        rows=sum(w.rows for w in window), lp_outliers=sum(w.lp_outliers for w in window),
+        lp_abs_sum=sum(w.lp_abs_sum for w in window),
     )  # fmt: skip
 
 
 def distribution_reasons(stats: FileStats, th: ValidationThresholds, what: str) -> list[str]:
+    return [f.reason for f in distribution_findings(stats, th, what)]
+
+
+def distribution_findings(stats: FileStats, th: ValidationThresholds, what: str) -> list[Finding]:
     """The statistics no single chunk or row shows: the model/dtype fingerprint of the TOPLOC
-    mantissa errors (once enough chunks are pooled) and a consistent logprob bias."""
-    reasons = []
+    mantissa errors (once enough chunks are pooled), a consistent logprob bias, and outlier tokens
+    spread one a row (each under the per-row rules). `excess`: how far past its limit, for the grade."""
+    found = []
     if stats.chunks >= th.file_min_chunks:
         if stats.median_chunk_share > th.file_max_median_chunks:
-            reasons.append(
-                f"toploc: {stats.median_chunk_share:.0%} of the chunks of {what} have a mantissa median >= 1 "
-                f"(honest: at most {th.file_max_median_chunks:.0%}); not the claimed model and dtype"
-            )
+            found.append(Finding(
+                rule="toploc share", excess=stats.median_chunk_share / max(th.file_max_median_chunks, 1e-9),
+                reason=f"toploc: {stats.median_chunk_share:.0%} of the chunks of {what} have a mantissa "
+                f"median >= 1 (honest: at most {th.file_max_median_chunks:.0%}); not the claimed model and "
+                "dtype",
+            ))  # fmt: skip
         if stats.mant_mean >= th.file_max_mant_mean:
-            reasons.append(
-                f"toploc: mean mantissa error {stats.mant_mean:.3f} over {what} is at or above "
-                f"{th.file_max_mant_mean}; not the claimed model and dtype"
-            )
+            found.append(Finding(
+                rule="toploc mean", excess=stats.mant_mean / th.file_max_mant_mean,
+                reason=f"toploc: mean mantissa error {stats.mant_mean:.3f} over {what} is at or above "
+                f"{th.file_max_mant_mean}; not the claimed model and dtype",
+            ))  # fmt: skip
     if stats.lp_tokens and abs(stats.lp_bias) > th.bias_limit(stats.lp_tokens):
-        reasons.append(
-            f"logprobs: a consistent bias of {stats.lp_bias:+.4f} nats over {what} ({stats.lp_tokens} "
-            f"tokens; honest: within ±{th.bias_limit(stats.lp_tokens):.4f})"
-        )
-    return reasons
+        found.append(Finding(
+            rule="logprob bias", excess=abs(stats.lp_bias) / th.bias_limit(stats.lp_tokens),
+            reason=f"logprobs: a consistent bias of {stats.lp_bias:+.4f} nats over {what} ({stats.lp_tokens} "
+            f"tokens; honest: within ±{th.bias_limit(stats.lp_tokens):.4f})",
+        ))  # fmt: skip
+    if stats.lp_outliers > th.outlier_limit(stats.rows):
+        limit = th.outlier_limit(stats.rows)
+        found.append(Finding(
+            rule="logprob outliers", excess=stats.lp_outliers / max(limit, 1.0),
+            reason=f"logprobs: {stats.lp_outliers} tokens of {what} ({stats.rows} rows) off the recomputed "
+            f"ones by more than {th.logprob_outlier} (honest: at most {limit:.1f}; ~1 row in 6,000 has one)",
+        ))  # fmt: skip
+    return found
 
 
 def recompute(
@@ -85,6 +110,23 @@ def recompute(
     max_new_tokens: int,
     th: ValidationThresholds,
 ) -> tuple[list[str], FileStats]:
+    """`recompute_findings` as reasons (the benches, which do not grade)."""
+    findings, stats = recompute_findings(
+        model, rows, eos_token_id=eos_token_id, pad_token_id=pad_token_id, max_new_tokens=max_new_tokens,
+        th=th,
+    )  # fmt: skip
+    return [f.reason for f in findings], stats
+
+
+def recompute_findings(
+    model: PreTrainedModel,
+    rows: list[Rollout],
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    max_new_tokens: int,
+    th: ValidationThresholds,
+) -> tuple[list[Finding], FileStats]:
     chunk_limits = ToplocThresholds(
         max_exp_mismatches=th.chunk_max_exp_mismatches,
         max_mant_err_mean=th.chunk_max_mant_mean,
@@ -94,7 +136,7 @@ def recompute(
     sampling_why: list[str] = []  # the first two faults, with their rows, for the reason
     replay = th.replay_limits()
     means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
-    lp_signed, lp_tokens = 0.0, 0
+    lp_signed, lp_abs, lp_tokens, lp_outliers = 0.0, 0.0, 0, 0
     for start in range(0, len(rows), th.prefill_batch_size):
         chunk = rows[start : start + th.prefill_batch_size]
         result = prefill_batch(
@@ -122,8 +164,10 @@ def recompute(
             err = float(diff.max())
             lp_errors.append(err)
             lp_signed += float(signed.sum())
+            lp_abs += float(diff.sum())
             lp_tokens += len(r.output_tokens)
             outliers = int((diff > th.logprob_outlier).sum())
+            lp_outliers += outliers
             if (err > th.logprob_tolerance or float(diff.mean()) > th.row_mean_limit(len(r.output_tokens))
                     or outliers > th.logprob_max_outliers):  # fmt: skip
                 failed.setdefault("logprobs", []).append(i)
@@ -152,6 +196,9 @@ def recompute(
         mant_sum=float(np.sum(means)) if means else 0.0,
         lp_tokens=lp_tokens,
         lp_signed_sum=lp_signed,
+        lp_abs_sum=lp_abs,
+        rows=len(rows),
+        lp_outliers=lp_outliers,
     )
     labels = {
         "toploc": "TOPLOC proofs that do not match the recomputed hidden states",
@@ -160,9 +207,14 @@ def recompute(
                     f"{th.logprob_tolerance}/tokens, a token > {th.logprob_tolerance}, or more than "
                     f"{th.logprob_max_outliers} token(s) > {th.logprob_outlier})",
     }
-    reasons = [
-        f"{'termination' if what not in labels else what}: {rows_named(rows_)} with {labels.get(what, what)}"
+    exact = {"tokens after EOS", "output cut short (no EOS, under the task's max_new_tokens)"}
+    findings = [
+        Finding(
+            rule=what, rows=rows_, exact=what in exact,
+            reason=f"{'termination' if what not in labels else what}: {rows_named(rows_)} with "
+            f"{labels.get(what, what)}",
+        )  # fmt: skip
         for what, rows_ in failed.items()
     ]
-    reasons += distribution_reasons(stats, th, "the file")
-    return reasons, stats
+    findings += distribution_findings(stats, th, "the file")
+    return findings, stats
