@@ -16,10 +16,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
 import torch
 from transformers import PreTrainedModel
 
 from intellect.workloads import NodeWindows
+from validator.calibration import CalibrationRecord, find_calibration, model_id
 from validator.checks.basic import file_identity, schema_and_bounds, work_units
 from validator.checks.context import FileContext, rows_named
 from validator.checks.history import (
@@ -43,6 +45,7 @@ from workloads.model.loading import load_model, load_tokenizer, load_weights
 from workloads.rollouts import Rollout
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+log = structlog.get_logger(__name__)
 
 
 class Pipeline:
@@ -61,14 +64,26 @@ class Pipeline:
         task_id: str = "",
         reader: CappedReader | None = None,
         device: str | torch.device = "auto",
+        calibration: CalibrationRecord | None | bool = True,
     ) -> None:
+        """`calibration`: True finds the record made on the task's model (validator/calibration.py);
+        None or False judges without one: recomputation failures are then never slashed."""
         self.task = task
         self.device = resolve_device(device)  # refused before any model loads: CUDA asked, none here
         self.reader = reader or shared_reader()
         self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
         self.checkpoints = checkpoints
-        self.thresholds = thresholds or ValidationThresholds()
+        found = find_calibration(task.model) if calibration is True else calibration or None
+        self.calibration: CalibrationRecord | None = found
+        self.thresholds = thresholds or ValidationThresholds().model_copy(
+            update=found.thresholds if found else {}
+        )
+        if found is None:
+            log.warning(
+                "no calibration for the task's model: recomputation failures are not paid, never slashed",
+                model=task.model, model_id=model_id(task.model),
+            )  # fmt: skip
         self.max_bytes = max_bytes
         self.windows: NodeWindows = windows or MemoryNodeWindows()
         self.records = load_dataset(task.dataset)
@@ -167,6 +182,10 @@ class Pipeline:
         stats.file = ctx.sha256
         self.last_stats = stats
         self.last_grade = grade(findings, th)
+        if self.calibration is None and findings and not any(f.exact for f in findings):
+            self.last_grade = "marginal"  # at most not paid: this model's honest noise was never measured
+            return [f"{f.reason} [no calibration for model {self.task.model!r}: not paid, not slashed]"
+                    for f in findings]  # fmt: skip
         if self.last_grade == "strong":
             return [f.reason for f in findings]
         if self.last_grade == "marginal":
@@ -192,6 +211,10 @@ class Pipeline:
         together = pooled([FileStats.model_validate(w) for w in window])
         pooled_findings = distribution_findings(together, th, f"the node's last {len(window)} files")
         self.last_grade = grade(pooled_findings, th)
+        if pooled_findings and self.calibration is None:
+            self.last_grade = "marginal"
+            return [f"{f.reason} (pooled) [no calibration for model {self.task.model!r}: not paid, not "
+                    "slashed]" for f in pooled_findings]  # fmt: skip
         return [f"{f.reason} (pooled)" for f in pooled_findings]
 
     def _second_look(

@@ -1,0 +1,96 @@
+"""No slashing on a model nobody calibrated (issue 43.3, validator/calibration.py): recomputation
+failures on a model without a calibration record are at most "not paid"; exact rules still slash;
+records are found by the model's content (config + weights), shipped or in the operator's folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from validator.calibration import ENV, CalibrationRecord, find_calibration, model_id
+from validator.memory import LocalCheckpoints, MemorySeenStore
+from validator.pipeline import Pipeline
+from validator.task import TaskSettings
+from validator.verdicts import Submission, Verdict
+from workloads.inference.settings import InferenceSettings
+from workloads.inference.workload import InferenceWorkload
+from workloads.model.loading import resolve
+
+NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
+
+
+def copy_of_tiny(dst: Path, note: str | None = None) -> Path:
+    shutil.copytree(resolve("tiny"), dst)
+    if note is not None:  # any change to the config (or weights) is another model to the records
+        config = json.loads((dst / "config.json").read_text())
+        config["intellect_note"] = note
+        (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def other_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_of_tiny(tmp_path_factory.mktemp("models") / "other", note="not the calibrated one")
+
+
+def made_by(model: Path, out: Path, cheat: str) -> Path:
+    task = task_for(model)
+    workload = InferenceWorkload(InferenceSettings(
+        node_address=NODE, output_dir=out, model=str(model), batch_size=task.batch_size, n=task.n,
+        max_new_tokens=task.max_new_tokens, target_lengths=task.target_lengths, cheat=cheat,
+    ))  # fmt: skip
+    return Path(workload.run_batch().path)  # type: ignore[union-attr]
+
+
+def task_for(model: Path) -> TaskSettings:
+    return TaskSettings(model=str(model), batch_size=4, n=4, max_new_tokens=16, target_lengths=[8, 12])
+
+
+def judge(model: Path, path: Path) -> tuple[Pipeline, Verdict]:
+    pipeline = Pipeline(task_for(model), MemorySeenStore(), LocalCheckpoints(str(model)))
+    return pipeline, pipeline.judge(path, Submission(node=NODE))
+
+
+def test_records_are_found_by_the_models_content(tmp_path: Path, other_model: Path) -> None:
+    shipped = find_calibration("tiny")
+    assert shipped is not None and shipped.model_id == model_id("tiny")
+    same = copy_of_tiny(tmp_path / "same")
+    assert find_calibration(same) == shipped  # a copy anywhere is the same model
+    assert model_id(other_model) != shipped.model_id and find_calibration(other_model) is None
+    assert model_id("Qwen/Qwen2-0.5B") is None  # a hub name: no local content to match
+
+
+def test_on_a_model_without_a_record_a_cheat_is_not_paid_but_never_slashed(
+    tmp_path: Path, other_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Perturbed weights (N(0, 1e-2) on one matrix: slashed on the calibrated tiny model) on a model
+    nobody calibrated: soft, the reason saying why. A record for it in the operator's folder (the
+    validator's own measurement) makes the same file a slash again."""
+    monkeypatch.delenv(ENV, raising=False)
+    path = made_by(other_model, tmp_path / "perturbed", "perturbed-model")
+    pipeline, verdict = judge(other_model, path)
+    assert pipeline.calibration is None
+    assert verdict.verdict == "soft_invalidate", verdict.reasons
+    assert verdict.reasons and all("no calibration for model" in r for r in verdict.reasons), verdict.reasons
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    record = CalibrationRecord(model_id=model_id(other_model) or "", name="other", made_by="this test")
+    (folder / "other.json").write_text(record.model_dump_json())
+    (folder / "notes.json").write_text('{"not": "a record"}')  # ignored
+    monkeypatch.setenv(ENV, str(folder))
+    pipeline, verdict = judge(other_model, path)
+    assert pipeline.calibration == record
+    assert verdict.verdict == "invalidate", verdict.reasons
+
+
+def test_exact_rules_slash_on_any_model(tmp_path: Path, other_model: Path) -> None:
+    """A forged reward does not depend on the model's numerics: slashed without a record."""
+    path = made_by(other_model, tmp_path / "forged", "forged-reward")
+    pipeline, verdict = judge(other_model, path)
+    assert pipeline.calibration is None
+    assert verdict.verdict == "invalidate", verdict.reasons
+    assert not any("no calibration" in r for r in verdict.reasons)

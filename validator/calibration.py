@@ -1,0 +1,76 @@
+"""Which models this validator may slash on: calibration records, addressed by the model's content.
+
+The recomputation's limits (validator/thresholds.py) were measured on one model: what an honest
+file of another model looks like is not known until it is measured (a Qwen2-shaped model of hidden
+1024 has 73 % of its honest chunks past the tiny model's share limit, issue 43). So a recomputation
+failure slashes only on a model a record exists for; on any other model the validator still judges,
+but what check 8 finds is at most "not paid", and it says so (log, the verdict's reason, the
+dashboard, which shows reasons). Exact rules (schema, plan, rewards, tokens after EOS, …) slash on
+any model: they do not depend on it.
+
+A record names its model by content: `model_id` = sha256 over the model's config (canonical JSON)
+and the sha256 of its weights file, so a copy of the tiny model anywhere is calibrated and a model
+whose weights or shape differ by anything is not. Trained checkpoints of a calibrated base model are
+judged under the base model's record (the task names the base model; `bench/validator_calibration.py`
+and `bench/sampling_calibration.py` measured checkpoints of a short training run).
+
+Records are JSON files: the shipped ones in `validator/calibrations/`, and the operator's in the
+folders of `INTELLECT_VALIDATOR_CALIBRATIONS` (os.pathsep-separated).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from workloads.model.loading import base_checkpoint_sha256, resolve
+
+SHIPPED = Path(__file__).resolve().parent / "calibrations"
+ENV = "INTELLECT_VALIDATOR_CALIBRATIONS"
+
+
+class CalibrationRecord(BaseModel):
+    model_id: str = Field(description="sha256 of the model's canonical config JSON and its weights' sha256")
+    name: str = Field(description="the model it was made on, as the task names it")
+    made_by: str = Field(description="the command that measured it")
+    thresholds: dict[str, float | int] = Field(
+        default_factory=dict, description="ValidationThresholds fields that differ from the defaults"
+    )
+    measured: dict[str, Any] = Field(default_factory=dict, description="honest and cheating figures, margins")
+
+
+def model_id(name_or_path: str | Path | None) -> str | None:
+    """The content address of a local model (config + weights), or None where it has no single local
+    weights file (a hub name, a sharded model): such a model cannot be matched to a record."""
+    weights = base_checkpoint_sha256(name_or_path)
+    config = Path(resolve(name_or_path)) / "config.json"
+    if weights is None or not config.is_file():
+        return None
+    canonical = json.dumps(json.loads(config.read_text()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{canonical}\n{weights}".encode()).hexdigest()
+
+
+def record_folders() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    return [SHIPPED, *extra]
+
+
+def find_calibration(name_or_path: str | Path | None) -> CalibrationRecord | None:
+    """The record made on this model's content, or None (then recomputation failures never slash)."""
+    wanted = model_id(name_or_path)
+    if wanted is None:
+        return None
+    for folder in record_folders():
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                record = CalibrationRecord.model_validate_json(path.read_text())
+            except ValueError:
+                continue  # not a record: ignored, as any other file in the folder
+            if record.model_id == wanted:
+                return record
+    return None
