@@ -115,6 +115,7 @@ class JudgeLoop:
             node=sub.node, pool_id=sub.pool_id, work_key=sub.work_key, work_units=sub.units,
             trainer_step=sub.trainer_step, trainer_step_before=sub.trainer_step_before,
             block_number=sub.block_number, tx_hash=sub.tx_hash,
+            counters_unknown=self.submissions.unread_before(sub),
         )  # fmt: skip
         try:
             verdict = self.judge.judge(path, submission)

@@ -260,6 +260,48 @@ class Submissions:
                 )
             )
 
+    def unread_before(self, sub: SubmissionRow, last: int = 4) -> int:
+        """How many of the node's submissions judged just before `sub` (chain order, since its last file
+        that was read; at most `last`) this validator never read because storage stayed unreachable
+        (soft-invalidated, reason "fetch:"): their batch counters are unknown, so the grinding rule
+        allows that many counters skipped.
+        Only that reason counts: a node cannot make a validator's storage unreachable, while a file it
+        made too big or impossible to judge would otherwise buy it a skipped counter (a selection)."""
+        earlier = or_(
+            SubmissionRow.block_number < sub.block_number,
+            and_(SubmissionRow.block_number == sub.block_number, SubmissionRow.log_index < sub.log_index),
+            and_(
+                SubmissionRow.block_number == sub.block_number,
+                SubmissionRow.log_index == sub.log_index,
+                SubmissionRow.leaf < sub.leaf,
+            ),
+        )
+        with self.db.transaction() as s:
+            rows = s.execute(
+                select(VerdictRow.verdict, VerdictRow.step, VerdictRow.reasons)
+                .join(
+                    SubmissionRow,
+                    and_(
+                        SubmissionRow.pool_id == VerdictRow.pool_id,
+                        SubmissionRow.work_key == VerdictRow.work_key,
+                    ),
+                )
+                .where(SubmissionRow.pool_id == sub.pool_id, SubmissionRow.node == sub.node, earlier)
+                .order_by(
+                    SubmissionRow.block_number.desc(),
+                    SubmissionRow.log_index.desc(),
+                    SubmissionRow.leaf.desc(),
+                )
+                .limit(last)
+            ).all()
+        unread = 0
+        for verdict, step, reasons in rows:  # newest first: those since the node's last file read
+            first = (json.loads(reasons or "[]") or [""])[0]
+            if verdict != "soft_invalidate" or step is not None or not str(first).startswith("fetch:"):
+                break
+            unread += 1
+        return unread
+
     def upcoming(self, limit: int) -> list[SubmissionRow]:
         """Pending submissions whose time has come, in chain order, held or not: what the judge loop
         will want next, for downloading ahead."""

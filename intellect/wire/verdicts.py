@@ -28,6 +28,9 @@ class Submission(BaseModel):
     trainer_step_before: int | None = None  # None: as trainer_step
     block_number: int | None = None
     tx_hash: str | None = None
+    # The node's files just before this one that the validator never read (storage unreachable until
+    # the deadline): their batch counters are unknown, so as many counters may have been skipped.
+    counters_unknown: int = 0
 
 
 class Verdict(BaseModel):

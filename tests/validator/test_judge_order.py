@@ -6,6 +6,7 @@ down = nothing listening), real counter rule."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -13,11 +14,16 @@ from pathlib import Path
 import sqlalchemy
 
 from intellect.identity import Wallet
+from validator.checks.context import FileContext
+from validator.checks.history import counter_order
 from validator.fetch import Fetcher
 from validator.judging import JudgeLoop
-from validator.memory import MemoryNodeWindows
+from validator.memory import LocalCheckpoints, MemoryNodeWindows, MemorySeenStore
 from validator.store import Database, SubmissionRow, Submissions, Verdicts, open_database
+from validator.task import TaskSettings
+from validator.thresholds import ValidationThresholds
 from validator.verdicts import Submission, Verdict
+from workloads.rollouts import BatchInfo
 
 A, B = "0x" + "aa" * 20, "0x" + "bb" * 20
 
@@ -204,3 +210,52 @@ def test_rejected_files_are_kept_as_evidence_and_accepted_ones_are_served(tmp_pa
     assert fetcher.path_for(good[2:]).read_text() == "1"
     assert not fetcher.path_for(gap[2:]).exists()
     assert (tmp_path / "evidence" / f"{gap[2:]}.parquet").read_text() == "3"
+
+
+class OrderJudge:
+    """The real grinding rule (`counter_order`) on files holding just their batch counter (step 0)."""
+
+    def __init__(self) -> None:
+        self.windows = MemoryNodeWindows()
+
+    def judge(self, path: Path, submission: Submission) -> Verdict:
+        assert submission.node is not None and submission.work_key is not None
+        counter = int(path.read_text())
+        info = BatchInfo(node_address=submission.node, step=0, batch_counter=counter, group_size=1,
+                         max_new_tokens=1)  # fmt: skip
+        ctx = FileContext(
+            path=path, submission=submission, task=TaskSettings(), thresholds=ValidationThresholds(),
+            records=[], tokenizer=None, seen=MemorySeenStore(),  # type: ignore[arg-type]
+            checkpoints=LocalCheckpoints(), vocab_size=0, sha256=submission.work_key[2:], info=info,
+        )  # fmt: skip
+        reasons = counter_order(ctx, self.windows)
+        kind = "soft_invalidate" if reasons else "accept"
+        return Verdict(file=str(path), verdict=kind, reasons=reasons, step=0)
+
+
+def test_a_file_storage_kept_from_the_validator_may_have_used_the_next_counter(tmp_path: Path) -> None:
+    """A's counter 2 could never be fetched (storage unreachable until its deadline: soft, its counter
+    unknown). Its counter 3 is paid (before: "grinding: 3 where 2 was due", an honest file unpaid);
+    one unknown file allows one skipped counter, not two."""
+    db = Database(open_database(None, tmp_path))
+    submissions, verdicts = Submissions(db), Verdicts(db)
+    fetcher = Fetcher("http://127.0.0.1:9", Wallet.from_key("0x" + "01" * 32), tmp_path / "files",
+                      max_bytes=1 << 20, timeout=1)  # fmt: skip
+    a1, a2, a3, a4 = key(1), key(2), key(3), key(4)
+    queue(db, [(a1, A, 10, 0), (a2, A, 11, 0), (a3, A, 12, 0), (a4, A, 13, 0)])
+    for work_key, counter in ((a1, 1), (a3, 3), (a4, 5)):  # a2 is never downloaded: nothing listens
+        fetcher.path_for(work_key[2:]).write_text(str(counter))
+    with db.transaction() as s:  # submitted long ago: past the point where unreachable turns soft
+        for row in s.scalars(sqlalchemy.select(SubmissionRow)):
+            row.submitted_at = 0
+    loop = JudgeLoop(submissions, verdicts, fetcher, OrderJudge(), fetch_window=60, vote=False,
+                     base_delay=0.0)  # fmt: skip
+    loop.run_once()
+    page = verdicts.page(pool_id=1, node=None, after=0, limit=10)
+    judged = {v.work_key: (v.verdict, json.loads(v.reasons)) for v in page}
+    assert judged[a2][0] == "soft_invalidate" and judged[a2][1][0].startswith("fetch:")
+    assert judged[a1][0] == judged[a3][0] == "accept", judged[a3]
+    assert judged[a4][0] == "soft_invalidate" and "where 4 was due" in judged[a4][1][0], judged[a4]
+    with db.transaction() as s:
+        rows = {k: s.get(SubmissionRow, (1, k)) for k in (a3, a4)}
+    assert [submissions.unread_before(r) for r in rows.values() if r] == [1, 0]

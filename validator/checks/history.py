@@ -107,7 +107,9 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
     this before any other check can fail (a file that was invalidated, or soft-invalidated for a
     reason of the validator's, still used its counter; counting only accepted files made the node's
     next honest file look like a gap). A file judged again (a retry after an error of the validator's)
-    is not counted twice: the window names each entry's file."""
+    is not counted twice: the window names each entry's file. A file the validator never read (storage
+    unreachable until the deadline, `Submission.counters_unknown`) may have used the next counter: that
+    many are allowed skipped."""
     assert ctx.info is not None
     node = (ctx.submission.node or ctx.info.node_address).lower()
     key = f"{node}#{ctx.info.task_id}#step{ctx.info.step}"
@@ -115,9 +117,11 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
     window = windows.push(ctx.submission.pool_id, key, entry, keep=4)
     earlier = [entry for entry in window[:-1] if entry.get("file") != ctx.sha256]
     previous = int(earlier[-1]["counter"]) if earlier else 0
-    if ctx.info.batch_counter != previous + 1:
+    skipped = ctx.submission.counters_unknown  # files of the node storage kept from this validator
+    if not previous + 1 <= ctx.info.batch_counter <= previous + 1 + skipped:
+        due = f"{previous + 1}" if not skipped else f"{previous + 1} to {previous + 1 + skipped}"
         return [f"grinding: batch counter {ctx.info.batch_counter} of step {ctx.info.step} where "
-                f"{previous + 1} was due (a node's counters of a step must follow each other)"]  # fmt: skip
+                f"{due} was due (a node's counters of a step must follow each other)"]  # fmt: skip
     return []
 
 
