@@ -31,7 +31,7 @@ from validator.checks.history import (
     plan_derivation,
     unverifiable_freshness,
 )
-from validator.checks.model import FileStats, distribution_findings, pooled, recompute_findings
+from validator.checks.model import FileStats, distribution_findings, pooled, recompute
 from validator.checks.rewards import rewards_and_advantages
 from validator.grades import Finding, Grade, grade, marked_files, unique_files
 from validator.memory import MemoryNodeWindows
@@ -172,7 +172,7 @@ class Pipeline:
         th = self.thresholds
 
         def findings_for(rows: list[Rollout], batch: int) -> tuple[list[Finding], FileStats]:
-            return recompute_findings(
+            return recompute(
                 model, rows, eos_token_id=int(self.tokenizer.eos_token_id),
                 pad_token_id=int(self.tokenizer.pad_token_id), max_new_tokens=self.task.max_new_tokens,
                 th=th.model_copy(update={"prefill_batch_size": batch}),

@@ -244,11 +244,12 @@ class Bench:
     def judge(self, path: Path, model: Qwen2ForCausalLM, label: str, tokens: int) -> Judged:
         """The validator's check 8 on a file read back as a validator reads it (the task's length)."""
         rows, _ = read_rollouts(path)
-        seconds, (reasons, stats) = timed(next(model.parameters()).device, lambda: recompute(
+        seconds, (findings, stats) = timed(next(model.parameters()).device, lambda: recompute(
             model, rows, eos_token_id=-1, pad_token_id=int(self.tokenizer.pad_token_id),
             max_new_tokens=tokens, th=self.thresholds))  # fmt: skip
         judged = Judged(file=path.name, device=label, rows=len(rows),
-                        tokens=sum(len(r.output_tokens) for r in rows), seconds=seconds, reasons=reasons,
+                        tokens=sum(len(r.output_tokens) for r in rows), seconds=seconds,
+                        reasons=[f.reason for f in findings],
                         stats=stats.model_dump())  # fmt: skip
         self.report.judged.append(judged)
         return judged

@@ -109,23 +109,6 @@ def recompute(
     pad_token_id: int,
     max_new_tokens: int,
     th: ValidationThresholds,
-) -> tuple[list[str], FileStats]:
-    """`recompute_findings` as reasons (the benches, which do not grade)."""
-    findings, stats = recompute_findings(
-        model, rows, eos_token_id=eos_token_id, pad_token_id=pad_token_id, max_new_tokens=max_new_tokens,
-        th=th,
-    )  # fmt: skip
-    return [f.reason for f in findings], stats
-
-
-def recompute_findings(
-    model: PreTrainedModel,
-    rows: list[Rollout],
-    *,
-    eos_token_id: int,
-    pad_token_id: int,
-    max_new_tokens: int,
-    th: ValidationThresholds,
 ) -> tuple[list[Finding], FileStats]:
     chunk_limits = ToplocThresholds(
         max_exp_mismatches=th.chunk_max_exp_mismatches,
