@@ -9,7 +9,7 @@ import uvicorn
 
 from dashboard.server import create_app
 from dashboard.settings import DashboardSettings
-from intellect.http_server import server_options
+from intellect.http_server import exit_if_port_taken, server_options
 from intellect.logs import configure_logging
 
 app = typer.Typer(help="A read-only web dashboard of one pool.", no_args_is_help=True)
@@ -35,6 +35,7 @@ def serve(
     """Serve the dashboard; every unset flag falls back to INTELLECT_DASHBOARD_* or .env."""
     overrides = {k: v for k, v in locals().items() if v is not None}
     settings = DashboardSettings(**overrides)
+    exit_if_port_taken(settings.host, settings.port, "dashboard")
     configure_logging()
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
                 **server_options())

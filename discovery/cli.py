@@ -39,12 +39,13 @@ def serve(
     import uvicorn
 
     from discovery.app import create_app
-    from intellect.http_server import server_options
+    from intellect.http_server import exit_if_port_taken, server_options
 
     settings = _settings(host=host, port=port, redis_url=redis_url, rpc_url=rpc_url, deployment=deployment,
                          state_dir=state_dir, pool_id=pool_id, max_nodes_per_ip=max_nodes_per_ip,
                          require_whitelisted_provider=require_whitelisted_provider,
                          sync_interval_seconds=sync_interval)
+    exit_if_port_taken(settings.host, settings.port, "discovery API")
     setup_logging(log_level)
     console.print(f"discovery on http://{settings.host}:{settings.port} "
                   f"(admin token in {settings.admin_token_file})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -66,3 +67,17 @@ def bind_listener(host: str, port: int) -> socket.socket:
     its API; uvicorn then serves on it (`uvicorn.Server(...).run(sockets=[listener])`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family)
+
+
+def exit_if_port_taken(host: str, port: int, what: str, flag: str = "--port") -> None:
+    """For a service that lets uvicorn bind (or spawns workers that do): try the bind first, before
+    anything starts, and stop with one line and exit 1 when the port is taken, instead of a uvicorn
+    traceback after the service's start-up (or a service running on without its API)."""
+    if port == 0:
+        return
+    try:
+        bind_listener(host, port).close()
+    except OSError as exc:
+        print(f"error: cannot serve the {what} on {host}:{port}: {exc.strerror or exc} (another one "
+              f"running? pick another {flag})", file=sys.stderr)  # fmt: skip
+        raise SystemExit(1) from None

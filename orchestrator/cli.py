@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from intellect.cli import add_settings_commands, service_app, settings_from_flags
+from intellect.http_server import exit_if_port_taken
 from intellect.logs import setup_logging
 from orchestrator.context import MULTIPROC_ENV
 from orchestrator.settings import OrchestratorSettings
@@ -79,6 +80,7 @@ def serve(
         check_interval_seconds=check_interval, miss_threshold=miss_threshold,
         eject_dead_nodes=eject_dead_nodes,
     )
+    exit_if_port_taken(settings.host, settings.port, "orchestrator API")
     if settings.manager_key is None and settings.manager_keystore is None:
         # Before anything starts (Redis, the database): one line, not a traceback out of the lifespan.
         Console(stderr=True).print("[red]no pool manager key:[/red] set INTELLECT_ORCH_MANAGER_KEY "

@@ -12,6 +12,7 @@ from docker.errors import DockerException
 from rich.table import Table
 
 from intellect.cli import service_app
+from intellect.http_server import exit_if_port_taken
 from intellect.logs import setup_logging
 from intellect.net import free_port
 from intellect.wire.requirements import parse_pool_requirements
@@ -126,6 +127,8 @@ def start(
         compute_units=compute_units, stake=stake, heartbeat_interval=heartbeat_interval,
         metadata_refresh=metadata_refresh,
     )
+    # Local before the chain: a taken API port stops the start before any registration transaction.
+    exit_if_port_taken(settings.api_host, settings.api_port, "worker API", "--api-port")
     keys, chain = _chain(settings, create_keys=True)
     store = StateStore(settings.state_file)
     state = store.load()

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from intellect.http_server import exit_if_port_taken
 from intellect.logs import setup_logging
 from workloads.broadcast.errors import BroadcastError
 from workloads.broadcast.settings import BroadcastSettings
@@ -67,6 +68,7 @@ def origin(
     from workloads.broadcast.sendfile import server_options
     from workloads.broadcast.store import VersionStore
 
+    exit_if_port_taken(host, port, "checkpoint origin")
     store = VersionStore(directory, keep=keep)
     api = create_origin_app(
         store, watch=watch, shard_size=shard_size, poll_seconds=defaults.poll_seconds,
@@ -96,6 +98,7 @@ def relay(
     from workloads.broadcast.sendfile import server_options
     from workloads.broadcast.store import VersionStore
 
+    exit_if_port_taken(host, port, "checkpoint relay")
     store = VersionStore(directory, keep=keep)
     api = create_relay_app(
         upstream, store, concurrency=concurrency, poll_seconds=defaults.poll_seconds,
