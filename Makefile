@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools gpu-wheels
+.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools gpu-wheels hosts
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,6 +22,12 @@ docker: ## a Docker engine (apt docker.io + dockerd) and the local test image, b
 
 browser: ## Debian chromium + chromedriver for the dashboard's browser test (apt)
 	scripts/install-browser.sh
+
+hosts: ## iproute2 and nftables (Debian) for `intellect devnet up --hosts` (network namespaces, NAT, cut links; root)
+	command -v ip >/dev/null || [ -x /usr/sbin/ip ] || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2)
+	command -v nft >/dev/null || [ -x /usr/sbin/nft ] || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables)
 
 bench-tools: ## HAProxy and PostgreSQL (Debian) for bench/heartbeats.py --replicas 2 (apt)
 	command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || \

@@ -58,7 +58,8 @@ def require_privileges() -> None:
     for tool in ("ip", "nft"):
         if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
             package = "iproute2" if tool == "ip" else "nftables"
-            raise HostsError(f"`{tool}` is missing: install {package} (apt-get install {package})")
+            raise HostsError(f"`{tool}` is missing: install {package} (`make hosts`, or apt-get install "
+                             f"{package})")
 
 
 def namespaces() -> list[str]:
