@@ -5,7 +5,7 @@ Checks run cheapest first (docs/validator.md): 1 identity → 2 schema and bound
 sampling, logprobs, TOPLOC). A failure of 1 is `soft_invalidate` (no slash: storage may be at
 fault); any failure of 2–7 is `invalidate`; a failure of 8 is graded by its evidence
 (validator/grades.py): strong → `invalidate`, marginal → looked at again, then `soft_invalidate`
-(the node's third marginal file of its window: `invalidate`). The recompute runs only when 2–7
+(the node's fourth marginal file in its window: `invalidate`). The recompute runs only when 2–7
 passed: a file that already failed needs no forward pass to be rejected.
 """
 
