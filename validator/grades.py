@@ -19,7 +19,7 @@ row past a limit took an honest node's stake (issue 37). So its findings are gra
   not slashed) and leaves a mark in the node's window of recent files; the node's
   `marginal_files`-th (4th) marked file among its last `pool_files` (16) is `invalidate`: a cheat that
   stays just past the limits is never paid and, repeated, slashed, while honest noise (about one file
-  in 1,500 at the rate measured, docs/validator.md "Grades") would need four such files in sixteen.
+  in 500 at the per-row rate assumed in docs/validator.md "Grades") would need four in sixteen.
 
 A failure of the validator's own (a memory limit, a dead reader, a timeout, storage unreachable) never
 reaches this grading: it is retried, and after the poison limit soft-invalidated (validator/judging.py).

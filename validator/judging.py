@@ -31,7 +31,7 @@ from pathlib import Path
 import structlog
 
 from validator.fetch import Fetcher, FetchError, FileMissing
-from validator.store import SubmissionRow, Submissions, Verdicts
+from validator.store import UNFETCHED, SubmissionRow, Submissions, Verdicts
 from validator.tasks import TaskUnreachable
 from validator.verdicts import Judge, Submission, Verdict
 
@@ -186,7 +186,7 @@ class JudgeLoop:
             ])  # fmt: skip
         if not isinstance(exc, FileMissing) and age > soft_at:
             return Verdict(file=sha, verdict="soft_invalidate", reasons=[
-                f"fetch: storage unreachable until {age:.0f} s after submission, near the end of the "
+                f"{UNFETCHED} storage unreachable until {age:.0f} s after submission, near the end of the "
                 f"voting window; not paid and not slashed (the pool owner may pardon it): {exc}"
             ])  # fmt: skip
         return None

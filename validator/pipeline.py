@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 import torch
@@ -33,7 +34,7 @@ from validator.checks.history import (
 )
 from validator.checks.model import FileStats, distribution_findings, pooled, recompute
 from validator.checks.rewards import rewards_and_advantages
-from validator.grades import Finding, Grade, grade, marked_files, unique_files
+from validator.grades import Finding, grade, marked_files, unique_files
 from validator.memory import MemoryNodeWindows
 from validator.reader import CappedReader, shared_reader
 from validator.task import TaskSettings
@@ -46,6 +47,7 @@ from workloads.rollouts import Rollout
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 class Pipeline:
@@ -64,17 +66,16 @@ class Pipeline:
         task_id: str = "",
         reader: CappedReader | None = None,
         device: str | torch.device = "auto",
-        calibration: CalibrationRecord | None | bool = True,
     ) -> None:
-        """`calibration`: True finds the record made on the task's model (validator/calibration.py);
-        None or False judges without one: recomputation failures are then never slashed."""
         self.task = task
         self.device = resolve_device(device)  # refused before any model loads: CUDA asked, none here
         self.reader = reader or shared_reader()
         self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
         self.checkpoints = checkpoints
-        found = find_calibration(task.model) if calibration is True else calibration or None
+        # The record made on the task's model (validator/calibration.py); without one, recomputation
+        # failures are never slashed.
+        found = find_calibration(task.model)
         self.calibration: CalibrationRecord | None = found
         self.thresholds = thresholds or ValidationThresholds().model_copy(
             update=found.thresholds if found else {}
@@ -94,7 +95,6 @@ class Pipeline:
         self.vocab_size = int(base.config.vocab_size)
         self._base = base
         self.last_stats: FileStats | None = None
-        self.last_grade: Grade = "none"  # the last recomputation's grade (check 8)
 
     def model_for(self, path: Path, sha256: str) -> PreTrainedModel:
         """The claimed checkpoint's weights in bf16 (as generated), on this validator's device, cached
@@ -118,7 +118,7 @@ class Pipeline:
         )  # fmt: skip
         timings: dict[str, float] = {}
 
-        def run(name: str, check: Callable[[], list[str]]) -> list[str]:
+        def run(name: str, check: Callable[[], T]) -> T:
             t0 = time.perf_counter()
             try:
                 return check()
@@ -132,7 +132,7 @@ class Pipeline:
                 timings=timings,
             )  # fmt: skip
 
-        self.last_stats, self.last_grade = None, "none"
+        self.last_stats = None
         if not ctx.path.is_file():
             return verdict("soft_invalidate", [f"file: {path} does not exist"])
         soft = run("identity", lambda: file_identity(ctx, self.max_bytes))
@@ -150,21 +150,23 @@ class Pipeline:
         unverifiable = [] if reasons else run("window", lambda: unverifiable_freshness(ctx))
         if not reasons and not unverifiable:
             reasons += run("rewards", lambda: rewards_and_advantages(ctx))
+        recomputed: tuple[list[str], VerdictKind] = ([], "accept")
         if not reasons and not unverifiable:
-            reasons += run("recompute", lambda: self._recompute(ctx))
+            recomputed = run("recompute", lambda: self._recompute(ctx))
         self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
-        if reasons and self.last_grade == "marginal":  # not paid, not slashed (validator/grades.py)
-            return verdict("soft_invalidate", reasons)
         if reasons:
             return verdict("invalidate", reasons)
+        if recomputed[0]:  # graded by its evidence (validator/grades.py)
+            return verdict(recomputed[1], recomputed[0])
         if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
             return verdict("soft_invalidate", unverifiable)
         return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
 
-    def _recompute(self, ctx: FileContext) -> list[str]:
-        """Check 8, graded: strong evidence → reasons (invalidate); marginal → a second look at the
-        failing rows, then reasons with `last_grade` "marginal" (soft) unless the node's window holds
-        enough marked files already; nothing (or nothing that repeats) → the pooled statistics."""
+    def _recompute(self, ctx: FileContext) -> tuple[list[str], VerdictKind]:
+        """Check 8, graded (validator/grades.py): its reasons and the verdict they make. Strong evidence
+        → `invalidate`; marginal → a second look at the failing rows, then `soft_invalidate` unless the
+        node's window holds enough marked files already; no calibration record for the task's model →
+        at most `soft_invalidate` (exact rules aside); nothing that repeats → the pooled statistics."""
         assert ctx.info is not None and ctx.info.checkpoint_step is not None
         known = self.checkpoints.checkpoint_for(ctx.info.checkpoint_step)
         assert known is not None  # freshness passed
@@ -178,19 +180,17 @@ class Pipeline:
                 th=th.model_copy(update={"prefill_batch_size": batch}),
             )  # fmt: skip
 
+        uncalibrated = f" [no calibration for model {self.task.model!r}: not paid, not slashed]"
         findings, stats = findings_for(ctx.rows, th.prefill_batch_size)
         stats.file = ctx.sha256
         self.last_stats = stats
-        self.last_grade = grade(findings, th)
-        if self.calibration is None and findings and not any(f.exact for f in findings):
-            self.last_grade = "marginal"  # at most not paid: this model's honest noise was never measured
-            return [f"{f.reason} [no calibration for model {self.task.model!r}: not paid, not slashed]"
-                    for f in findings]  # fmt: skip
-        if self.last_grade == "strong":
-            return [f.reason for f in findings]
-        if self.last_grade == "marginal":
+        if findings and self.calibration is None and not any(f.exact for f in findings):
+            return [f.reason + uncalibrated for f in findings], "soft_invalidate"
+        graded = grade(findings, th)
+        if graded == "strong":
+            return [f.reason for f in findings], "invalidate"
+        if graded == "marginal":
             findings = self._second_look(ctx, findings, findings_for)
-            self.last_grade = grade(findings, th) if findings else "none"
             stats.marginal = bool(findings)
         # Pooled over the node's recent files: a small file has too few chunks or tokens for the
         # distribution statistics, a node's window has enough (a cheater cannot stay under a minimum).
@@ -202,20 +202,19 @@ class Pipeline:
             if marked < th.marginal_files:
                 return [f"{f.reason} [marginal: not paid, not slashed; the node's marginal files in "
                         f"its last {len(window)}: {marked}, {th.marginal_files} slash]"
-                        for f in findings]  # fmt: skip
-            self.last_grade = "strong"
+                        for f in findings], "soft_invalidate"  # fmt: skip
             return [f"{f.reason} [repeated: the node's marginal file {marked} of its last {len(window)}; "
-                    f"{th.marginal_files} slash]" for f in findings]  # fmt: skip
+                    f"{th.marginal_files} slash]" for f in findings], "invalidate"  # fmt: skip
         if len(window) < 2:
-            return []
+            return [], "accept"
         together = pooled([FileStats.model_validate(w) for w in window])
-        pooled_findings = distribution_findings(together, th, f"the node's last {len(window)} files")
-        self.last_grade = grade(pooled_findings, th)
-        if pooled_findings and self.calibration is None:
-            self.last_grade = "marginal"
-            return [f"{f.reason} (pooled) [no calibration for model {self.task.model!r}: not paid, not "
-                    "slashed]" for f in pooled_findings]  # fmt: skip
-        return [f"{f.reason} (pooled)" for f in pooled_findings]
+        found = distribution_findings(together, th, f"the node's last {len(window)} files")
+        if not found:
+            return [], "accept"
+        if self.calibration is None:
+            return [f"{f.reason} (pooled){uncalibrated}" for f in found], "soft_invalidate"
+        kind: VerdictKind = "invalidate" if grade(found, th) == "strong" else "soft_invalidate"
+        return [f"{f.reason} (pooled)" for f in found], kind
 
     def _second_look(
         self,

@@ -39,7 +39,17 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    InstrumentedAttribute,
+    Mapped,
+    Session,
+    aliased,
+    mapped_column,
+    sessionmaker,
+)
+from sqlalchemy.orm.util import AliasedClass
+from sqlalchemy.sql.elements import ColumnElement
 
 from validator.verdicts import Verdict
 
@@ -115,6 +125,26 @@ class SeenRowRow(Base):
     __tablename__ = "seen_rows"
     pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     digest: Mapped[str] = mapped_column(String(128), primary_key=True)
+
+
+# The first words of the reason of a file this validator never read (storage unreachable until its
+# deadline, validator/judging.py): its batch counter is unknown (`Submissions.unread_before`).
+UNFETCHED = "fetch:"
+
+
+def chain_before(
+    t: type[SubmissionRow] | AliasedClass[SubmissionRow],
+    block: int | InstrumentedAttribute[int],
+    log_index: int | InstrumentedAttribute[int],
+    leaf: int | InstrumentedAttribute[int],
+) -> ColumnElement[bool]:
+    """SQL: the submission row `t` (the table or an alias) came before (block, log index, leaf) in
+    chain order; the three may be columns (a correlated comparison) or values."""
+    return or_(
+        t.block_number < block,
+        and_(t.block_number == block, t.log_index < log_index),
+        and_(t.block_number == block, t.log_index == log_index, t.leaf < leaf),
+    )
 
 
 def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
@@ -237,18 +267,7 @@ class Submissions:
             earlier.pool_id == SubmissionRow.pool_id,
             earlier.node == SubmissionRow.node,
             earlier.state == "pending",
-            or_(
-                earlier.block_number < SubmissionRow.block_number,
-                and_(
-                    earlier.block_number == SubmissionRow.block_number,
-                    earlier.log_index < SubmissionRow.log_index,
-                ),
-                and_(
-                    earlier.block_number == SubmissionRow.block_number,
-                    earlier.log_index == SubmissionRow.log_index,
-                    earlier.leaf < SubmissionRow.leaf,
-                ),
-            ),
+            chain_before(earlier, SubmissionRow.block_number, SubmissionRow.log_index, SubmissionRow.leaf),
         )
         with self.db.transaction() as s:
             return list(
@@ -267,15 +286,7 @@ class Submissions:
         allows that many counters skipped.
         Only that reason counts: a node cannot make a validator's storage unreachable, while a file it
         made too big or impossible to judge would otherwise buy it a skipped counter (a selection)."""
-        earlier = or_(
-            SubmissionRow.block_number < sub.block_number,
-            and_(SubmissionRow.block_number == sub.block_number, SubmissionRow.log_index < sub.log_index),
-            and_(
-                SubmissionRow.block_number == sub.block_number,
-                SubmissionRow.log_index == sub.log_index,
-                SubmissionRow.leaf < sub.leaf,
-            ),
-        )
+        earlier = chain_before(SubmissionRow, sub.block_number, sub.log_index, sub.leaf)
         with self.db.transaction() as s:
             rows = s.execute(
                 select(VerdictRow.verdict, VerdictRow.step, VerdictRow.reasons)
@@ -297,7 +308,7 @@ class Submissions:
         unread = 0
         for verdict, step, reasons in rows:  # newest first: those since the node's last file read
             first = (json.loads(reasons or "[]") or [""])[0]
-            if verdict != "soft_invalidate" or step is not None or not str(first).startswith("fetch:"):
+            if verdict != "soft_invalidate" or step is not None or not str(first).startswith(UNFETCHED):
                 break
             unread += 1
         return unread

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 
 @pytest.fixture
-def taken_port() -> int:  # type: ignore[misc]
+def taken_port() -> Iterator[int]:
     holder = socket.create_server(("127.0.0.1", 0))
     yield holder.getsockname()[1]
     holder.close()
