@@ -7,11 +7,14 @@ termination, Gumbel replay, logprobs, TOPLOC per chunk and per file). Output len
 many such workers one validator keeps up with (on the same hardware). Targets: ≥ 25× at 256 tokens
 (the SYNTHETIC-2 median), aim 100× at 1,024.
 
-    .venv/bin/python bench/validator.py                         # random-weight Qwen2 "small" (512×8)
+    .venv/bin/python bench/validator.py                         # every shape
     .venv/bin/python bench/validator.py --size tiny-long --size small --json
 
-Sizes: "tiny-long" is the shipped model's shape (hidden 128 × 4 layers) with room for 2,048
-positions; "small" and "medium" as in bench/inference.py (random weights from a seed, bf16).
+Shapes (workloads/model/shapes.py, random weights from a seed, bf16): "tiny-long" is the shipped
+model's shape (hidden 128 × 4 layers) with room for 2,048 positions, "small" 512 × 8, "medium"
+1024 × 12, "qwen-0.5b" the width and depth of Qwen2-0.5B (896 × 24). Each is judged with the limits
+of its shipped calibration record (validator/calibrations/<shape>.json, made by
+bench/calibrate_shapes.py, the calibrate command's measurement): the honest batch must pass.
 """
 
 from __future__ import annotations
@@ -27,46 +30,37 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from validator.calibration import find_calibration  # noqa: E402
 from validator.checks.model import recompute  # noqa: E402
 from validator.thresholds import ValidationThresholds  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import make_rollouts  # noqa: E402
 from workloads.inference.selection import plan_batch  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
-from workloads.model.loading import load_tokenizer  # noqa: E402
+from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
+from workloads.model.shapes import SHAPES, build_model_dir  # noqa: E402
 
-SHAPES = {"tiny-long": (128, 4, 384, 4, 2), "small": (512, 8, 1408, 8, 2), "medium": (1024, 12, 2816, 16, 4)}
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
+MODELS = ROOT / "bench" / "out" / "models"
 
 
-def make_model(size: str, vocab: int, seed: int = 0):  # noqa: ANN201
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    hidden, layers, mlp, heads, kv = SHAPES[size]
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=1,
-        pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config).to(dtype=torch.bfloat16).eval()
+def model_and_limits(size: str, batch: int):  # noqa: ANN201
+    """The shape's model folder (seeded random weights) and the limits of its shipped calibration record."""
+    folder = build_model_dir(size, MODELS)
+    record = find_calibration(folder)
+    if record is None:
+        fix = f".venv/bin/python bench/calibrate_shapes.py --shape {size} --write"
+        sys.exit(f"no calibration record for {size}: run {fix}")
+    th = ValidationThresholds(prefill_batch_size=batch).model_copy(update=record.thresholds)
+    return load_model(folder), th
 
 
 def measure(size: str, length: int, batch: int, repeats: int) -> dict[str, float]:
     tok = load_tokenizer("tiny")
-    model = make_model(size, len(tok))
+    model, th = model_and_limits(size, batch)
     backend = TorchBackend(model, -1, tok.pad_token_id)  # EOS -1 never matches: fixed-length decoding
     records = load_dataset("demo")
     plan = plan_batch(NODE, 1, 1, len(records), batch, 1, [8])
-    th = ValidationThresholds(prefill_batch_size=batch)
     gen_s, val_s = [], []
     rows = []
     for _ in range(repeats):
@@ -105,7 +99,7 @@ def main() -> None:
     torch.set_num_threads(2)
     results = [
         measure(size, length, args.batch, args.repeats)
-        for size in (args.size or ["small"])
+        for size in (args.size or list(SHAPES))
         for length in (args.tokens or [32, 256, 1024])
     ]
     if args.json:

@@ -8,11 +8,12 @@ but what check 8 finds is at most "not paid", and it says so (log, the verdict's
 dashboard, which shows reasons). Exact rules (schema, plan, rewards, tokens after EOS, …) slash on
 any model: they do not depend on it.
 
-A record names its model by content: `model_id` = sha256 over the model's config (canonical JSON)
-and the sha256 of its weights file, so a copy of the tiny model anywhere is calibrated and a model
-whose weights or shape differ by anything is not. Trained checkpoints of a calibrated base model are
-judged under the base model's record (the task names the base model; `bench/validator_calibration.py`
-and `bench/sampling_calibration.py` measured checkpoints of a short training run).
+A record names its model by content: `model_id` = sha256 over the model's config (canonical JSON,
+without the writer's `transformers_version`) and the sha256 of its weights file, so a copy of the
+tiny model anywhere is calibrated and a model whose weights or shape differ by anything is not.
+Trained checkpoints of a calibrated base model are judged under the base model's record (the task
+names the base model); `intellect-validator calibrate` (validator/calibrate.py) measures checkpoints
+of a short training run, or the operator's own, when it makes a record.
 
 Records are JSON files: the shipped ones in `validator/calibrations/`, and the operator's in the
 folders of `INTELLECT_VALIDATOR_CALIBRATIONS` (os.pathsep-separated).
@@ -32,6 +33,8 @@ from workloads.model.loading import base_checkpoint_sha256, resolve
 
 SHIPPED = Path(__file__).resolve().parent / "calibrations"
 ENV = "INTELLECT_VALIDATOR_CALIBRATIONS"
+# config keys that say which library wrote the file, not what the model is
+VOLATILE = frozenset({"transformers_version", "_name_or_path"})
 
 
 class CalibrationRecord(BaseModel):
@@ -51,7 +54,8 @@ def model_id(name_or_path: str | Path | None) -> str | None:
     config = Path(resolve(name_or_path)) / "config.json"
     if weights is None or not config.is_file():
         return None
-    canonical = json.dumps(json.loads(config.read_text()), sort_keys=True, separators=(",", ":"))
+    fields = {k: v for k, v in json.loads(config.read_text()).items() if k not in VOLATILE}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(f"{canonical}\n{weights}".encode()).hexdigest()
 
 

@@ -1,4 +1,5 @@
-"""`intellect-validator`: judge rollout files (`check`), or watch a pool and vote (`run`)."""
+"""`intellect-validator`: judge rollout files (`check`), watch a pool and vote (`run`), measure a
+model's limits (`calibrate`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from intellect.workloads import FileJudge, ValidatorEnv, WorkloadError, settings
 from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from validator.api import create_app
+from validator.calibrate_cli import calibrate_command
 from validator.memory import LocalCheckpoints, MemorySeenStore
 from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
 from validator.service import ValidatorService
@@ -40,6 +42,9 @@ err = Console(stderr=True, soft_wrap=True)
 @app.callback()
 def main() -> None:
     """The validator: judge rollout files, watch a pool, vote to slash cheaters."""
+
+
+app.command("calibrate")(calibrate_command)
 
 
 def _checkpoint_flags(values: list[str]) -> dict[int, Path]:

@@ -31,6 +31,8 @@ class FileStats(BaseModel):
     max_gap: float = 0.0
     max_logprob_error: float = 0.0
     min_eos_logprob: float = 0.0
+    max_row_mean_share: float = 0.0  # largest row mean |logprob error| over its length-aware limit
+    max_row_outliers: int = 0  # most outlier tokens in one row
     # sums the pooled (per-node window) statistics add up across files
     median_chunks: int = 0  # chunks whose mantissa-error median is >= 1
     mant_sum: float = 0.0  # sum over chunks of the chunk's mantissa-error mean
@@ -119,6 +121,7 @@ def recompute(
     sampling_why: list[str] = []  # the first two faults, with their rows, for the reason
     replay = th.replay_limits()
     means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
+    row_shares, row_outliers = [], []
     lp_signed, lp_abs, lp_tokens, lp_outliers = 0.0, 0.0, 0, 0
     for start in range(0, len(rows), th.prefill_batch_size):
         chunk = rows[start : start + th.prefill_batch_size]
@@ -151,6 +154,8 @@ def recompute(
             lp_tokens += len(r.output_tokens)
             outliers = int((diff > th.logprob_outlier).sum())
             lp_outliers += outliers
+            row_shares.append(float(diff.mean()) / th.row_mean_limit(len(r.output_tokens)))
+            row_outliers.append(outliers)
             if (err > th.logprob_tolerance or float(diff.mean()) > th.row_mean_limit(len(r.output_tokens))
                     or outliers > th.logprob_max_outliers):  # fmt: skip
                 failed.setdefault("logprobs", []).append(i)
@@ -175,6 +180,8 @@ def recompute(
         max_gap=max(gaps_all, default=0.0),
         max_logprob_error=max(lp_errors, default=0.0),
         min_eos_logprob=min(eos_lps, default=0.0),
+        max_row_mean_share=max(row_shares, default=0.0),
+        max_row_outliers=max(row_outliers, default=0),
         median_chunks=int(np.sum(np.asarray(medians) >= 1)) if medians else 0,
         mant_sum=float(np.sum(means)) if means else 0.0,
         lp_tokens=lp_tokens,

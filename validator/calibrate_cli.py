@@ -1,0 +1,142 @@
+"""`intellect-validator calibrate MODEL`: the command over validator/calibrate.py.
+
+Writes the record (JSON) where the operator says, prints what it measured as a table (or the record
+with --json), and tells where to put the record so the validator finds it
+(`INTELLECT_VALIDATOR_CALIBRATIONS`, validator/calibration.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from intellect.logs import setup_logging
+from validator.calibrate import CalibrationError, Grid, calibrate
+from validator.calibration import ENV, CalibrationRecord
+
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _steps(values: list[str]) -> dict[int, Path]:
+    steps: dict[int, Path] = {}
+    for value in values:
+        step, sep, path = value.partition("=")
+        if not sep or not step.isdigit() or int(step) < 1 or not path:
+            raise typer.BadParameter(
+                f"--checkpoint {value!r}: use STEP=PATH with STEP >= 1, e.g. 3=ckpt/step_3.safetensors"
+            )
+        if not Path(path).is_file():
+            raise typer.BadParameter(f"--checkpoint {value!r}: {path} does not exist")
+        steps[int(step)] = Path(path)
+    return steps
+
+
+def calibrate_command(
+    model: str = typer.Argument(
+        ..., help="the model: 'tiny' (shipped) or a folder with config.json and model.safetensors"
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="record file to write (default: <name>.calibration.json)"
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="the model's name in the record (default: the folder's)"
+    ),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="generation batches 1 and 16, one file a setting (minutes "
+        "on a CPU for a 0.5B shape; the full grid is the one to slash on)",
+    ),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1, help="the task's output length"),
+    train_steps: int = typer.Option(
+        0,
+        "--train-steps",
+        min=0,
+        help="train this many GRPO steps on string "
+        "reversal first and measure each checkpoint (models that learn it)",
+    ),
+    checkpoint: list[str] = typer.Option(
+        [], "--checkpoint", help="STEP=PATH of your own training run's checkpoint, measured too (repeat)"
+    ),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help="where the measured files go (default: a temp dir)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the record as JSON"),
+) -> None:
+    """Measure MODEL's honest recomputation noise and its cheats; write its calibration record.
+
+    Honest files come from the inference workload itself (generation batches 1-64, 1 and 2 threads,
+    one-token rows, checkpoints), recomputed as validators do (prefill batch 1 and 64); cheats are fp16
+    and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight noise, another seed and one perturbed layer. The limits
+    follow the rules of validator/limits.py; every honest file is judged again under them. Without a
+    record for the task's model, a validator's recomputation failures are never slashed."""
+    try:
+        own = _steps(checkpoint)
+    except typer.BadParameter as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    setup_logging(level="warning")  # the workload's and trainer's info lines would bury the progress
+    grid = Grid.quick(max_new_tokens) if quick else Grid(max_new_tokens=max_new_tokens)
+    grid.train_steps = train_steps
+    work = work_dir or Path(tempfile.mkdtemp(prefix="intellect-calibrate-"))
+    made_by = "intellect-validator calibrate " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [model])
+    started = time.monotonic()
+
+    def progress(message: str) -> None:  # stderr: --json keeps stdout for the record
+        err.print(f"[{time.monotonic() - started:6.0f} s] {message}", markup=False)
+
+    try:
+        record = calibrate(model, work, grid, name=name, made_by=made_by, own=own, progress=progress)
+    except CalibrationError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    target = out or Path(f"{record.name}.calibration.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(record.model_dump_json(indent=1) + "\n")
+    if as_json:
+        print(record.model_dump_json(indent=1))
+    else:
+        _print(record)
+        console.print(f"record: {target} (model_id {record.model_id[:16]}…); a validator uses it when its "
+                      f"folder is in {ENV}", markup=False)  # fmt: skip
+    if record.measured["false_positives"]["failing"]:
+        err.print(
+            "error: honest files fail under the derived limits (see false_positives); not a usable record"
+        )
+        raise typer.Exit(1)
+
+
+def _print(record: CalibrationRecord) -> None:
+    m = record.measured
+    fp = m["false_positives"]
+    console.print(f"{record.name}: {m['honest_files']} honest files, {m['honest_rows']} rows, "
+                  f"{fp['recomputations']} recomputations, {fp['failing']} failing under the derived limits "
+                  f"({m['seconds']} s)", markup=False)  # fmt: skip
+    table = Table(title="statistics (cheats: lowest value / limit; >= 1.25 slashes, 1-1.25 not paid)")
+    for col in ("statistic", "worst honest", "limit", "honest / limit", "cheats"):
+        table.add_column(col, overflow="fold")
+    for row in m["statistics"]:
+        if "limit" not in row:
+            table.add_row(row["statistic"], str(row.get("measured")), "", "", "")
+            continue
+        cheats = ", ".join(f"{k} {v}" for k, v in row["cheats_over_limit"].items())
+        table.add_row(row["statistic"], f"{row['worst_honest']:.4g}", f"{row['limit']:.4g}",
+                      f"{row['honest_share_of_limit']}", cheats)  # fmt: skip
+    console.print(table)
+    graded = Table(title="cheating files graded under the derived limits")
+    for col in ("cheat", "strong (slashed)", "marginal (not paid)", "missed"):
+        graded.add_column(col)
+    for kind, counts in m["cheats_caught"].items():
+        graded.add_row(kind, str(counts["strong"]), str(counts["marginal"]), str(counts["none"]))
+    console.print(graded)
+    changed = json.dumps(record.thresholds) if record.thresholds else "none (the defaults hold)"
+    console.print(f"limits that differ from the defaults: {changed}", markup=False)
