@@ -49,40 +49,24 @@ from workloads.inference.verify import CheckSettings, check_rollouts  # noqa: E4
 from workloads.model.backends import TorchBackend  # noqa: E402
 from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
 from workloads.model.prefill import prefill_batch  # noqa: E402
+from workloads.model.shapes import SHAPES, shape_config  # noqa: E402
 from workloads.toploc import build_proofs_batch  # noqa: E402
 
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
-# Random-weight Qwen2 shapes (hidden, layers, MLP width, attention heads, KV heads).
-SIZES = {
-    "small": (512, 8, 1408, 8, 2),
-    "medium": (1024, 12, 2816, 16, 4),
-}
+SIZES = {k: SHAPES[k] for k in ("small", "medium")}  # random-weight Qwen2 shapes (workloads/model/shapes.py)
 TARGET_OVERHEAD_PCT, TARGET_RATIO, AIM_RATIO = 1.0, 25.0, 100.0
 
 
 def make_model(size: str, vocab: int, seed: int, device: str):
     """The shipped tiny model, or a seeded random-weight Qwen2 of the given size (bf16)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     if size == "tiny":
         return load_model("tiny", device=device)
-    hidden, layers, mlp, heads, kv_heads = SIZES[size]
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=1,
-        pad_token_id=0,
-    )
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config).to(dtype=torch.bfloat16, device=device).eval()
+    model = Qwen2ForCausalLM(shape_config(size, vocab_size=vocab)).to(dtype=torch.bfloat16, device=device)
+    return model.eval()
 
 
 def timed(fn):
