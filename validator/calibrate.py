@@ -284,9 +284,10 @@ def calibrate(
         for step, ckpt in steps:
             setting = f"step {step} b16" + (" (own)" if ckpt.name == "own-ckpt" else "")
             progress(f"honest files: {setting}")
-            workload = _workload(model, work / f"step-{step}", 16, grid, step=step,
+            folder = work / f"{ckpt.name}-step-{step}"  # a trained and an own step 1 never share files
+            workload = _workload(model, folder, 16, grid, step=step,
                                  checkpoint_source=str(ckpt / "step_{step}.safetensors"),
-                                 checkpoint_cache=work / "cache-g")  # fmt: skip
+                                 checkpoint_cache=work / f"cache-{ckpt.name}")  # fmt: skip
             files[setting] = _files(workload, grid.files_per_setting)
             checkpoints[setting] = ckpt / f"step_{step}.safetensors"
             lengths[setting] = grid.max_new_tokens

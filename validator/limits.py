@@ -141,6 +141,9 @@ def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
         shares = [abs(s.lp_bias) / th.bias_limit(s.lp_tokens) for s in every if s.lp_tokens]
     row("|logprob bias| / its limit", "lp_bias", 1.0, max(shares, default=0.0),
         value=lambda s: abs(s.lp_bias) / th.bias_limit(s.lp_tokens) if s.lp_tokens else 0.0)  # fmt: skip
+    worst_outliers = max((s.max_row_outliers for s in every), default=0)
+    label = "tokens beyond the default outlier level in one row"  # an upper bound where the level rose
+    row(label, "max_row_outliers", d.logprob_max_outliers, worst_outliers)
     table.append({"statistic": "per-token noise sigma (nats)", "measured": round(sigma, 5)})
     changed = {k: v for k, v in new.items() if v != getattr(d, k)}
     return Derived(thresholds=changed, table=table)
