@@ -121,22 +121,28 @@ def _print(record: CalibrationRecord) -> None:
     console.print(f"{record.name}: {m['honest_files']} honest files, {m['honest_rows']} rows, "
                   f"{fp['recomputations']} recomputations, {fp['failing']} failing under the derived limits "
                   f"({m['seconds']} s)", markup=False)  # fmt: skip
-    table = Table(title="statistics (cheats: lowest value / limit; >= 1.25 slashes, 1-1.25 not paid)")
-    for col in ("statistic", "worst honest", "limit", "honest / limit", "cheats"):
+    rows = [r for r in m["statistics"] if "limit" in r]
+    table = Table(title="honest noise against the derived limits")
+    for col in ("statistic", "worst honest", "limit", "honest / limit"):
         table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(row["statistic"], f"{row['worst_honest']:.4g}", f"{row['limit']:.4g}",
+                      f"{row['honest_share_of_limit']}")  # fmt: skip
     for row in m["statistics"]:
         if "limit" not in row:
-            table.add_row(row["statistic"], str(row.get("measured")), "", "", "")
-            continue
-        cheats = ", ".join(f"{k} {v}" for k, v in row["cheats_over_limit"].items())
-        table.add_row(row["statistic"], f"{row['worst_honest']:.4g}", f"{row['limit']:.4g}",
-                      f"{row['honest_share_of_limit']}", cheats)  # fmt: skip
+            table.add_row(row["statistic"], str(row.get("measured")), "", "")
     console.print(table)
-    graded = Table(title="cheating files graded under the derived limits")
-    for col in ("cheat", "strong (slashed)", "marginal (not paid)", "missed"):
-        graded.add_column(col)
-    for kind, counts in m["cheats_caught"].items():
-        graded.add_row(kind, str(counts["strong"]), str(counts["marginal"]), str(counts["none"]))
+    kinds = list(m["cheats_caught"])
+    graded = Table(title="cheats: the file statistics' lowest value / limit (>= 1.25 slashes, 1-1.25 not "
+                         "paid; every statistic in the record), and each file's grade")  # fmt: skip
+    graded.add_column("", overflow="fold")
+    for kind in kinds:
+        graded.add_column(kind, overflow="fold")
+    for row in rows[:2]:  # the file statistics: the model fingerprint
+        graded.add_row(row["statistic"], *(str(row["cheats_over_limit"].get(k, "")) for k in kinds))
+    grades = ("strong", "marginal", "none")
+    graded.add_row("files slashed / not paid / missed",
+                   *("/".join(str(m["cheats_caught"][k][g]) for g in grades) for k in kinds))  # fmt: skip
     console.print(graded)
     changed = json.dumps(record.thresholds) if record.thresholds else "none (the defaults hold)"
     console.print(f"limits that differ from the defaults: {changed}", markup=False)
