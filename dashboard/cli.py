@@ -28,6 +28,9 @@ def serve(
     orchestrator_token_file: Path | None = typer.Option(None, help="the orchestrator's admin token file"),
     validator_url: str | None = typer.Option(None, help="validator API base URL"),
     trainer_url: str | None = typer.Option(None, help="trainer base URL"),
+    trainer_dir: Path | None = typer.Option(
+        None, help="the trainer's output folder: the reward curve from its step manifests when it is gone"
+    ),
     rpc_url: str | None = typer.Option(None, help="chain RPC URL"),
     deployment: Path | None = typer.Option(None, help="deployment.json"),
     pool_id: int | None = typer.Option(None, help="pool id"),

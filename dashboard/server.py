@@ -17,8 +17,8 @@ from markupsafe import Markup
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 from dashboard.settings import DashboardSettings
-from dashboard.snapshot import Snapshot, reward_svg, take
-from dashboard.sources import ChainSource, OrchestratorSource, Source, TrainerSource, ValidatorSource
+from dashboard.snapshot import Snapshot, hold_last_good, reward_svg, take
+from dashboard.sources import ChainSource, OrchestratorSource, Section, Source, TrainerSource, ValidatorSource
 from intellect.http_guard import guard
 from ledger.client import LedgerClient
 
@@ -60,12 +60,13 @@ class Dashboard:
         self.settings = settings
         self.sources = sources
         self._cached: Snapshot | None = None
+        self._last_good: dict[str, Section] = {}
         self.registry = CollectorRegistry()
         self.reads = Counter("dashboard_snapshots_total", "upstream snapshots taken", registry=self.registry)
 
     def snapshot(self) -> Snapshot:
         if self._cached is None or time.time() - self._cached.taken_at > 1.0:
-            self._cached = take(self.sources, self.settings.pool_id)
+            self._cached = hold_last_good(take(self.sources, self.settings.pool_id), self._last_good)
             self.reads.inc()
         return self._cached
 
@@ -79,7 +80,7 @@ def build_sources(settings: DashboardSettings) -> list[Source]:
     if settings.validator_url:
         sources.append(ValidatorSource(settings.validator_url, settings.pool_id, timeout))
     if settings.trainer_url:
-        sources.append(TrainerSource(settings.trainer_url, timeout))
+        sources.append(TrainerSource(settings.trainer_url, timeout, settings.trainer_dir))
     if settings.rpc_url and settings.deployment:
         sources.append(ChainSource(LedgerClient(settings.rpc_url, settings.deployment), settings.pool_id))
     return sources

@@ -25,6 +25,10 @@ class DashboardSettings(IntellectSettings):
     )
     validator_url: str | None = Field(None, description="validator API base URL (verdicts)")
     trainer_url: str | None = Field(None, description="trainer base URL (step counter, reward history)")
+    trainer_dir: Path | None = Field(
+        None, description="the trainer's output folder: its step manifests give the reward curve when the "
+        "trainer does not answer (after a run)",
+    )
     rpc_url: str | None = Field(None, description="chain RPC, for stake and payouts")
     deployment: Path | None = Field(None, description="deployment.json of the contracts")
     pool_id: int = Field(1, ge=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +39,26 @@ def take(sources: list[Source], pool_id: int) -> Snapshot:
         }
         panels.update(chain.read())
     return Snapshot(pool_id=pool_id, panels=panels)
+
+
+def hold_last_good(snap: Snapshot, memory: dict[str, Section]) -> Snapshot:
+    """A source that stops answering keeps what it last showed: its panel holds those rows with a quiet
+    "offline since" note, never an error in place of data that exists (after a run, the trainer and
+    the validators exit, and the page is looked at exactly then). `memory`: each panel's last good
+    section, updated here."""
+    for name, section in snap.panels.items():
+        last = memory.get(name)
+        if section.error is None:
+            memory[name] = section
+        elif last is not None and last.rows:
+            since = last.offline_since or time.time()
+            when = datetime.fromtimestamp(since, UTC).strftime("%H:%M:%S UTC")
+            snap.panels[name] = last.model_copy(update={
+                "error": None, "offline_since": since,
+                "note": f"offline since {when} ({section.error}); showing what it last held",
+            })  # fmt: skip
+            memory[name] = snap.panels[name]
+    return snap
 
 
 def reward_svg(points: list[tuple[int, float]], width: int = 640, height: int = 240) -> str:

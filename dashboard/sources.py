@@ -6,7 +6,9 @@ or the reason it is unavailable. One dead upstream greys out its own panel, neve
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -15,6 +17,8 @@ from pydantic import BaseModel, Field
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
 
+MANIFEST_MAX_BYTES = 1 << 20  # a step manifest is a few kB (metrics and file hashes)
+
 
 class Section(BaseModel):
     """One panel's data: rows of plain values, or why there are none."""
@@ -22,6 +26,8 @@ class Section(BaseModel):
     rows: list[dict[str, Any]] = Field(default_factory=list)
     error: str | None = None
     fetched_at: float = Field(default_factory=time.time)
+    note: str | None = Field(None, description="shown quietly beside data that is there (an offline source)")
+    offline_since: float | None = Field(None, description="when its source stopped answering (rows kept)")
 
 
 class Source(Protocol):
@@ -59,7 +65,7 @@ class OrchestratorSource:
     def read(self) -> dict[str, Section]:
         try:
             nodes = _get(self.client, "/nodes")
-            tasks = _get(self.client, "/tasks")
+            tasks = _get(self.client, "/tasks", include_deleted="true")  # an ended task stays, marked
         except (httpx.HTTPError, RuntimeError) as exc:
             return _fail(self.sections, f"orchestrator: {exc}")
         node_rows = [
@@ -85,9 +91,10 @@ class OrchestratorSource:
                 "name": t["spec"]["name"],
                 "image": t["spec"]["image"],
                 "created": t["created_at"],
+                "state": "ended (deleted)" if t.get("deleted") else "active",
                 "nodes": ", ".join(f"{k} {v}" for k, v in sorted(per_task.get(t["id"], {}).items())) or "-",
             }
-            for t in tasks
+            for t in sorted(tasks, key=lambda t: bool(t.get("deleted")))  # active first, stable
         ]
         out = {"nodes": Section(rows=node_rows), "tasks": Section(rows=task_rows)}
         try:
@@ -141,19 +148,28 @@ class ValidatorSource:
 
 
 class TrainerSource:
-    """The reward curve: one point per trainer step (mean task reward of the rollouts trained on)."""
+    """The reward curve: one point per trainer step (mean task reward of the rollouts trained on).
+
+    From the trainer's `/history` while it runs; when it does not answer (a run that ended, a restart)
+    and `history_dir` names its output folder, from the step manifests it keeps there (a manifest
+    outlives its checkpoint's weights: the whole curve), with a quiet note instead of an error."""
 
     name = "trainer"
     sections = ["rewards"]
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, history_dir: Path | None = None) -> None:
         self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
+        self.history_dir = history_dir
 
     def read(self) -> dict[str, Section]:
         try:
             body = _get(self.client, "/history")
         except (httpx.HTTPError, RuntimeError) as exc:
-            return _fail(self.sections, f"trainer: {exc}")
+            from_disk = self._from_manifests()
+            if from_disk is None:
+                return _fail(self.sections, f"trainer: {exc}")
+            note = f"trainer not answering ({exc}); the curve from its step manifests in {self.history_dir}"
+            return {"rewards": Section(rows=from_disk, note=note)}
         items = body.get("items", body) if isinstance(body, dict) else body
         rows = [
             {"step": int(p["step"]), "reward": float(p["reward"])}
@@ -161,6 +177,24 @@ class TrainerSource:
             if p.get("step") is not None and p.get("reward") is not None
         ]
         return {"rewards": Section(rows=sorted(rows, key=lambda r: r["step"]))}
+
+    def _from_manifests(self) -> list[dict[str, Any]] | None:
+        """`step_<n>.json` manifests (workloads/trainer/checkpoints.py): step and task_reward_mean.
+        None where there is no folder or nothing readable in it."""
+        if self.history_dir is None or not self.history_dir.is_dir():
+            return None
+        rows = []
+        for path in self.history_dir.glob("step_*.json"):
+            try:
+                if path.stat().st_size > MANIFEST_MAX_BYTES:
+                    continue
+                manifest = json.loads(path.read_text())
+                reward = manifest.get("metrics", {}).get("task_reward_mean")
+                if reward is not None:
+                    rows.append({"step": int(manifest["step"]), "reward": float(reward)})
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue  # a manifest being written, or not one: skipped
+        return sorted(rows, key=lambda r: r["step"]) or None
 
 
 class ChainSource:

@@ -31,6 +31,8 @@ def dashboard_env(state: DevnetState) -> dict[str, str]:
         proc = state.process(name)
         if proc is not None and proc.url:
             values[f"INTELLECT_DASHBOARD_{setting}"] = proc.url
+    if state.process("trainer") is not None:  # the demo's trainer: its manifests outlive it
+        values["INTELLECT_DASHBOARD_TRAINER_DIR"] = str(Path(state.directory) / "trainer")
     return values
 
 

@@ -5,6 +5,7 @@ upstreams hold, refreshes itself when they change, greys out a dead upstream, an
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -228,3 +229,53 @@ def test_page_in_chromium_refreshes_itself(world) -> None:
             assert overflow <= 0, (width, overflow)
     finally:
         driver.quit()
+
+
+def test_after_the_run_the_page_keeps_its_data_and_the_whole_curve(world, tmp_path: Path) -> None:
+    """Issue 42.2: after a demo the trainer, the validators and (here) the orchestrator stop answering.
+    Each panel keeps what it last showed, with a quiet "offline since" note and no error; the reward
+    curve comes from the trainer's step manifests (all 40 steps, more than /history ever showed here);
+    an ended (deleted) task stays listed, marked."""
+    from workloads.trainer.checkpoints import Manifest
+
+    state, _, _ = world
+    ended = {"name": "earlier run", "image": "intellect-workload:latest"}
+    state["tasks"].append({"id": "task-0", "spec": ended, "created_at": "2026-11-23T04:00Z", "deleted": True})
+    trainer_dir = tmp_path / "trainer"
+    trainer_dir.mkdir()
+    for step in range(1, 41):
+        manifest = Manifest(step=step, parent_step=step - 1, sha256="ab" * 32, config_hash="c0ffee",
+                            created_at=1.0, metrics={"task_reward_mean": 0.3 + 0.005 * step})  # fmt: skip
+        (trainer_dir / f"step_{step}.json").write_text(manifest.model_dump_json())
+    (trainer_dir / "step_41.json").write_text('{"step": 41, "metr')  # being written: skipped
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(TOKEN)
+    up = ServerThread(upstream(state)).start()
+    trainer = ServerThread(upstream(state)).start()
+    settings = DashboardSettings(
+        _env_file=None, orchestrator_url=up.url, orchestrator_token_file=token_file, validator_url=up.url,
+        trainer_url=trainer.url, trainer_dir=trainer_dir, pool_id=1, timeout_seconds=0.5,
+    )  # fmt: skip
+    try:
+        with ServerThread(create_app(settings)) as dash:
+            live = httpx.get(dash.url + "/api/snapshot").json()["panels"]
+            assert [r["step"] for r in live["rewards"]["rows"]] == [1, 2, 3, 4, 5]  # /history while it runs
+            assert [r["state"] for r in live["tasks"]["rows"]] == ["active", "ended (deleted)"]
+            trainer.stop()
+            up.stop()
+            time.sleep(1.2)  # past the dashboard's one-second cache
+            after = httpx.get(dash.url + "/api/snapshot").json()["panels"]
+            rewards = after["rewards"]
+            assert rewards["error"] is None and len(rewards["rows"]) == 40, rewards
+            assert rewards["rows"][-1] == {"step": 40, "reward": pytest.approx(0.5)}
+            assert "step manifests" in rewards["note"]
+            for name, count in (("verdicts", 2), ("tasks", 2), ("nodes", 2)):
+                panel = after[name]
+                assert panel["error"] is None and len(panel["rows"]) == count, (name, panel)
+                assert panel["offline_since"] and panel["note"].startswith("offline since"), panel
+            page = httpx.get(dash.url + "/").text
+            assert "40 steps" in page and "offline since" in page and "ended (deleted)" in page
+            assert page.count('class="error"') == 1 and "no source configured" in page  # payouts: no chain
+    finally:
+        trainer.stop()
+        up.stop()
