@@ -54,6 +54,18 @@ def upstream(world: dict) -> FastAPI:
     return app
 
 
+def write_manifests(folder: Path, steps: int) -> Path:
+    """Step manifests as the trainer keeps them (workloads/trainer/checkpoints.py), reward rising."""
+    from workloads.trainer.checkpoints import Manifest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for step in range(1, steps + 1):
+        manifest = Manifest(step=step, parent_step=step - 1, sha256="ab" * 32, config_hash="c0ffee",
+                            created_at=1.0, metrics={"task_reward_mean": 0.3 + 0.005 * step})  # fmt: skip
+        (folder / f"step_{step}.json").write_text(manifest.model_dump_json())
+    return folder
+
+
 @pytest.fixture()
 def world(tmp_path: Path):
     state = {
@@ -107,6 +119,7 @@ def world(tmp_path: Path):
             orchestrator_token_file=token_file,
             validator_url=up.url,
             trainer_url=up.url,
+            trainer_dir=write_manifests(tmp_path / "trainer", 12),  # the whole run, on the trainer's disk
             pool_id=1,
             refresh_seconds=0.5,
         )
@@ -178,7 +191,7 @@ def test_page_in_chromium_refreshes_itself(world) -> None:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    state, dash, _ = world
+    state, dash, up = world
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or ""
     for flag in (
@@ -227,6 +240,14 @@ def test_page_in_chromium_refreshes_itself(world) -> None:
             overflow = driver.execute_script(
                 "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
             assert overflow <= 0, (width, overflow)
+        # the run ends (issue 42.2): every upstream stops; the open page keeps its data, with a quiet
+        # note, and draws the whole curve from the trainer's step manifests
+        driver.set_window_size(1280, 900)
+        up.stop()
+        WebDriverWait(driver, 20).until(lambda d: len(texts("#reward-plot circle")) == 12)
+        assert any(t.startswith("offline since") for t in texts(".note"))
+        assert texts("#panel-nodes td.col-state") == ["Dead", "Ejected"]
+        assert [e for e in texts(".error") if e != "no source configured"] == []
     finally:
         driver.quit()
 
@@ -236,17 +257,10 @@ def test_after_the_run_the_page_keeps_its_data_and_the_whole_curve(world, tmp_pa
     Each panel keeps what it last showed, with a quiet "offline since" note and no error; the reward
     curve comes from the trainer's step manifests (all 40 steps, more than /history ever showed here);
     an ended (deleted) task stays listed, marked."""
-    from workloads.trainer.checkpoints import Manifest
-
     state, _, _ = world
     ended = {"name": "earlier run", "image": "intellect-workload:latest"}
     state["tasks"].append({"id": "task-0", "spec": ended, "created_at": "2026-11-23T04:00Z", "deleted": True})
-    trainer_dir = tmp_path / "trainer"
-    trainer_dir.mkdir()
-    for step in range(1, 41):
-        manifest = Manifest(step=step, parent_step=step - 1, sha256="ab" * 32, config_hash="c0ffee",
-                            created_at=1.0, metrics={"task_reward_mean": 0.3 + 0.005 * step})  # fmt: skip
-        (trainer_dir / f"step_{step}.json").write_text(manifest.model_dump_json())
+    trainer_dir = write_manifests(tmp_path / "run" / "trainer", 40)
     (trainer_dir / "step_41.json").write_text('{"step": 41, "metr')  # being written: skipped
     token_file = tmp_path / "admin-token"
     token_file.write_text(TOKEN)
