@@ -26,13 +26,14 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _steps(values: list[str]) -> dict[int, Path]:
+def checkpoint_flags(values: list[str], first: int = 0) -> dict[int, Path]:
+    """`--checkpoint STEP=PATH` flags (check and calibrate): step → an existing file; STEP >= first."""
     steps: dict[int, Path] = {}
     for value in values:
         step, sep, path = value.partition("=")
-        if not sep or not step.isdigit() or int(step) < 1 or not path:
+        if not sep or not step.isdigit() or int(step) < first or not path:
             raise typer.BadParameter(
-                f"--checkpoint {value!r}: use STEP=PATH with STEP >= 1, e.g. 3=ckpt/step_3.safetensors"
+                f"--checkpoint {value!r}: use STEP=PATH with STEP >= {first}, e.g. 3=ckpt/step_3.safetensors"
             )
         if not Path(path).is_file():
             raise typer.BadParameter(f"--checkpoint {value!r}: {path} does not exist")
@@ -80,7 +81,7 @@ def calibrate_command(
     follow the rules of validator/limits.py; every honest file is judged again under them. Without a
     record for the task's model, a validator's recomputation failures are never slashed."""
     try:
-        own = _steps(checkpoint)
+        own = checkpoint_flags(checkpoint, first=1)
     except typer.BadParameter as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None

@@ -20,7 +20,7 @@ from intellect.workloads import FileJudge, ValidatorEnv, WorkloadError, settings
 from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from validator.api import create_app
-from validator.calibrate_cli import calibrate_command
+from validator.calibrate_cli import calibrate_command, checkpoint_flags
 from validator.memory import LocalCheckpoints, MemorySeenStore
 from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
 from validator.service import ValidatorService
@@ -45,18 +45,6 @@ def main() -> None:
 
 
 app.command("calibrate")(calibrate_command)
-
-
-def _checkpoint_flags(values: list[str]) -> dict[int, Path]:
-    steps: dict[int, Path] = {}
-    for value in values:
-        step, sep, path = value.partition("=")
-        if not sep or not step.isdigit() or not path:
-            raise typer.BadParameter(f"--checkpoint {value!r}: use STEP=PATH, e.g. 3=ckpt/step_3.safetensors")
-        if not Path(path).is_file():
-            raise typer.BadParameter(f"--checkpoint {value!r}: {path} does not exist")
-        steps[int(step)] = Path(path)
-    return steps
 
 
 @app.command()
@@ -102,7 +90,7 @@ def check(
     else:
         try:
             settings = TaskSettings.from_spec_file(task) if task else TaskSettings.defaults()
-            steps = _checkpoint_flags(checkpoint)
+            steps = checkpoint_flags(checkpoint)
         except (ValueError, typer.BadParameter) as exc:
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
