@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import httpx
@@ -66,7 +67,8 @@ def _chain(settings: WorkerSettings, create_keys: bool = False) -> tuple[WorkerK
     return keys, WorkerChain(settings.rpc_url, settings.resolved_deployment(), keys)
 
 
-def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> Runtime:
+def _make_runtime(kind: str, settings: WorkerSettings, node_address: str,
+                  signer: Callable[[str], str] | None = None) -> Runtime:  # fmt: skip
     """`recording` only records the desired task (no execution); the others run it (worker.runtime)."""
     if kind == "recording":
         return RecordingRuntime()
@@ -75,7 +77,7 @@ def _make_runtime(kind: str, settings: WorkerSettings, node_address: str) -> Run
     # The bridge (files ready → uploader) comes with it; a task a previous worker process left
     # running is adopted. Task data lives where `check` measured the free disk.
     return start_runtime(kind, node_address, settings.state_dir, storage_root=settings.state_dir / "data",
-                         task_env=settings.task_env, task_network=settings.task_network,
+                         signer=signer, task_env=settings.task_env, task_network=settings.task_network,
                          p2p_seed=settings.p2p_seed, p2p_port=settings.p2p_port,
                          task_isolation=settings.task_isolation,
                          task_uid=settings.task_uid, task_gid=settings.task_gid)
@@ -165,8 +167,9 @@ def start(
 
     if settings.api_port == 0:
         settings = settings.model_copy(update={"api_port": free_port(settings.api_host)})
-    daemon = WorkerDaemon(settings, keys, chain, _make_runtime(runtime, settings, keys.node.address), specs,
-                          store, ChainAuthorizer(chain, settings.pool_id))
+    task_runtime = _make_runtime(runtime, settings, keys.node.address, keys.node.sign_message)
+    daemon = WorkerDaemon(settings, keys, chain, task_runtime, specs, store,
+                          ChainAuthorizer(chain, settings.pool_id))  # fmt: skip
     err.print(f"worker {keys.node.address} serving on http://{settings.api_host}:{settings.api_port}, "
               f"pool {settings.pool_id}")
     asyncio.run(daemon.run())

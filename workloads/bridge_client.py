@@ -69,6 +69,18 @@ def report_metrics(metrics: dict[str, float]) -> None:
     send({"type": "metrics", "task_id": _env("INTELLECT_TASK_ID"), "metrics": values})
 
 
+def sign_link(*, group_id: str, batch: int, sender: int, receiver: int, role: str, sha256: str,
+              task_id: str | None = None) -> str:
+    """The node key's signature (by the worker: the task holds no key) of what crossed one of this group
+    member's links in one batch (`intellect.wire.bridge.SignLinkMessage`)."""
+    answer = send({"type": "sign_link", "task_id": task_id or _env("INTELLECT_TASK_ID"), "group_id": group_id,
+                   "batch": batch, "sender": sender, "receiver": receiver, "role": role, "sha256": sha256})
+    signature = answer.get("signature")
+    if not isinstance(signature, str):
+        raise BridgeError("the worker answered a sign_link without a signature")
+    return signature
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

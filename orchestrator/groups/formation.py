@@ -12,6 +12,7 @@ No I/O here: the scheduler feeds candidates in and persists what comes out, so t
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -78,7 +79,7 @@ def form_groups(candidates: list[Candidate], topologies: list[Topology]) -> list
             if len(members) < topology.min_size:  # the seed is behind NAT and too few can be called
                 free = [c for c in free if c.address != seed.address]
                 continue
-            groups.append(ProposedGroup(topology, ring_order(members)))
+            groups.append(ProposedGroup(topology, members))  # ring order: drawn when it is created
             taken = {m.address for m in members}
             free = [c for c in free if c.address not in taken]
     return groups
@@ -105,11 +106,18 @@ def _callable_ring(ordered: list[Candidate], size: int) -> list[Candidate]:
     return members
 
 
-def ring_order(members: list[Candidate]) -> list[Candidate]:
+def ring_order(members: list[Candidate], draw: str | None = None) -> list[Candidate]:
     """The members in ring order with no two behind NAT next to each other (nobody could open the link
     between them): reachable and NAT-ed members alternate while both last, reachable ones fill the
-    rest. Order within each kind is kept (the seed, the fastest, stays stage 0 when it can be
-    called). A ring that cannot avoid it (more than half behind NAT) comes back as given."""
+    rest. A ring that cannot avoid it (more than half behind NAT) keeps the drawn order.
+
+    `draw` (the group's id: a UUID4 from the orchestrator's CSPRNG, made after the members were picked)
+    shuffles the members first, so nobody in the group chooses its stage or its neighbours by what it
+    claims (a throughput, a location): a member that could place itself right before a chosen victim
+    would decide whose input it forwards (issue 36). Without `draw`, the given order within each kind
+    (tests of the NAT rule)."""
+    if draw is not None:
+        members = drawn_order(members, draw)
     callable_, behind = [m for m in members if m.reachable], [m for m in members if not m.reachable]
     if not behind or len(behind) > len(callable_):
         return members
@@ -119,6 +127,14 @@ def ring_order(members: list[Candidate]) -> list[Candidate]:
         if i < len(behind):
             ring.append(behind[i])
     return ring
+
+
+def drawn_order(members: list[Candidate], draw: str) -> list[Candidate]:
+    """The members sorted by sha256(draw, address): a permutation fixed by `draw` alone."""
+    def key(c: Candidate) -> str:
+        return hashlib.sha256(f"intellect-ring-order:{draw}:{c.address.lower()}".encode()).hexdigest()
+
+    return sorted(members, key=key)
 
 
 def merge_candidates(sizes: dict[str, int], topology: Topology) -> list[tuple[str, str]]:

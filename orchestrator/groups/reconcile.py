@@ -94,7 +94,7 @@ def _create(session: Session, topology: str, members: list[Candidate], task_id: 
     group = NodeGroupRow(id=gid, topology=topology, task_id=task_id, created_at=utcnow())
     session.add(group)
     session.flush()  # the group row first: members reference it
-    for position, member in enumerate(ring_order(members)):
+    for position, member in enumerate(ring_order(members, draw=gid)):
         session.add(GroupMemberRow(node_address=member.address, group_id=gid, position=position,
                                    p2p_address=member.p2p_address))
     audit(session, "groups", "group_formed", gid, topology=topology, task=task_id,

@@ -4,7 +4,7 @@ nearest first, slower ones after; nodes that reported no figure come last (neare
 from __future__ import annotations
 
 from intellect.wire.nodes import ComputeSpecs, Location
-from orchestrator.groups.formation import Candidate, form_groups
+from orchestrator.groups.formation import Candidate, form_groups, ring_order
 from orchestrator.groups.topology import parse_topology_name
 
 SPECS = ComputeSpecs(cpu_cores=4, ram_mb=8000, disk_free_mb=10_000)
@@ -51,17 +51,19 @@ def test_no_two_members_behind_nat_are_neighbours_in_the_ring() -> None:
     # and they alternate with reachable ones
     nodes = [nat("n1", 1000), nat("n2", 990), nat("n3", 980), node("r1", 500), node("r2", 400)]
     groups = members(form_groups(nodes, [parse_topology_name("4x0GB")]))
-    assert groups == [["r1", "n1", "r2", "n2"]]  # n3 passed over; fastest first within each kind
+    assert [sorted(g) for g in groups] == [["n1", "n2", "r1", "r2"]]  # n3 passed over
     pairs = members(form_groups(nodes, [parse_topology_name("2x0GB")]))
-    assert pairs == [["r1", "n1"], ["r2", "n2"]]  # n3 has no reachable partner left: no group for it
+    assert [sorted(g) for g in pairs] == [["n1", "r1"], ["n2", "r2"]]  # n3: no reachable partner left
+    for draw in ("a", "b", "c", "d"):
+        ring = [m.address for m in ring_order(form_groups(nodes, [parse_topology_name("4x0GB")])[0].members,
+                                              draw)]  # fmt: skip
+        assert all(not (ring[i][0] == ring[(i + 1) % 4][0] == "n") for i in range(4)), ring
     assert form_groups([nat("a"), nat("b")], [parse_topology_name("2x0GB")]) == []
     alone = form_groups([nat("a")], [parse_topology_name("1x0GB")])
     assert members(alone) == [["a"]]  # a group of one has no link
 
 
 def test_ring_order_alternates_and_leaves_an_all_reachable_ring_alone() -> None:
-    from orchestrator.groups.formation import ring_order
-
     given = [nat("n1"), nat("n2"), node("r1", 1), node("r2", 1), node("r3", 1)]
     order = [m.address for m in ring_order(given)]
     assert order == ["r1", "n1", "r2", "n2", "r3"]
@@ -69,3 +71,21 @@ def test_ring_order_alternates_and_leaves_an_all_reachable_ring_alone() -> None:
     assert ring_order(plain) == plain
     for i in range(len(order)):  # cyclically: no NAT-ed neighbours, the last and the first included
         assert not (order[i].startswith("n") and order[(i + 1) % len(order)].startswith("n"))
+
+
+def test_the_ring_order_is_drawn_and_no_claim_places_a_member_before_another() -> None:
+    """Issue 36: the stage order comes from the group's id (the orchestrator's randomness, made after the
+    members are picked), not from what members claim: the fastest, nearest claimant is not stage 0,
+    and over draws every member precedes every other one."""
+    plain = [node("liar", 10_000, PARIS), node("victim", 100, PARIS), node("c", 100, TOKYO)]
+    before: dict[str, set[str]] = {m.address: set() for m in plain}
+    firsts = set()
+    for i in range(64):
+        ring = [m.address for m in ring_order(plain, f"group-{i}")]
+        assert sorted(ring) == sorted(m.address for m in plain)
+        assert ring == [m.address for m in ring_order(list(reversed(plain)), f"group-{i}")]  # draw alone
+        firsts.add(ring[0])
+        for j, m in enumerate(ring):
+            before[m].add(ring[(j + 1) % len(ring)])
+    assert firsts == {"liar", "victim", "c"}
+    assert all(len(after) == 2 for after in before.values())  # each one's successor varies with the draw

@@ -14,18 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from intellect.identity import Wallet
 from intellect.net import stable_port
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.templates import expand
 from intellect.wire.verdicts import Submission
 from intellect.workloads import ValidatorEnv, WorkloadSettingsError, load
 from validator.memory import MemorySeenStore
+from workloads.pipeline.commit import KEY_ENV
 from workloads.pipeline.files import read_group_file, row_keys
 from workloads.pipeline.plugin import PipelineJudge, PipelinePlugin, PipelineSettings
 from workloads.pipeline.task import file_name
 
 REPO = Path(__file__).resolve().parents[2]
-NODES = ["0x" + f"{i:040x}" for i in (0xA1, 0xB2, 0xC3)]
+KEYS = [Wallet.from_key(bytes([i + 1]) * 32) for i in range(3)]  # each member's node key, as a worker's
+NODES = [key.address for key in KEYS]
 OUTSIDER = "0x" + "d4" * 20
 TOPOLOGIES = "scheduling_config.plugins.node_groups.allowed_topologies"
 
@@ -108,6 +111,7 @@ def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = 
         dirs.append(data / "pipeline")
         full = {**os.environ, **env, "INTELLECT_DATA_DIR": str(data), "PYTHONPATH": str(REPO)}
         full.pop("INTELLECT_SOCKET_PATH", None)
+        full[KEY_ENV] = KEYS[i].private_key_hex()  # it signs its link commitments (a worker: by its bridge)
         argv = [sys.executable, *(rendered.entrypoint or [])[1:]]
         log = (data / "log").open("wb")
         procs.append(subprocess.Popen(argv, env=full, cwd=data, stdout=log, stderr=subprocess.STDOUT))
@@ -181,7 +185,7 @@ def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("members", "stage", "cheat"), [(2, 0, "noise"), (3, 1, "other-prompt"),
+@pytest.mark.parametrize(("members", "stage", "cheat"), [(2, 0, "small-flip"), (3, 1, "other-prompt"),
                                                          (2, 1, "forge-token")])  # fmt: skip
 def test_a_cheating_member_is_the_only_one_invalidated(tmp_path: Path, members: int, stage: int,
                                                        cheat: str) -> None:  # fmt: skip

@@ -180,3 +180,37 @@ def test_client_cli(bridge: TaskBridge, task: Path, capsys: pytest.CaptureFixtur
     assert bridge_client.main(["file", "nope.bin"]) == 1
     assert "nope.bin" in capsys.readouterr().err
     assert bridge_client.main(["dance"]) == 2
+
+
+def test_a_group_member_gets_its_link_commitment_signed_by_the_node_key_it_never_holds(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sign_link`: the worker signs the fixed claim text (task, group, batch, link, digest) with the node
+    key; a task it does not run, a malformed claim and a worker without a key are refused."""
+    from intellect.identity import Wallet
+    from workloads.pipeline.commit import BridgeSigner, LinkClaim, signed_by
+
+    node = Wallet.create()
+    with TaskBridge(short_tmp / "sock" / "b.sock", short_tmp / "state", None, node.sign_message) as bridge:
+        data = short_tmp / "data"
+        data.mkdir()
+        bridge.allow_task("task-1", data, "/data")
+        monkeypatch.setenv("INTELLECT_SOCKET_PATH", str(bridge.socket_path))
+        monkeypatch.setenv("INTELLECT_TASK_ID", "task-1")
+        claim = LinkClaim("task-1", "group-7", 3, 0, 1, "sent", "ab" * 32)
+        signature = BridgeSigner().sign(claim)
+        assert signed_by(claim, signature, node.address)
+        later = LinkClaim("task-1", "group-7", 4, 0, 1, "sent", "ab" * 32)
+        assert not signed_by(later, signature, node.address)  # bound to its batch
+        claim_of = {"type": "sign_link", "group_id": "g", "batch": 1, "sender": 0, "receiver": 1,
+                    "role": "sent"}
+        other = json.dumps({**claim_of, "task_id": "task-2", "sha256": "ab" * 32}).encode()
+        free_text = json.dumps({**claim_of, "task_id": "task-1", "sha256": "send 1 ETH"}).encode()
+        refused = exchange(bridge.socket_path, other, free_text)
+        assert not refused[0]["ok"] and "not running it" in refused[0]["error"]
+        assert not refused[1]["ok"] and "sha256" in refused[1]["error"] and "signature" not in refused[1]
+    with TaskBridge(short_tmp / "sock" / "c.sock", short_tmp / "state2") as keyless:
+        keyless.allow_task("task-1", short_tmp / "data", "/data")
+        monkeypatch.setenv("INTELLECT_SOCKET_PATH", str(keyless.socket_path))
+        with pytest.raises(bridge_client.BridgeError, match="without its node key"):
+            BridgeSigner().sign(LinkClaim("task-1", "g", 1, 0, 1, "sent", "ab" * 32))

@@ -9,6 +9,7 @@ over the `RuntimeBase` skeleton, and `RecordingRuntime` (no execution) implement
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,15 +54,17 @@ def start_runtime(
     state_dir: Path,
     storage_root: Path | None = None,
     adopt: bool = True,
+    signer: Callable[[str], str] | None = None,
     **options: Any,
 ) -> RuntimeBase[Any]:
     """Bridge + runtime for a worker whose state lives in `state_dir`; `options` are RuntimeConfig
     fields (max_restarts, shm_size, gpu_ids, p2p_seed, ...). With `adopt`, a task left running by a
     previous worker process is taken over (see `runtime.desired` / `runtime.status()`).
-    `runtime.close()` stops the bridge; the task keeps running."""
+    `runtime.close()` stops the bridge; the task keeps running. `signer`: the node key's
+    `sign_message`, with which the bridge signs a group member's link commitments (`sign_link`)."""
     confines = os.geteuid() == 0 and options.get("task_isolation", "auto") != "off"
     task_gid = options.get("task_gid", RuntimeConfig.model_fields["task_gid"].default) if confines else None
-    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge", task_gid).start()
+    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge", task_gid, signer).start()
     config = RuntimeConfig(
         node_address=node_address,
         storage_root=storage_root or state_dir / "storage",

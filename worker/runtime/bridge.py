@@ -5,6 +5,9 @@ is mounted into containers at /run/intellect). A root worker that confines proce
 user opens both to that user's group alone (0660 in 0710). Newline-delimited JSON, validated with
 `intellect.wire.bridge`; every line gets one `BridgeReply` line back:
 - `metrics`: latest value per label per task, read by the worker for its next heartbeat;
+- `sign_link`: a group member's commitment to what crossed one of its links in a batch, signed with
+  the node key (the task never holds it) over the fixed text `SignLinkMessage.claim_text`; refused
+  without a signer (a worker started without its key) or for a task this worker does not run;
 - `file_ready`: a finished file in the task's data dir, checked (inside the dir, exists, sha256
   matches) and queued durably in SQLite in the worker's state dir, so a worker restart never loses
   an announced file. The uploader takes them from `pending_files()` and calls `mark_uploaded`.
@@ -23,6 +26,7 @@ import sqlite3
 import stat
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -30,7 +34,13 @@ from pathlib import Path, PurePosixPath
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from intellect.wire.bridge import BridgeReply, FileReadyMessage, MetricsMessage, bridge_message
+from intellect.wire.bridge import (
+    BridgeReply,
+    FileReadyMessage,
+    MetricsMessage,
+    SignLinkMessage,
+    bridge_message,
+)
 from worker.sqlite import transaction
 
 log = structlog.get_logger(__name__)
@@ -173,10 +183,18 @@ def describe(error: ValidationError) -> str:
     return "invalid message: " + "; ".join(parts)
 
 
+def _reply_line(reply: BridgeReply) -> bytes:
+    """One reply line; `signature` only on a `sign_link` answer (the other replies keep their shape)."""
+    return reply.model_dump_json(exclude={"signature"} if reply.signature is None else None).encode() + b"\n"
+
+
 class TaskBridge:
-    def __init__(self, socket_path: Path, state_dir: Path, task_gid: int | None = None) -> None:
+    def __init__(self, socket_path: Path, state_dir: Path, task_gid: int | None = None,
+                 signer: Callable[[str], str] | None = None) -> None:  # fmt: skip
         """`task_gid`: the group confined tasks run as; it alone (with this user) may reach the socket
-        (folder 0710, socket 0660). None keeps both private to this user (0700, 0600)."""
+        (folder 0710, socket 0660). None keeps both private to this user (0700, 0600). `signer`: the
+        node key's EIP-191 signature of a text (`Wallet.sign_message`), for `sign_link`."""
+        self.signer = signer
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
             raise ValueError(
                 f"bridge socket path {socket_path} is longer than {MAX_SOCKET_PATH} bytes "
@@ -224,11 +242,19 @@ class TaskBridge:
         try:
             if isinstance(message, MetricsMessage):
                 self._record_metrics(message)
+            elif isinstance(message, SignLinkMessage):
+                return BridgeReply(ok=True, signature=self._sign_link(message))
             else:
                 await self._file_ready(message)
         except BridgeRejected as exc:
             return self._refuse(str(exc), line)
         return BridgeReply(ok=True)
+
+    def _sign_link(self, message: SignLinkMessage) -> str:
+        self._entry(message.task_id)
+        if self.signer is None:
+            raise BridgeRejected("this worker signs no link commitments (started without its node key)")
+        return self.signer(message.claim_text())
 
     def _refuse(self, reason: str, line: bytes) -> BridgeReply:
         log.warning("bridge refused a message", line=repr(line[:200]), reason=reason)
@@ -310,7 +336,7 @@ class TaskBridge:
                         return
                 except asyncio.LimitOverrunError:
                     reply = self._refuse(f"message longer than {MAX_LINE} bytes", b"")
-                    writer.write(reply.model_dump_json().encode() + b"\n")
+                    writer.write(_reply_line(reply))
                     await writer.drain()
                     return
                 if line.strip():
@@ -319,7 +345,7 @@ class TaskBridge:
                     except Exception as exc:  # never let one message take the server down
                         log.exception("bridge failed to handle a message")
                         reply = BridgeReply(ok=False, error=f"internal error: {type(exc).__name__}")
-                    writer.write(reply.model_dump_json().encode() + b"\n")
+                    writer.write(_reply_line(reply))
                     await writer.drain()
                 if reader.at_eof():
                     return

@@ -9,18 +9,22 @@ A member behind NAT replaces `--bind` by `--dial-prev` (its predecessor, which t
 Stage 0 also takes `--request` (a JSON file: prompts, seeds, max_new_tokens, temperature; or a list
 of them, one batch each, the others then given `--batches N`). Each member writes what it made (its
 proofs; stage 0 and the last also the tokens) to `--out` as JSON (a list for several batches), or,
-when a peer failed, `{"error": ..., "member": <index of the member at fault>}` and exits 3.
+when a peer failed, `{"error": ..., "member": <index of the member at fault>}` and exits 3. With its
+node key in `INTELLECT_PIPELINE_NODE_KEY` (and its address in `--address`) a member signs its link
+commitments and checks its predecessor's (`commit.py`); without, nothing is signed.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from workloads.pipeline.commit import signer_from_env
 from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.options import CHEATS
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
@@ -29,17 +33,29 @@ from workloads.pipeline.transport import MemberError, MemberLink
 SECRET_ENV = "INTELLECT_PIPELINE_GROUP_SECRET"
 
 
+def _frames_json(frames: list[list[bytes]]) -> list[list[str]]:
+    return [[base64.b64encode(p).decode() for p in parts] for parts in frames]
+
+
+def _frames_from_json(frames: list[list[str]]) -> list[list[bytes]]:
+    return [[base64.b64decode(p) for p in parts] for parts in frames]
+
+
 def output_json(out: StageOutput) -> dict:
     data = asdict(out)
     data["proofs"] = [p.hex() for p in out.proofs]
     data["bundle"] = out.bundle.header() if out.bundle else None
+    data["received_frames"] = _frames_json(out.received_frames)
+    data["sent_frames"] = _frames_json(out.sent_frames)
     return data
 
 
 def output_from_json(data: dict) -> StageOutput:
     bundle = GroupBundle.from_header(data["bundle"]) if data.get("bundle") else None
     return StageOutput(**{**data, "proofs": [bytes.fromhex(p) for p in data["proofs"]],
-                          "layers": tuple(data["layers"]), "bundle": bundle})  # fmt: skip
+                          "layers": tuple(data["layers"]), "bundle": bundle,
+                          "received_frames": _frames_from_json(data.get("received_frames") or []),
+                          "sent_frames": _frames_from_json(data.get("sent_frames") or [])})  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                       inbox_dial=args.dial_prev, outbox_bind=args.listen_next)  # fmt: skip
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
-    member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address)
+    member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address,
+                    signer=signer_from_env())  # fmt: skip
     outputs = []
     try:
         member.introduce()

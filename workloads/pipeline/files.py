@@ -13,10 +13,19 @@ single-node rollout schema (`workloads/rollouts.py`: rewards, advantages, the po
 checkpoint, problem ids, …), rows prompt-major in groups of `n` completions, so the trainer takes a
 group's batch like any rollout file (`to_rollouts`); the extra is the member list and every stage's
 proofs.
+
+Format 3 adds what makes blame local (`commit.py`, `verify.judge_member`): every link's record (the
+sender's signed digest of the frames it sent, the receiver's countersigned digest of what it got),
+and this member's own frames of the batch, exactly as they crossed its links (base64): what it
+received and what it sent. A validator checks them against the records and replays the member's
+stage from what it received. They are the bulk of the file: the tiny model's 8-row batch of 32 tokens
+is about 0.2 MB a direction; a model with 4,096-wide activations would make them 32× that, which
+the file cap (`MAX_FILE_BYTES`, and the validator's own) bounds.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 from collections.abc import Callable
@@ -28,16 +37,29 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workloads.inference.generate import rewards_for
 from workloads.inference.selection import SEED_HIGH, BatchPlan
-from workloads.pipeline.member import GroupBundle, Policy
+from workloads.pipeline.bundle import GroupBundle, Policy
+from workloads.pipeline.commit import LinkRecord
 from workloads.rollouts import BatchInfo, Rollout
 from workloads.verifiers import TaskRecord
 
-FORMAT = "intellect-pipeline-batch/2"
+FORMAT = "intellect-pipeline-batch/3"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 class GroupFileError(ValueError):
     """The file cannot be read as a group batch; `str()` says why."""
+
+
+class LinkEntry(BaseModel):
+    """A `commit.LinkRecord` in the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sender: int = Field(ge=0, le=63)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    signature: str = Field(max_length=200)
+    received_sha256: str = Field(pattern=r"^([0-9a-f]{64})?$")
+    countersignature: str = Field(max_length=200)
 
 
 class GroupFile(BaseModel):
@@ -70,6 +92,10 @@ class GroupFile(BaseModel):
     length_penalties: list[float]
     rewards: list[float]
     advantages: list[float]
+    links: list[LinkEntry] = Field(default_factory=list, max_length=63)
+    # This member's frames of the batch as they crossed its links: per frame its parts, base64.
+    received_frames: list[list[str]] = Field(default_factory=list, max_length=1 << 16)
+    sent_frames: list[list[str]] = Field(default_factory=list, max_length=1 << 16)
 
     @property
     def node(self) -> str:
@@ -81,9 +107,17 @@ class GroupFile(BaseModel):
 
     def bundle(self) -> GroupBundle:
         proofs = [[bytes.fromhex(p) for p in stage] for stage in self.stage_proofs]
+        links = [LinkRecord(**entry.model_dump()) for entry in self.links]
         return GroupBundle(list(self.members), [list(p) for p in self.prompts],
                            [list(o) for o in self.outputs], [list(lp) for lp in self.logprobs],
-                           list(self.seeds), self.temperature, proofs, self.policy)
+                           list(self.seeds), self.temperature, proofs, self.policy, links)  # fmt: skip
+
+    def frames(self) -> tuple[list[list[bytes]], list[list[bytes]]]:
+        """(received, sent): this member's frames of the batch, as bytes."""
+        def decode(frames: list[list[str]]) -> list[list[bytes]]:
+            return [[base64.b64decode(part, validate=True) for part in parts] for parts in frames]
+
+        return decode(self.received_frames), decode(self.sent_frames)
 
     def to_rollouts(self) -> tuple[list[Rollout], BatchInfo]:
         """The batch as rollout rows, as the trainer reads any rollout file; each row's proof is the last
@@ -139,8 +173,13 @@ def score_rows(records: list[TaskRecord], plan: BatchPlan, texts: list[str], len
 
 def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, stage: int,
                      layers: tuple[int, int], model: str, max_new_tokens: int, bundle: GroupBundle,
-                     n: int, scores: Scores) -> Path:  # fmt: skip
+                     n: int, scores: Scores, received_frames: list[list[bytes]] | None = None,
+                     sent_frames: list[list[bytes]] | None = None) -> Path:  # fmt: skip
     policy = bundle.policy
+
+    def encode(frames: list[list[bytes]] | None) -> list[list[str]]:
+        return [[base64.b64encode(part).decode() for part in parts] for parts in frames or []]
+
     data = GroupFile(
         format=FORMAT, task_id=task_id, group_id=group_id, batch=batch, stage=stage, layers=layers,
         model=model,
@@ -151,7 +190,8 @@ def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, sta
         checkpoint_sha256=policy.checkpoint_sha256, problem_ids=scores.problem_ids,
         task_types=scores.task_types, target_lengths=scores.target_lengths,
         task_rewards=scores.task_rewards, length_penalties=scores.length_penalties, rewards=scores.rewards,
-        advantages=scores.advantages,
+        advantages=scores.advantages, links=[LinkEntry(**r.header()) for r in bundle.links],
+        received_frames=encode(received_frames), sent_frames=encode(sent_frames),
     )  # fmt: skip
     part = path.with_name(path.name + ".part")
     part.write_text(data.model_dump_json())
@@ -194,6 +234,13 @@ def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:
         data.bundle()
     except ValueError:
         raise GroupFileError("a proof that is not hex") from None
+    if data.links and [e.sender for e in data.links] != list(range(len(data.members) - 1)):
+        raise GroupFileError(f"link records of senders {[e.sender for e in data.links][:8]} for "
+                             f"{len(data.members)} members")  # fmt: skip
+    try:
+        data.frames()
+    except ValueError:
+        raise GroupFileError("a frame that is not base64") from None
     return data
 
 

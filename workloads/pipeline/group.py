@@ -1,5 +1,10 @@
 """Run a whole group on this machine, one process per member on loopback (tests, bench, demo), or each
-member on a host of its own (devnet/hosts.py), some of them behind NAT."""
+member on a host of its own (devnet/hosts.py), some of them behind NAT; or one thread per member in
+this process (`run_thread_group`: the same protocol over the same CURVE links, without an interpreter
+and a model load per member, for tests that run many small groups).
+
+Each member gets a node key of its own (`GroupRun.keys`), as a worker's node would have, and signs
+its link commitments with it (`commit.py`)."""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from intellect.identity import Wallet
 from intellect.net import stable_port
 from workloads.pipeline.__main__ import SECRET_ENV, output_from_json
+from workloads.pipeline.commit import KEY_ENV, KeySigner
 from workloads.pipeline.member import BatchRequest, StageOutput
 
 if TYPE_CHECKING:  # tests and the devnet place members on hosts; a member never imports devnet
@@ -27,6 +34,11 @@ class GroupRun:
     outputs: dict[int, StageOutput] = field(default_factory=dict)  # the (first) batch, by member
     batches: list[dict[int, StageOutput]] = field(default_factory=list)  # every batch, by member
     errors: dict[int, dict] = field(default_factory=dict)  # member index → {"error", "member" at fault}
+    keys: list[Wallet] = field(default_factory=list)  # each member's node key (signed: True)
+
+    @property
+    def addresses(self) -> list[str]:
+        return [k.address for k in self.keys]
 
     @property
     def ok(self) -> bool:
@@ -37,6 +49,7 @@ def run_local_group(
     members: int, request: BatchRequest | list[BatchRequest], folder: Path, *, model: str = "tiny",
     weights: Path | None = None, cheats: dict[int, str] | None = None, timeout: float = 30.0,
     eos: int | None = None, hosts: list[Host] | None = None, behind_nat: set[int] | None = None,
+    signed: bool = True,
 ) -> GroupRun:  # fmt: skip
     """Start `members` member processes on 127.0.0.1 (or member i on `hosts[i]`), run the batch (or each
     batch of a list) through them, collect what each member made. Members in `behind_nat` open both of
@@ -52,6 +65,7 @@ def run_local_group(
     (folder / "request.json").write_text(json.dumps(body))
     env = {**os.environ, SECRET_ENV: secrets.token_hex(32), "PYTHONPATH": str(REPO)}
     procs = []
+    keys = [Wallet.create() for _ in range(members)] if signed else []
     for i in range(members):
         j, h = (i + 1) % members, (i - 1) % members
         argv = [sys.executable, "-m", "workloads.pipeline", "--index", str(i), "--members", str(members),
@@ -70,11 +84,15 @@ def run_local_group(
             argv += ["--batches", str(len(request))]
         if cheats and i in cheats:
             argv += ["--cheat", cheats[i]]
+        member_env = dict(env)
+        if keys:
+            argv += ["--address", keys[i].address]
+            member_env[KEY_ENV] = keys[i].private_key_hex()
         if hosts:
             argv = hosts[i].argv(argv)
         log = (folder / f"member-{i}.log").open("wb")
-        procs.append(subprocess.Popen(argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
-    run = GroupRun()
+        procs.append(subprocess.Popen(argv, env=member_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+    run = GroupRun(keys=keys)
     for i, proc in enumerate(procs):
         try:
             proc.wait(timeout=timeout * 4 + 120)
@@ -101,3 +119,59 @@ def run_local_group(
 
 def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def run_thread_group(
+    members: int, request: BatchRequest | list[BatchRequest], *, model: str = "tiny",
+    cheats: dict[int, str] | None = None, timeout: float = 20.0, signed: bool = True,
+    task_id: str = "local", group_id: str = "local",
+) -> GroupRun:  # fmt: skip
+    """`run_local_group` with each member a thread of this process: real links on loopback, each member
+    its own stage (only its layers), node key and cheat."""
+    import threading
+
+    from workloads.model.loading import load_tokenizer
+    from workloads.pipeline.member import Member
+    from workloads.pipeline.options import Cheat
+    from workloads.pipeline.stages import load_stage, plan_stages
+    from workloads.pipeline.transport import MemberError, MemberLink
+
+    requests = request if isinstance(request, list) else [request]
+    tok = load_tokenizer(model)
+    secret = secrets.token_bytes(32)
+    ports = [stable_port() for _ in range(members)]
+    keys = [Wallet.create() for _ in range(members)] if signed else []
+    run = GroupRun(keys=keys)
+    plans = plan_stages(model, members)
+    made: dict[int, list[StageOutput]] = {}
+
+    def member(i: int) -> None:
+        link = MemberLink(i, members, secret, f"tcp://127.0.0.1:{ports[i]}",
+                          f"tcp://127.0.0.1:{ports[(i + 1) % members]}", max_frame_bytes=64 << 20,
+                          timeout=timeout)  # fmt: skip
+        try:
+            link.connect()
+            cheat = (cheats or {}).get(i, "none")
+            m = Member(load_stage(model, plans[i]), link, int(tok.eos_token_id), int(tok.pad_token_id),
+                       cheat=cast(Cheat, cheat),
+                       address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
+                       task_id=task_id, group_id=group_id)  # fmt: skip
+            m.introduce()
+            made[i] = [m.run_batch(r if i == 0 else None) for r in requests]
+        except MemberError as exc:
+            run.errors[i] = {"error": str(exc), "member": exc.member, "from": i}
+        finally:
+            link.close()
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(members)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout * 4 + 60)
+    for i, outs in sorted(made.items()):
+        run.outputs[i] = outs[0]
+        for b, out in enumerate(outs):
+            if len(run.batches) <= b:
+                run.batches.append({})
+            run.batches[b][i] = out
+    return run

@@ -19,108 +19,35 @@ its own as it passes the header on), the proofs frames carry every earlier stage
 member sends the whole batch (members, prompts, tokens, logprobs, seeds, every stage's proofs) back
 round the ring to every other member, each of which checks its own part. So every member ends the
 batch holding the same `GroupBundle`: the file it uploads, and the one a validator judges.
+
+Seals (`commit.py`): after its proofs frame, a non-last member sends a `seal`: the sha256 of every frame
+it sent on that link in the batch, signed with its node key, and the link records of the links before
+it. The receiver compares the digest with that of the frames it received, checks the signature is
+the sender's (the address the hello round named), countersigns, and passes the records on; the last
+member puts them in the bundle. Each member keeps the exact frames it received and sent (`StageOutput.
+received_frames`, `sent_frames`) for its file, so a validator replays its stage from what it really
+received and compares with what it really sent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from workloads.model import sampler
+from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
+from workloads.pipeline.cheats import perturb_stage, tamper
+from workloads.pipeline.commit import LinkClaim, LinkRecord, LinkSigner, signed_by
+
+__all__ = ["BatchRequest", "GroupBundle", "Member", "Policy", "StageOutput", "perturb_stage"]
 from workloads.pipeline.options import Cheat
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import MemberLink, MemberMisbehaved
 from workloads.toploc.proof import build_proofs_batch as _build_proofs
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The weights a batch is made with: the trainer's step it was made for and the checkpoint (its step,
-    0 = the base model, and the sha256 of its file). The driver picks it; it travels in the step-0
-    header so every member loads that checkpoint's layers before running the batch."""
-
-    step: int = 0
-    checkpoint_step: int = 0
-    checkpoint_sha256: str | None = None
-
-    @property
-    def weights(self) -> tuple[int, str | None]:
-        """What a member loads: the checkpoint (a new trainer step alone changes nothing to load)."""
-        return self.checkpoint_step, self.checkpoint_sha256
-
-    def header(self) -> dict[str, Any]:
-        return {"step": self.step, "checkpoint_step": self.checkpoint_step, "sha256": self.checkpoint_sha256}
-
-    @classmethod
-    def from_header(cls, header: Any) -> Policy:
-        if not isinstance(header, dict):
-            raise ValueError("a policy must be an object")
-        step, checkpoint, sha = header.get("step"), header.get("checkpoint_step"), header.get("sha256")
-        if not (isinstance(step, int) and isinstance(checkpoint, int) and 0 <= checkpoint <= step):
-            raise ValueError(f"a policy of step {step!r} with checkpoint {checkpoint!r}")
-        if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
-            raise ValueError("a checkpoint sha256 that is not 64 hex digits")
-        return cls(step, checkpoint, sha)
-
-
-@dataclass
-class BatchRequest:
-    """What the driver (stage 0) is asked to generate."""
-
-    prompts: list[list[int]]
-    seeds: list[int]
-    max_new_tokens: int
-    temperature: float
-    batch: int = 1  # its number in the task (named in every member's file)
-    policy: Policy = field(default_factory=Policy)
-
-
-@dataclass
-class GroupBundle:
-    """A group's batch as every member holds it at the end: what a validator judges."""
-
-    members: list[str]  # node addresses, stage order
-    prompts: list[list[int]]
-    outputs: list[list[int]]
-    logprobs: list[list[float]]
-    seeds: list[int]
-    temperature: float
-    stage_proofs: list[list[bytes]]  # per stage, one proof per row
-    policy: Policy = field(default_factory=Policy)
-
-    def header(self) -> dict[str, Any]:
-        return {"kind": "bundle", "members": self.members, "prompts": self.prompts, "outputs": self.outputs,
-                "logprobs": self.logprobs, "seeds": self.seeds, "temperature": self.temperature,
-                "stage_proofs": [[p.hex() for p in stage] for stage in self.stage_proofs],
-                "policy": self.policy.header()}  # fmt: skip
-
-    @classmethod
-    def from_header(cls, header: dict[str, Any]) -> GroupBundle:
-        return cls(list(header["members"]), header["prompts"], header["outputs"], header["logprobs"],
-                   header["seeds"], float(header["temperature"]),
-                   [[bytes.fromhex(p) for p in stage] for stage in header["stage_proofs"]],
-                   Policy.from_header(header["policy"]))  # fmt: skip
-
-
-@dataclass
-class StageOutput:
-    """What one member made of one batch: its proofs, and (stage 0 and the last) the tokens."""
-
-    index: int
-    layers: tuple[int, int]
-    proofs: list[bytes]
-    tokens: list[list[int]] = field(default_factory=list)
-    logprobs: list[list[float]] = field(default_factory=list)
-    finished: list[bool] = field(default_factory=list)
-    seconds: float = 0.0
-    proof_seconds: float = 0.0  # of `seconds`: building its proofs and checking the sender's
-    bytes_sent: int = 0
-    bundle: GroupBundle | None = None
-    batch: int = 1
 
 
 class Member:
@@ -128,8 +55,13 @@ class Member:
 
     def __init__(self, stage: Stage, link: MemberLink | None, eos_token_id: int, pad_token_id: int,
                  cheat: Cheat = "none", address: str = "",
-                 on_policy: Callable[[Policy], Stage] | None = None) -> None:  # fmt: skip
+                 on_policy: Callable[[Policy], Stage] | None = None, signer: LinkSigner | None = None,
+                 task_id: str = "local", group_id: str = "local") -> None:  # fmt: skip
         self.stage, self.link = stage, link
+        # Signs this member's link claims with its node key; None: nothing signed, and no seal checked
+        # (a local group of tests without keys: its files then prove nobody's fault).
+        self.signer = signer
+        self.task_id, self.group_id = task_id, group_id
         # A follower told of a batch's policy (step-0 header) gets its stage for it from here (the task
         # loads that checkpoint's layers); None: the stage it has serves every batch.
         self.on_policy = on_policy
@@ -174,6 +106,8 @@ class Member:
     def run_batch(self, request: BatchRequest | None = None) -> StageOutput:
         started = time.perf_counter()
         self._proof_seconds = 0.0
+        if self.link is not None:
+            self.link.begin_batch()
         if self.plan.first:
             if request is None:
                 raise ValueError("stage 0 drives the batch: it needs the request")
@@ -184,6 +118,9 @@ class Member:
         out.seconds = time.perf_counter() - started
         out.proof_seconds = self._proof_seconds
         out.bytes_sent = self.link.bytes_sent if self.link else 0
+        if self.link is not None:
+            out.received_frames = self.link.received_log.frames
+            out.sent_frames = self.link.sent_log.frames
         return out
 
     # ---- stage 0 ------------------------------------------------------------------------------
@@ -246,7 +183,8 @@ class Member:
             proofs = self._prove(sent.rows_for(out_lengths))
             self.link.send({"kind": "end", "lengths": out_lengths})
             self.link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
-            bundle = self._take_bundle(proofs, tokens)
+            seal = self._seal([])
+            bundle = self._take_bundle(proofs, tokens, links=[], seal=seal)
         return self._output(proofs, tokens, logprobs, bundle)
 
     # ---- stages 1..n-1 ------------------------------------------------------------------------
@@ -325,17 +263,20 @@ class Member:
             raise MemberMisbehaved(link.prev, "its proofs are not those of the activations it sent")
         if len(earlier) != self.plan.index - 1:
             raise MemberMisbehaved(link.prev, f"proofs of {len(earlier)} earlier stages at {self.plan.index}")
+        links = self._countersign(members)
         if self.plan.last:
             proofs = self._prove(sent.final(out_lengths))
             bundle = GroupBundle(shape["members"], [list(p) for p in prompts], tokens, logprobs, seeds,
-                                 float(shape["temperature"]), [*earlier, theirs, proofs], policy)  # fmt: skip
-            link.send(bundle.header())
+                                 float(shape["temperature"]), [*earlier, theirs, proofs], policy,
+                                 links)  # fmt: skip
+            link.send(bundle.header(), log=False)
         else:
             proofs = self._prove(sent.rows_for(out_lengths))
             link.send({"kind": "end", "lengths": out_lengths})
             link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs],
                        "earlier": [[p.hex() for p in stage] for stage in [*earlier, theirs]]})  # fmt: skip
-            bundle = self._take_bundle(proofs, None, [*earlier, theirs])
+            seal = self._seal(links)
+            bundle = self._take_bundle(proofs, None, [*earlier, theirs], links=links, seal=seal)
         return self._output(proofs, tokens, logprobs, bundle)
 
     def _output(self, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
@@ -345,15 +286,56 @@ class Member:
         return StageOutput(self.plan.index, layers, proofs, tokens, logprobs, finished, bundle=bundle,
                            batch=self._batch)
 
+    def _claim(self, sender: int, role: str, sha256: str) -> LinkClaim:
+        return LinkClaim(self.task_id, self.group_id, self._batch, sender, sender + 1, role, sha256)
+
+    def _seal(self, links: list[LinkRecord]) -> LinkRecord:
+        """After this member's proofs frame: the digest of every frame it sent in the batch, signed, with
+        the records of the links before it (for the last member's bundle)."""
+        assert self.link is not None
+        digest = self.link.sent_log.digest()
+        signature = self.signer.sign(self._claim(self.plan.index, "sent", digest)) if self.signer else ""
+        self.link.send({"kind": "seal", "sha256": digest, "signature": signature,
+                        "links": [r.header() for r in links]}, log=False)  # fmt: skip
+        return LinkRecord(self.plan.index, digest, signature)
+
+    def _countersign(self, members: list[str]) -> list[LinkRecord]:
+        """The predecessor's seal: its digest must be that of the frames received, its signature its node
+        key's; countersigned, it joins the records of the links before it."""
+        assert self.link is not None
+        link, prev = self.link, self.link.prev
+        frame = link.recv("seal", log=False)
+        digest, signature = frame.header.get("sha256"), frame.header.get("signature")
+        try:
+            earlier = [LinkRecord.from_header(r) for r in frame.header.get("links") or []]
+        except ValueError as exc:
+            raise MemberMisbehaved(prev, f"a seal with {exc}") from None
+        if frame.header.get("kind") != "seal" or not (isinstance(digest, str) and isinstance(signature, str)):
+            raise MemberMisbehaved(prev, "a batch without its seal (the digest of what it sent, signed)")
+        if len(earlier) != prev or [r.sender for r in earlier] != list(range(prev)):
+            raise MemberMisbehaved(prev, f"a seal carrying {len(earlier)} link records at link {prev}")
+        got = link.received_log.digest()
+        if self.cheat == "false-accuse" or digest != got:
+            raise MemberMisbehaved(prev, f"its seal says it sent {digest[:12]}…, the frames received hash "
+                                         f"to {got[:12]}…")  # fmt: skip
+        claim = self._claim(prev, "sent", digest)
+        if self.signer is not None and not signed_by(claim, signature, members[prev]):
+            raise MemberMisbehaved(prev, f"its seal is not signed by its node key ({members[prev]})")
+        if self.cheat == "forge-received":  # countersigns frames it did not receive
+            got = hashlib.sha256(got.encode()).hexdigest()
+        counter = self.signer.sign(self._claim(prev, "received", got)) if self.signer else ""
+        return [*earlier, LinkRecord(prev, digest, signature, got, counter)]
+
     def _take_bundle(self, proofs: list[bytes], tokens: list[list[int]] | None,
-                     before: list[list[bytes]] | None = None) -> GroupBundle:  # fmt: skip
+                     before: list[list[bytes]] | None = None, *, links: list[LinkRecord],
+                     seal: LinkRecord) -> GroupBundle:  # fmt: skip
         """A non-last member: the batch's bundle, come round the ring from the last member. It must hold
         this member's own proofs (and, at stage 0, its tokens and address) and the earlier stages'
         proofs as they reached it (`before`): otherwise a last member colluding with an earlier liar
         could hand this member a bundle where the liar's proofs look honest, and the replay would
         blame this member for what it was fed. Members before the last but one pass it on."""
         assert self.link is not None
-        frame = self.link.recv("bundle")
+        frame = self.link.recv("bundle", log=False)
         try:
             bundle = GroupBundle.from_header(frame.header)
         except (KeyError, TypeError, ValueError):
@@ -364,8 +346,12 @@ class Member:
                 or (tokens is not None and bundle.outputs != tokens) or bundle.policy != self.policy
                 or (before is not None and bundle.stage_proofs[:index] != before)):
             raise MemberMisbehaved(self.link.prev, "a bundle that misstates this member's part of the batch")
+        mine = bundle.links[index] if len(bundle.links) == self.plan.members - 1 else None
+        if (bundle.links[:index] != links or mine is None or mine.sha256 != seal.sha256
+                or mine.signature != seal.signature):
+            raise MemberMisbehaved(self.link.prev, "a bundle that misstates what this member's links carried")
         if index + 2 < self.plan.members:
-            self.link.send(bundle.header())
+            self.link.send(bundle.header(), log=False)
         return bundle
 
     def _prove(self, hiddens: list[torch.Tensor]) -> list[bytes]:
@@ -401,15 +387,7 @@ class Member:
         return sampler.sample(logits, seeds, [step] * len(seeds), temperature)
 
     def _tamper(self, out: torch.Tensor) -> torch.Tensor:
-        """What a dishonest non-last member forwards instead of its output."""
-        if self.cheat in ("noise", "noise-unproven"):
-            g = torch.Generator().manual_seed(7)
-            return (out.float() + torch.randn(out.shape, generator=g) * 0.05 * out.float().std()).to(
-                out.dtype
-            )
-        if self.cheat == "other-prompt" and out.shape[0] > 1:
-            return out.roll(1, dims=0)
-        return out
+        return tamper(self.cheat, out)
 
 
 class _Sent:
@@ -452,11 +430,3 @@ def _mask_positions(lengths: list[int], width: int) -> tuple[torch.Tensor, torch
     for i, n in enumerate(lengths):
         mask[i, width - n :] = 1
     return mask, (mask.cumsum(-1) - 1).clamp_min(0)
-
-
-def perturb_stage(stage: Stage, scale: float = 1e-2, seed: int = 3) -> None:
-    """N(0, scale) on one matrix of the member's own layers."""
-    weight = next(p for n, p in stage.model.named_parameters() if n.endswith("q_proj.weight"))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        weight.add_((torch.randn(weight.shape, generator=g) * scale).to(weight.dtype))

@@ -14,7 +14,7 @@ from typing import Literal
 ENV_PREFIX = "INTELLECT_PIPELINE_"
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
-                "wrong-plan"]
+                "wrong-plan", "sign-flip", "negate", "small-flip", "false-accuse", "forge-received"]
 CHEATS: tuple[str, ...] = (
     "none",
     "weights",
@@ -24,4 +24,9 @@ CHEATS: tuple[str, ...] = (
     "skip",
     "forge-token",
     "wrong-plan",  # stage 0 as a task (task.py): seeds the task's plan does not derive
+    "sign-flip",  # forwarders: see cheats.py
+    "negate",
+    "small-flip",
+    "false-accuse",  # receivers: see cheats.py
+    "forge-received",
 )

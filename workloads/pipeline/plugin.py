@@ -35,6 +35,7 @@ from workloads.pipeline.options import CHEATS, ENV_PREFIX
 
 if TYPE_CHECKING:
     from workloads.pipeline.pooled import PooledVerdict
+    from workloads.pipeline.replay import MemberVerdict
     from workloads.pipeline.verify import StageStats
 
 IMAGE = "intellect-workload:latest"
@@ -252,18 +253,25 @@ class PipelineJudge:
             return verdict("soft_invalidate", [driven], rows, tokens)
         if soft:  # what depends on this validator's timing, or a checkpoint it cannot have: never slashed
             return verdict("soft_invalidate", soft, rows, tokens)
-        key, (accepted, blamed, why, stats) = self._group_verdict(data)
+        key, (accepted, _hint, why, stats) = self._group_verdict(data)
         self.env.seen.remember(submission.pool_id, sha, keys)
+        # Blame is local (`replay.py`): this member's stage replayed from what it received, never from
+        # what an honest predecessor would have sent; the end-to-end check above only says whether the
+        # batch is right (and so paid), never who is guilty.
+        local = self._member_verdict(data)
+        if local.guilty:
+            return verdict("invalidate", local.reasons, rows, tokens)
         if accepted:
-            pooled = self._pooled_verdict(data, submission, key, stats)
-            if not pooled.out:
-                return verdict("accept", [], rows, tokens)
-            blamed, why = pooled.blamed, pooled.reasons
-        if blamed == data.stage:
-            return verdict("invalidate", why, rows, tokens)
-        whom = f"member {blamed} ({data.members[blamed]})" if blamed is not None else "no member"
-        return verdict("soft_invalidate", [f"group: the batch failed and {whom} was blamed: "
-                                           f"{'; '.join(why)}"], rows, tokens)  # fmt: skip
+            batch, own = self._pooled_verdict(data, submission, key, stats, local)
+            if own.out:
+                return verdict("invalidate", own.reasons, rows, tokens)
+            if batch.out:  # the group's figures are out, but not this member's own: not paid
+                return verdict("soft_invalidate", batch.reasons, rows, tokens)
+            return verdict("accept", [], rows, tokens)
+        own = ("its own stage follows from what it received" if local.proven
+               else "; ".join(local.reasons))  # fmt: skip
+        return verdict("soft_invalidate", [f"group: the batch failed end to end ({'; '.join(why)}); this "
+                                           f"member is not to blame: {own}"], rows, tokens)  # fmt: skip
 
     def _task_rules(self, data: Any, submission: Submission) -> list[str]:
         """What the member controls (its task, address, layers, claim, model) and what stage 0 decided
@@ -360,18 +368,48 @@ class PipelineJudge:
             load_weights(self.model, known[0])
             self._holds = (checkpoint_step, known[1])
 
-    def _pooled_verdict(self, data: Any, submission: Submission, key: str,
-                        stats: list[StageStats]) -> PooledVerdict:  # fmt: skip
+    def _pooled_verdict(self, data: Any, submission: Submission, key: str, stats: list[StageStats],
+                        local: MemberVerdict) -> tuple[PooledVerdict, PooledVerdict]:  # fmt: skip
         """This member's window, fed with this batch (its own file, every other check passed, the batch
-        accepted chunk by chunk: `pooled.py` says why only such files feed it), pooled over the files
-        of this group, then the pooled rule."""
-        from workloads.pipeline.pooled import POOL_FILES, group_key, pool, pooled_blame, window_entry
+        accepted end to end: `pooled.py` says why only such files feed it), pooled over its files of
+        this group: (the batch's end-to-end figures, whose rule can make a batch unpaid but blames
+        nobody; its own stage against the replay of what it received, whose rule blames it)."""
+        from workloads.pipeline.pooled import (
+            POOL_FILES,
+            PooledVerdict,
+            group_key,
+            pool,
+            pool_own,
+            pooled_blame,
+            pooled_own,
+            window_entry,
+        )
 
         group = group_key(data.task_id, data.group_id, list(data.members))
-        entry = window_entry(group, data.stage, key, stats)
+        entry = window_entry(group, data.stage, key, stats, local.stats if local.proven else None)
         window = self.windows.push(submission.pool_id, data.node, entry, POOL_FILES)
         pooled, files = pool(window, group, data.stage)
-        return pooled_blame(pooled, files)
+        batch = pooled_blame(pooled, files)
+        if batch.out:  # no blame from end-to-end figures: an earlier member's lie is in them
+            batch = PooledVerdict(None, True, [f"{r}: the batch is not paid" for r in batch.reasons[:1]])
+        if not local.proven:  # no replay of its own: nothing of its own to pool
+            return batch, PooledVerdict()
+        own, own_files = pool_own(window, group, data.stage)
+        return batch, pooled_own(own, data.stage, data.stage == len(data.members) - 1, own_files)
+
+    def _member_verdict(self, data: Any) -> MemberVerdict:
+        """This member judged on its own evidence (`replay.judge_member`), with the batch's checkpoint."""
+        from workloads.pipeline.replay import judge_member
+        from workloads.pipeline.stages import StagePlan, split_layers
+
+        self._load(data.checkpoint_step)
+        count = len(data.members)
+        plans = [StagePlan(i, count, r) for i, r in enumerate(split_layers(self.layers, count))]
+        received, sent = data.frames()
+        return judge_member(self.model, plans, data.stage, data.bundle(), received, sent,
+                            task_id=data.task_id, group_id=data.group_id, batch=data.batch,
+                            eos=int(self.tokenizer.eos_token_id),
+                            pad=int(self.tokenizer.pad_token_id or 0))  # fmt: skip
 
     def _group_verdict(self, data: Any) -> tuple[str, _BatchVerdict]:
         from workloads.pipeline.stages import StagePlan, split_layers

@@ -90,10 +90,31 @@ def group_key(task_id: str, group_id: str, members: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def window_entry(group: str, stage: int, batch: str, stats: list[StageStats]) -> dict[str, Any]:
-    """One judged batch of one member, as JSON for `NodeWindows.push`."""
-    return {"kind": KIND, "group": group, "stage": stage, "batch": batch,
-            "chunks": [s.chunks for s in stats], "mant": [round(s.mant_sum, 6) for s in stats]}  # fmt: skip
+def window_entry(group: str, stage: int, batch: str, stats: list[StageStats],
+                 own: StageStats | None = None) -> dict[str, Any]:  # fmt: skip
+    """One judged batch of one member, as JSON for `NodeWindows.push`: every stage's end-to-end figures
+    and (`own`) the member's own stage against the replay of what it received."""
+    entry = {"kind": KIND, "group": group, "stage": stage, "batch": batch,
+             "chunks": [s.chunks for s in stats], "mant": [round(s.mant_sum, 6) for s in stats]}  # fmt: skip
+    if own is not None:
+        entry["own"] = [own.chunks, round(own.mant_sum, 6)]
+    return entry
+
+
+def pool_own(window: list[dict[str, Any]], group: str, stage: int) -> tuple[StageStats, int]:
+    """The member's own-stage figures summed over the window's entries of this group and stage."""
+    seen: set[str] = set()
+    chunks, mant = 0, 0.0
+    for entry in window:
+        if entry.get("kind") != KIND or entry.get("group") != group or entry.get("stage") != stage:
+            continue
+        own = entry.get("own")
+        if entry["batch"] in seen or not isinstance(own, list) or len(own) != 2:
+            continue
+        seen.add(entry["batch"])
+        chunks += int(own[0])
+        mant += float(own[1])
+    return StageStats(chunks, mant), len(seen)
 
 
 def pool(window: list[dict[str, Any]], group: str, stage: int) -> tuple[list[StageStats], int]:
@@ -150,3 +171,19 @@ def pooled_blame(pooled: list[StageStats], files: int, limits: PooledLimits = TI
                 f"stage {k}'s, {own:.3f}): not paid, nobody blamed"])  # fmt: skip
         return PooledVerdict(k, True, [f"{what}: not the claimed weights"])
     return PooledVerdict()
+
+
+def pooled_own(stats: StageStats, stage: int, last: bool, files: int,
+               limits: PooledLimits = TINY_POOLED) -> PooledVerdict:  # fmt: skip
+    """The rule on a member's *own* stage, pooled from the replays of its stage from what it received
+    (`replay.judge_member`): no earlier member's lie is in those figures, so none can explain them and
+    the member out is the one blamed. What the validator uses (issue 36); `pooled_blame` is the rule
+    on end-to-end figures, where an earlier stage could explain a later one."""
+    limit = limits.last_mean if last else limits.inner_mean
+    value = pooled_mean(stats)
+    if stats.chunks < limits.min_chunks or value <= limit:
+        return PooledVerdict()
+    return PooledVerdict(stage, True, [
+        f"pooled: stage {stage}'s mean mantissa error {value:.3f} against the replay of what it received, "
+        f"over its last {files} files of this group ({stats.chunks} chunks), is above the limit {limit}: "
+        "not the claimed weights"])  # fmt: skip

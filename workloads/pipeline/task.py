@@ -106,6 +106,7 @@ def run(s: PipelineTaskSettings) -> int:
     from workloads.datasets import load_dataset
     from workloads.inference.generate import completion_text
     from workloads.model.loading import load_tokenizer
+    from workloads.pipeline.commit import signer_from_env
     from workloads.pipeline.files import (
         driver_problems,
         plan_group_batch,
@@ -139,7 +140,8 @@ def run(s: PipelineTaskSettings) -> int:
         link.connect()
     cheat = s.cheat if s.cheat_stage in (-1, s.group_index) else "none"
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
-                    address=s.node_address, on_policy=lambda p: policies.stage(plan, p))  # fmt: skip
+                    address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
+                    signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id)  # fmt: skip
     member.policy = Policy(0, 0, policies.base_sha256)  # what `load_stage` above loaded
     s.output_dir.mkdir(parents=True, exist_ok=True)
     records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file
@@ -201,8 +203,8 @@ def run(s: PipelineTaskSettings) -> int:
             scores = score_rows(records, batch_plan, texts, lengths, s.length_penalty)
             write_group_file(path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
                              layers=(plan.layers.start, plan.layers.stop), model=s.model,
-                             max_new_tokens=s.max_new_tokens, bundle=bundle, n=s.n,
-                             scores=scores)  # fmt: skip
+                             max_new_tokens=s.max_new_tokens, bundle=bundle, n=s.n, scores=scores,
+                             received_frames=out.received_frames, sent_frames=out.sent_frames)  # fmt: skip
             _announce(path, stage_layers_total(s.model))
             if number >= s.batches:
                 break

@@ -17,6 +17,12 @@ are derived from the group secret the task gets (`member_keys`): an inbox accept
 key, its predecessor's, so nobody outside the group (nor another member) can feed it. A peer that
 sends nothing for `timeout` seconds raises `MemberTimeout` naming it; a frame that is not what the
 protocol expects raises `MemberMisbehaved`.
+
+Byte for byte (`LinkLog`): within a batch each end keeps the exact bytes of every frame it sent and
+received and a running sha256 over them (`frames_digest`). At the end of a batch the sender signs the
+digest of what it sent with its own node key and the receiver countersigns the digest of what it got
+(`member.py`, `commit.py`): CURVE keys derive from the group secret every member holds, so only the
+node keys can say who sent what. Frames outside a batch (hello, seal, bundle) are not logged.
 """
 
 from __future__ import annotations
@@ -84,6 +90,46 @@ class Frame:
     tensor: torch.Tensor | None
 
 
+def frames_digest(frames: list[list[bytes]]) -> str:
+    """sha256 over frames as they crossed a link: per frame its part count, per part its length and
+    bytes (so no two different frame sequences hash alike by moving a boundary)."""
+    digest = hashlib.sha256()
+    for parts in frames:
+        digest.update(len(parts).to_bytes(4, "big"))
+        for part in parts:
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+class LinkLog:
+    """One direction of a link over one batch: every frame's exact bytes, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[list[bytes]] = []
+
+    def add(self, parts: list[bytes]) -> None:
+        self.frames.append([bytes(p) for p in parts])
+
+    def digest(self) -> str:
+        return frames_digest(self.frames)
+
+
+def parse_frame(member: int, parts: list[bytes], max_header_bytes: int) -> Frame:
+    """A frame's parts as a receiver (or a validator reading a member's file) parses them."""
+    if len(parts) not in (1, 2):
+        raise MemberMisbehaved(member, f"a frame of {len(parts)} parts")
+    if len(parts[0]) > max_header_bytes:
+        raise MemberMisbehaved(member, f"a frame header of {len(parts[0])} bytes (limit {max_header_bytes})")
+    try:
+        header = json.loads(parts[0])
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        raise MemberMisbehaved(member, "a frame header that is not JSON") from None
+    if not isinstance(header, dict):
+        raise MemberMisbehaved(member, f"a frame header that is not an object: {str(header)[:100]}")
+    return Frame(header, _tensor(member, header, parts[1]) if len(parts) == 2 else None)
+
+
 class MemberLink:
     """Member `index`'s inbox (bound at `bind`, or dialling `inbox_dial`: the predecessor's listening
     outbox) and outbox (connected to `next_address`, or listening at `outbox_bind` for a next member
@@ -125,6 +171,11 @@ class MemberLink:
         self.outbox_bind = outbox_bind
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.sent_log, self.received_log = LinkLog(), LinkLog()
+
+    def begin_batch(self) -> None:
+        """Start logging a new batch's frames (both directions) from here."""
+        self.sent_log, self.received_log = LinkLog(), LinkLog()
 
     def connect(self, next_address: str | None = None) -> None:
         """Open the outbox: dial the next member's inbox, or listen for it (`outbox_bind`)."""
@@ -136,7 +187,7 @@ class MemberLink:
             raise ValueError("the outbox has no next member's address to dial")
         self.outbox.connect(target)
 
-    def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None) -> None:
+    def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None, *, log: bool = True) -> None:
         head = json.dumps(header | ({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix(
             "torch.")} if tensor is not None else {})).encode()  # fmt: skip
         parts = [head]
@@ -147,9 +198,12 @@ class MemberLink:
         except zmq.Again:
             raise MemberTimeout(self.next, f"did not take a frame within {self.timeout:.0f} s") from None
         self.bytes_sent += sum(len(p) for p in parts)
+        if log:
+            self.sent_log.add(parts)
 
-    def recv(self, kind: str, timeout: float | None = None) -> Frame:
-        """The next frame, which must be of `kind` (or `end`, which ends a batch)."""
+    def recv(self, kind: str, timeout: float | None = None, *, log: bool = True) -> Frame:
+        """The next frame, which must be of `kind` (or `end`, which ends a batch); logged unless `log`
+        is False (frames outside a batch)."""
         wait = timeout or self.timeout
         deadline = time.monotonic() + wait
         while True:
@@ -162,21 +216,12 @@ class MemberLink:
             except zmq.Again:
                 time.sleep(0.01)
         self.bytes_received += sum(len(p) for p in parts)
-        if len(parts) not in (1, 2):
-            raise MemberMisbehaved(self.prev, f"a frame of {len(parts)} parts")
-        if len(parts[0]) > self.max_header_bytes:
-            raise MemberMisbehaved(self.prev, f"a frame header of {len(parts[0])} bytes (limit "
-                                              f"{self.max_header_bytes})")  # fmt: skip
-        try:
-            header = json.loads(parts[0])
-        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-            raise MemberMisbehaved(self.prev, "a frame header that is not JSON") from None
-        if not isinstance(header, dict) or header.get("kind") not in (kind, "end"):
-            raise MemberMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(header)[:100]}")
-        tensor = None
-        if len(parts) == 2:
-            tensor = _tensor(self.prev, header, parts[1])
-        return Frame(header, tensor)
+        frame = parse_frame(self.prev, parts, self.max_header_bytes)
+        if frame.header.get("kind") not in (kind, "end"):
+            raise MemberMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(frame.header)[:100]}")
+        if log:
+            self.received_log.add(parts)
+        return frame
 
     def close(self) -> None:
         self.inbox.close(0)

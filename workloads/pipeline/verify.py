@@ -132,18 +132,20 @@ def judge_group(model: PreTrainedModel, plans: list[StagePlan], rows: GroupRows,
         boundary = captured[stage.index][0]
         hiddens = [boundary[i, len(p) if stage.last else 0 : len(p) + len(o) - 1]
                    for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True))]  # fmt: skip
-        verdicts.append(verify_proofs_batch(hiddens, rows.stage_proofs[stage.index], th.chunk))
-    token_faults = _token_faults(logits, rows, th)
+        verdicts.append(verify_proofs_batch(hiddens, rows.stage_proofs[stage.index], th.chunk, signed=True))
+    row_logits = [logits[i, len(p) - 1 : len(p) + len(o) - 1]
+                  for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True))]  # fmt: skip
+    faults = token_faults(row_logits, rows.outputs, rows.logprobs, rows.seeds, rows.temperature, th)
     stats = [StageStats.of(v) for v in verdicts]
-    if not token_faults and all(v.passed for stage in verdicts for v in stage):
+    if not faults and all(v.passed for stage in verdicts for v in stage):
         return GroupVerdict(True, stage_stats=stats)
     for stage in plans:
         stage_verdicts = verdicts[stage.index]
         if stage.last:
             out = [i for i, v in enumerate(stage_verdicts) if not v.passed]
             what = "its final activations do not match the replay (TOPLOC)"
-            if not out and token_faults:
-                out, what = [-1], f"sampling: {token_faults[0]}"
+            if not out and faults:
+                out, what = [-1], f"sampling: {faults[0]}"
         else:
             out = [i for i, v in enumerate(stage_verdicts) if not v.passed
                    or not all(th.inner.holds(c) for c in v.chunks)]  # fmt: skip
@@ -162,18 +164,20 @@ def judge_group(model: PreTrainedModel, plans: list[StagePlan], rows: GroupRows,
     return GroupVerdict(False, None, ["the group's batch fails, but no stage can be blamed: not paid"])
 
 
-def _token_faults(logits: torch.Tensor, rows: GroupRows, th: GroupThresholds) -> list[str]:
+def token_faults(row_logits: list[torch.Tensor], outputs: list[list[int]], logprobs: list[list[float]],
+                 seeds: list[int], temperature: float, th: GroupThresholds) -> list[str]:  # fmt: skip
+    """Rows whose tokens are not the seed's Gumbel draws from `row_logits` (per row, the logits each
+    of its tokens was drawn from), or whose logprobs are off."""
     faults = []
-    for i, (p, o) in enumerate(zip(rows.prompts, rows.outputs, strict=True)):
-        row_logits = logits[i, len(p) - 1 : len(p) + len(o) - 1]
+    for i, (logits, o) in enumerate(zip(row_logits, outputs, strict=True)):
         tokens = torch.tensor(o)
-        gaps = sampler.sampling_gaps(row_logits, tokens, rows.seeds[i], rows.temperature)
+        gaps = sampler.sampling_gaps(logits, tokens, seeds[i], temperature)
         fault = sampler.replay_fault(gaps, th.replay)
         if fault:
             faults.append(f"row {i}: tokens the seed's Gumbel draw does not give ({fault})")
             continue
-        lp = sampler.token_logprobs(row_logits, tokens, rows.temperature)
-        err = float((torch.tensor(rows.logprobs[i]) - lp).abs().max())
+        lp = sampler.token_logprobs(logits, tokens, temperature)
+        err = float((torch.tensor(logprobs[i]) - lp).abs().max())
         if err > th.logprob_tolerance:
             faults.append(f"row {i}: logprobs off the recomputed ones by {err:.2f}")
     return faults

@@ -116,12 +116,15 @@ def measure_block(
     coeffs: np.ndarray,
     topk: int,
     parallel: bool = False,
+    signed: bool = False,
 ) -> BlockStats:
     """Compare the top-k of recomputed activations with the committed polynomials.
 
     Evaluates each polynomial at (index mod m) - always reduced, unlike the reference's list
     path - and compares bf16 exponents (bits 7..14) and mantissas (bits 0..6); the sign bit is
-    not compared, as in the reference.  Rows with modulus 0 (null proofs) match nothing.
+    not compared, as in the reference, unless `signed` (pipeline stages: a member could otherwise
+    forward its activations negated for free), where a sign that differs counts as an exponent
+    mismatch.  Rows with modulus 0 (null proofs) match nothing.
     """
     indices, bits = top_points(block, topk, parallel)
     rows, k = indices.shape
@@ -130,6 +133,8 @@ def measure_block(
     claimed_exp, claimed_mant = (claimed >> 7) & 0xFF, claimed & 0x7F
     actual_exp, actual_mant = (bits >> 7) & 0xFF, bits & 0x7F
     mismatch = (claimed_exp != actual_exp) | (moduli[:, None] <= 0)
+    if signed:
+        mismatch |= ((claimed >> 15) & 1) != ((bits >> 15) & 1)
     matched = (~mismatch).sum(axis=1)
     errors = np.abs(claimed_mant - actual_mant)
     # Mismatched entries sort to the end, so each row's first `matched` entries are its errors.

@@ -204,6 +204,7 @@ def verify_proofs_batch(
     topk: int = TOPK,
     *,
     parallel: bool = True,
+    signed: bool = False,
 ) -> list[Verdict]:
     """`verify_proof` for many samples at once: one verdict per sample, the same verdicts.
 
@@ -211,7 +212,8 @@ def verify_proofs_batch(
     last partial chunks); per group the top-k runs in a few large row slices of
     [chunks, chunk_size x hidden], and the proof bytes are decoded and the polynomials evaluated
     in one vectorised step, instead of that work per sample.  Pass/fail is decided on arrays;
-    Python runs per chunk only to make the result models.  `parallel` as in `build_proofs_batch`.
+    Python runs per chunk only to make the result models.  `parallel` as in `build_proofs_batch`;
+    `signed`: a sign that differs is a mismatch too (`core.measure_block`).
     """
     _check_params(chunk_size, topk)
     if len(hiddens) != len(proofs):
@@ -249,7 +251,7 @@ def verify_proofs_batch(
     figures = [np.full((c, 5), np.nan) for c in counts]  # points, exp, mean, median, modulus
     for blocks, tables, slots in groups.values():
         table = np.concatenate(tables)
-        stats = measure_block(blocks, table[:, 0], table[:, 1:], topk, parallel)
+        stats = measure_block(blocks, table[:, 0], table[:, 1:], topk, parallel, signed)
         columns = np.stack(
             [
                 np.full(table.shape[0], stats.points, dtype=np.float64),
