@@ -1,7 +1,7 @@
-"""A pipeline group of real member processes on loopback: the same tokens and proofs as one node;
-every cheat at every stage position blames exactly the member that cheated (or, where a cheat cannot
-be proven from the file, stops the group naming it); an honest member is never blamed; a member that
-dies mid-batch stops the group with its index named and nothing produced."""
+"""A pipeline group of real member processes on loopback: the same tokens and proofs as one node; a
+member that proves one thing and sends another stops the group naming it; a member that dies mid-batch
+stops the group with its index named and nothing produced. Who is blamed for each cheat at every stage
+position: tests/pipeline/test_blame.py (the same protocol, members as threads)."""
 
 from __future__ import annotations
 
@@ -55,36 +55,6 @@ def test_a_group_draws_the_tokens_and_proofs_one_node_draws(tiny, members: int, 
     # between stages: the prompt once, then one bf16 vector per row per token
     per_token = run.outputs[0].bytes_sent / sum(len(t) for t in run.outputs[0].tokens)
     assert 2 * hidden <= per_token < 2 * hidden * 8, per_token
-
-
-CASES = [  # (members, stage, cheat)
-    *[(2, 0, c) for c in ("weights", "noise", "other-prompt", "skip")],
-    *[(2, 1, c) for c in ("skip", "forge-token")],
-    *[(3, 0, c) for c in ("weights", "noise", "other-prompt", "skip")],
-    *[(3, 1, c) for c in ("noise", "other-prompt", "skip")],
-    *[(3, 2, c) for c in ("skip", "forge-token")],
-]
-
-
-@pytest.mark.parametrize(("members", "stage", "cheat"), CASES)
-def test_a_cheat_blames_exactly_its_member(
-    tiny, members: int, stage: int, cheat: str, tmp_path: Path  # noqa: ANN001
-) -> None:
-    run = run_local_group(members, tiny[2], tmp_path, cheats={stage: cheat}, timeout=20)
-    verdict = judge(tiny, run, members)
-    assert not verdict.accepted and verdict.blamed == stage, verdict
-
-
-@pytest.mark.parametrize(("members", "stage"), [(2, 1), (3, 1), (3, 2)])
-def test_slightly_perturbed_weights_after_the_first_stage_never_blame_another_member(
-    tiny, members: int, stage: int, tmp_path: Path  # noqa: ANN001
-) -> None:
-    """N(0, 1e-2) on one matrix of a later stage stays inside the per-chunk TOPLOC tolerance of one
-    8-row file on the tiny model (as for one node, issue 18.3): accepted or blamed on its member,
-    never on an honest one."""
-    verdict = judge(tiny, run_local_group(members, tiny[2], tmp_path, cheats={stage: "weights"}, timeout=20),
-                    members)  # fmt: skip
-    assert verdict.blamed in (None, stage), verdict  # accepted, unpaid with nobody blamed, or its member
 
 
 @pytest.mark.parametrize(("members", "stage"), [(2, 0), (3, 0), (3, 1)])
