@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
+from intellect.workloads import UNJUDGED
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
 
@@ -92,6 +93,7 @@ class OrchestratorSource:
                 "image": t["spec"]["image"],
                 "created": t["created_at"],
                 "state": "ended (deleted)" if t.get("deleted") else "active",
+                "judged": _judged(t),
                 "nodes": ", ".join(f"{k} {v}" for k, v in sorted(per_task.get(t["id"], {}).items())) or "-",
             }
             for t in sorted(tasks, key=lambda t: bool(t.get("deleted")))  # active first, stable
@@ -228,3 +230,11 @@ class ChainSource:
         except Exception as exc:  # any RPC failure greys out this panel only
             return _fail(self.sections, f"chain: {type(exc).__name__}: {exc}")
         return {"payouts": Section(rows=rows)}
+
+
+def _judged(task: dict[str, Any]) -> str:
+    """The workload that judges the task's files, or the plain warning that nobody does."""
+    workload = (task.get("spec") or {}).get("workload")
+    if task.get("judged") is False or not workload:
+        return UNJUDGED
+    return f"by {workload.get('type')}"

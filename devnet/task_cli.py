@@ -19,6 +19,7 @@ from rich.table import Table
 from devnet.state import DevnetState
 from intellect.client import OrchestratorClient, TaskApiError, load_spec
 from intellect.wire.tasks import TaskState
+from intellect.workloads import UNJUDGED
 
 app = typer.Typer(
     help="Submit and follow tasks on an orchestrator (the trainer's side).", no_args_is_help=True
@@ -96,7 +97,11 @@ def submit(
     if as_json:
         print(task.model_dump_json(indent=2))
     else:
-        console.print(f"task [bold]{task.id}[/bold] created: {task.spec.name} ({task.spec.image})")
+        workload = task.spec.workload.type if task.spec.workload else "no workload"
+        console.print(f"task [bold]{task.id}[/bold] created: {task.spec.name} ({task.spec.image}, "
+                      f"{workload})")
+    for warning in task.warnings:  # on stderr, so --json output stays one document
+        err.print(f"[yellow]warning:[/yellow] {warning}")
 
 
 @app.command("list")
@@ -153,6 +158,8 @@ def status(ctx: typer.Context, task_id: str, as_json: bool = typer.Option(False,
     console.print(
         f"[bold]{t.id}[/bold] {t.spec.name} ({t.spec.image}){'  [red]deleted[/red]' if t.deleted else ''}"
     )
+    if not t.judged:
+        console.print(f"[yellow]{UNJUDGED}[/yellow] (it names no workload)")
     table = Table()
     for col in ("node", "state", "exit", "detail"):
         table.add_column(col)

@@ -8,7 +8,8 @@ by declaring an entry point in the group `intellect.workloads` (docs/workloads.m
     my-workload = "my_package.plugin:MyWorkload"
 
 The object the entry point names (an instance, or a class taking no arguments) must satisfy
-`Workload`. The orchestrator calls `task_settings` and `render` when a task naming the workload is
+`Workload` (and may satisfy `ClaimsRawTasks`: a task naming no workload that runs its program is
+its task). The orchestrator calls `task_settings` and `render` when a task naming the workload is
 POSTed (a refusal is a 422 naming the setting); a validator calls `task_settings` and `file_judge`
 for the task each submitted file belongs to, and `FileJudge.judge` on each file. Nothing else in the
 protocol knows any workload by name.
@@ -113,6 +114,23 @@ class Workload(Protocol):
         ...
 
 
+@runtime_checkable
+class ClaimsRawTasks(Protocol):
+    """A plug-in that recognises its own program in a task that names no workload (the raw form tasks
+    had before the seam: the plug-in's entry point, its settings as env vars). Optional: a plug-in
+    without it claims nothing."""
+
+    def claims(self, spec: TaskSpec) -> bool:
+        """Whether `spec` (naming no workload) runs this plug-in's program."""
+        ...
+
+
+def runs_module(spec: TaskSpec, module: str) -> bool:
+    """Whether the task's program is `python -m <module>` (its entry point, else its command)."""
+    argv = [*(spec.entrypoint or []), *spec.cmd] if spec.entrypoint is not None else list(spec.cmd)
+    return any(a == "-m" and b == module for a, b in zip(argv, argv[1:], strict=False))
+
+
 def with_program(spec: TaskSpec, env: dict[str, str], image: str, entrypoint: list[str]) -> TaskSpec:
     """`spec` with `env` as its env vars and, where the task gave none, the plug-in's image and entry
     point (a task may bring its own, e.g. the worker's Python under the process runtime)."""
@@ -152,9 +170,39 @@ def load(name: str) -> Workload:
     return _loaded[key]
 
 
+def claimant(spec: TaskSpec) -> str | None:
+    """The installed plug-in that claims a task naming no workload as its own raw form, if one does
+    (plug-ins in name order; one that fails to load claims nothing)."""
+    if spec.workload is not None:
+        return spec.workload.type
+    for name in sorted(installed()):
+        try:
+            plugin = load(name)
+        except UnknownWorkload:
+            continue
+        if isinstance(plugin, ClaimsRawTasks) and plugin.claims(spec):
+            return name
+    return None
+
+
+UNJUDGED = "unjudged: its files are not judged or paid"
+
+
+def unjudged_warning(names: list[str] | None = None) -> str:
+    """What a user reads about a task no plug-in judges, naming the installed ones and how to name one."""
+    have = sorted(installed() if names is None else names)
+    example = have[0] if have else "inference"
+    return (f"{UNJUDGED}: the task names no workload and no installed plug-in claims its program "
+            f"(installed workloads: {', '.join(have) or 'none'}; name one as workload.type, e.g. "
+            f'"workload": {{"type": "{example}"}})')
+
+
 def settings_for(spec: TaskSpec) -> tuple[Workload, BaseModel]:
-    """The plug-in a task names and the task's settings for it. Raises `WorkloadError`."""
-    if spec.workload is None:
-        raise UnknownWorkload("the task names no workload (spec.workload.type)")
-    plugin = load(spec.workload.type)
+    """The plug-in a task names (or, naming none, the one that claims its raw form) and the task's
+    settings for it. Raises `WorkloadError`."""
+    name = claimant(spec)
+    if name is None:
+        raise UnknownWorkload("the task names no workload (spec.workload.type) and no installed plug-in "
+                              "claims its program: its files are unjudged")
+    plugin = load(name)
     return plugin, plugin.task_settings(spec)

@@ -56,6 +56,10 @@ class OrchestratorSettings(IntellectSettings):
     )
     heartbeat_rate_limit_per_minute: int = Field(default=120, ge=1)
     run_background_loops: bool = Field(default=True, description="off for extra API-only replicas")
+    refuse_unjudged: bool = Field(
+        default=False, description="refuse (422) a task no installed workload judges (it names none and no "
+        "plug-in claims its program), instead of accepting it marked unjudged",
+    )  # fmt: skip
 
     # ---- uploads and storage (docs/storage-and-groups.md) ----
     storage_dir: Path | None = Field(default=None, description="local storage root (state_dir/storage)")

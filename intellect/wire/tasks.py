@@ -220,12 +220,21 @@ class TaskState(StrEnum):
 
 
 class Task(WireModel):
-    """A task as the orchestrator stores and serves it."""
+    """A task as the orchestrator stores and serves it. `judged` follows from the stored spec: a task that
+    names no workload (and whose program no plug-in claimed when it was POSTed) has files nobody
+    judges or pays; `warnings` are what the POST had to say about it."""
 
     id: str
     spec: TaskSpec
     created_at: datetime
     deleted: bool = False
+    judged: bool = Field(True, description="False: no workload judges its files; they are never paid")
+    warnings: list[str] = Field(default_factory=list, max_length=16)
+
+    @model_validator(mode="after")
+    def _judged_from_spec(self) -> Task:
+        self.judged = self.spec.workload is not None
+        return self
 
 
 class GroupContext(WireModel):

@@ -6,8 +6,11 @@ real validator service built as `intellect-validator run` builds it (`build_judg
 two honest inference tasks with different datasets and batch shapes (both accepted: before the seam,
 the validator judged every file by its built-in defaults, dataset `demo` 8×4, and invalidated both),
 a node that deviates from its task's batch shape (still caught), a third-party plug-in's task
-(tests/fixtures/plugins; honest file accepted, a forged one invalidated), and a file whose task
-names no workload (soft-invalidated: it cannot be pinned on the node)."""
+(tests/fixtures/plugins; honest file accepted, a forged one invalidated), a task posted in the raw
+inference form (no workload named: the inference plug-in claims its program, the stored task names
+it, its honest file is accepted as before the seam) and a file whose task no plug-in claims
+(accepted as *unjudged*, saying so in the POST's answer; its file soft-invalidated: it cannot be
+pinned on the node)."""
 
 from __future__ import annotations
 
@@ -94,7 +97,9 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
         keys: dict[str, str] = {}
         # task 1: string reversal, 2×2 rows of at most 12 tokens
         inference = {"type": "inference", "settings": REVERSE}
-        reverse = orch.create_task({"name": "reverse", "workload": inference})
+        named = orch.admin("POST", "/tasks", json={"name": "reverse", "workload": inference}).json()
+        assert named["judged"] and named["warnings"] == []
+        reverse = named["id"]
         path, units = rollout_file(honest_a, tmp_path / "a", REVERSE, reverse)
         keys["honest reverse"] = upload_and_submit(devnet, orch, provider, honest_a, reverse, path, units)
         # the deviant runs task 1 with another batch shape than the task's
@@ -113,8 +118,26 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
         bad.write_text('["hello", "hello", "hello", "hello", "hello", "hello", "hello", "hello", "hello"]')
         keys["honest words"] = upload_and_submit(devnet, orch, provider, honest_b, words, good, 7)
         keys["forged words"] = upload_and_submit(devnet, orch, provider, forger, words, bad, 9)
-        # task 4: a plain container task that names no workload: nothing to judge its files by
-        plain = orch.create_task({"name": "plain", "image": "intellect-test:latest", "cmd": ["true"]})
+        # task 4: the raw inference form (before the seam): the inference plug-in claims it
+        raw_settings = {**REVERSE, "target_lengths": "[6]"}
+        env = {f"INTELLECT_INFER_{k.upper()}": str(v) for k, v in raw_settings.items()}
+        raw = orch.admin("POST", "/tasks", json={"name": "raw", "image": "intellect-workload:latest",
+                                                 "entrypoint": ["python3", "-m", "workloads.inference"],
+                                                 "env_vars": env}).json()  # fmt: skip
+        assert raw["judged"] and raw["spec"]["workload"]["type"] == "inference" and raw["warnings"] == []
+        assert raw["spec"]["entrypoint"] == ["python3", "-m", "workloads.inference"]  # its program kept
+        path, units = rollout_file(honest_a, tmp_path / "raw", REVERSE, raw["id"])
+        keys["raw form"] = upload_and_submit(devnet, orch, provider, honest_a, raw["id"], path, units)
+        # task 5: a plain container task that names no workload: nothing to judge its files by, and the
+        # POST says so, naming the installed workloads
+        unjudged = orch.admin("POST", "/tasks", json={"name": "plain", "image": "intellect-test:latest",
+                                                      "cmd": ["true"]})  # fmt: skip
+        assert unjudged.status_code == 201 and not unjudged.json()["judged"]
+        warning = " ".join(unjudged.json()["warnings"])
+        assert "unjudged: its files are not judged or paid" in warning
+        assert all(name in warning for name in ("inference", "pipeline", "wordcount")), warning
+        plain = unjudged.json()["id"]
+        assert not orch.admin("GET", f"/tasks/{plain}").json()["judged"]  # and so it reads later
         odd = tmp_path / "odd.bin"
         odd.write_bytes(b"not a rollout file")
         keys["no workload"] = upload_and_submit(devnet, orch, provider, honest_a, plain, odd, 1)
@@ -128,16 +151,18 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
         assert got == {
             "honest reverse": "accept", "deviant": "invalidate", "honest demo": "accept",
             "honest words": "accept", "forged words": "invalidate", "no workload": "soft_invalidate",
+            "raw form": "accept",
         }, {name: seen[k]["reasons"] for name, k in keys.items()}  # fmt: skip
         assert any("the task's batch has 4" in r for r in seen[keys["deviant"]]["reasons"])  # 6 rows
         assert any("9 words, the task asks for 7" in r for r in seen[keys["forged words"]]["reasons"])
         assert "names no workload" in " ".join(seen[keys["no workload"]]["reasons"])
+        assert "unjudged" in " ".join(seen[keys["no workload"]]["reasons"])
         # on chain: the two cheaters are slashed by the votes; the honest work stands
         client = devnet.client()
         status = lambda name: client.get_work(devnet.pool_id, keys[name]).status  # noqa: E731
         wait_for(lambda: status("forged words") == WorkStatus.INVALIDATED, 60, "the forged file invalidated")
         assert client.get_work(devnet.pool_id, keys["deviant"]).status == WorkStatus.INVALIDATED
-        for name in ("honest reverse", "honest demo", "honest words"):
+        for name in ("honest reverse", "honest demo", "honest words", "raw form"):
             assert client.get_work(devnet.pool_id, keys[name]).status == WorkStatus.SUBMITTED, name
     finally:
         if api is not None:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.tasks import AssignedTask, TaskState
 from intellect.wire.templates import UnknownTemplateVariable, expand
+from intellect.workloads import UNJUDGED
 from worker.runtime.bridge import TaskBridge
 
 log = structlog.get_logger(__name__)
@@ -408,6 +409,9 @@ class RuntimeBase(ABC, Generic[H]):
         self._register_with_bridge(desired.task.id, self.task_data_dir)
         run = self._find(prepared.name)
         if run is None:
+            if desired.task.spec.workload is None:  # the contributor should know before spending compute
+                log.warning(f"starting an {UNJUDGED}: it names no workload, so no validator judges it",
+                            task_id=desired.task.id)  # fmt: skip
             launched = self._launch(prepared, desired, fresh=True)
             if isinstance(launched, TaskStatus):
                 return launched

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from intellect.wire.tasks import TaskSpec
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, with_program
+from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, runs_module, with_program
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import ENV_PREFIX, TaskSettings, parse_env_value
 
@@ -139,6 +139,11 @@ class InferencePlugin:
                 f"a target length above max_new_tokens ({settings.max_new_tokens}) can never be met",
             )
         return settings
+
+    def claims(self, spec: TaskSpec) -> bool:
+        """A task naming no workload that runs `python3 -m workloads.inference` (settings as env vars, the
+        form before the seam) is this plug-in's: judged as it always was."""
+        return runs_module(spec, "workloads.inference")
 
     def render(self, spec: TaskSpec, settings: BaseModel) -> TaskSpec:
         given = spec.workload.settings if spec.workload else {}

@@ -30,7 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
-from intellect.workloads import FileJudge, NodeWindows, ValidatorEnv, WorkloadSettingsError, with_program
+from intellect.workloads import (
+    FileJudge,
+    NodeWindows,
+    ValidatorEnv,
+    WorkloadSettingsError,
+    runs_module,
+    with_program,
+)
 from workloads.pipeline.options import CHEATS, ENV_PREFIX
 
 if TYPE_CHECKING:
@@ -159,6 +166,10 @@ class PipelinePlugin:
                 raise WorkloadSettingsError(TOPOLOGIES, f"{name}: {members} members for a model of "
                                             f"{layers} layers (one layer at least per member)")  # fmt: skip
         return settings
+
+    def claims(self, spec: TaskSpec) -> bool:
+        """A task naming no workload that runs the member program is a pipeline task."""
+        return runs_module(spec, "workloads.pipeline.task")
 
     def render(self, spec: TaskSpec, settings: BaseModel) -> TaskSpec:
         return with_program(spec, dict(spec.env_vars) | _member_env(settings), IMAGE, ENTRYPOINT)

@@ -2,9 +2,13 @@
 Reading one task is also open to validators (signed by an address with the on-chain validator role):
 they judge each file by the task it belongs to.
 
-A `TaskSpec` is validated by its pydantic model (422 naming each bad field); then, when it names a
-workload, by that workload's plug-in (`intellect.workloads`: its settings, 422 naming the setting),
-which also renders what the workers run (image, entry point, settings as env vars). The one check
+A `TaskSpec` is validated by its pydantic model (422 naming each bad field); then by the workload
+plug-in that judges its files (`intellect.workloads`: its settings, 422 naming the setting), which
+also renders what the workers run (image, entry point, settings as env vars). That plug-in is the one
+the task names, or, naming none, the one that claims its program as its raw form (`claimant`): the
+stored spec then names it, so every validator judges it. A task nobody claims is accepted marked
+*unjudged* (`Task.judged` False, with a warning naming the installed workloads), or refused with a 422
+when the pool owner set `refuse_unjudged`: its files would never be judged or paid. The one check
 that needs the service's settings, that every `allowed_topologies` name is configured here, is made
 below.
 """
@@ -14,8 +18,8 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 from fastapi.concurrency import run_in_threadpool
 
-from intellect.wire.tasks import Task, TaskSpec
-from intellect.workloads import UnknownWorkload, WorkloadSettingsError, load
+from intellect.wire.tasks import Task, TaskSpec, WorkloadRef
+from intellect.workloads import UnknownWorkload, WorkloadSettingsError, claimant, load, unjudged_warning
 from orchestrator.api.deps import ADMIN_ONLY, READERS, SettingsDep, TaskStoreDep
 from orchestrator.groups.reconcile import UnknownTopology, resolve_topology
 from orchestrator.settings import OrchestratorSettings
@@ -40,10 +44,16 @@ def not_found(exc: TaskNotFound) -> HTTPException:
     return HTTPException(404, str(exc))
 
 
-def render_workload(spec: TaskSpec) -> TaskSpec:
+def render_workload(spec: TaskSpec, refuse_unjudged: bool = False) -> TaskSpec:
     """The spec as the workers will run it, after its workload plug-in checked its settings."""
     if spec.workload is None:
-        return spec
+        name = claimant(spec)
+        if name is None:
+            if refuse_unjudged:  # a 422, not work nobody will pay for
+                refused = f"workload.type: this pool refuses unjudged tasks. {unjudged_warning()}"
+                raise HTTPException(422, refused)
+            return spec
+        spec = spec.model_copy(update={"workload": WorkloadRef(type=name)})
     try:
         plugin = load(spec.workload.type)
         return plugin.render(spec, plugin.task_settings(spec))
@@ -56,8 +66,11 @@ def render_workload(spec: TaskSpec) -> TaskSpec:
 @router.post("/tasks", response_model=Task, status_code=status.HTTP_201_CREATED, dependencies=ADMIN_ONLY)
 async def create_task(spec: TaskSpec, settings: SettingsDep, store: TaskStoreDep) -> Task:
     check_topologies(spec, settings)
-    rendered = await run_in_threadpool(render_workload, spec)
-    return await store.create(rendered)
+    rendered = await run_in_threadpool(render_workload, spec, settings.refuse_unjudged)
+    task = await store.create(rendered)
+    if not task.judged:
+        task.warnings.append(unjudged_warning())
+    return task
 
 
 @router.get("/tasks", response_model=list[Task], dependencies=ADMIN_ONLY)

@@ -73,7 +73,7 @@ def test_create_list_get_delete(client: TestClient, store: TaskStore) -> None:
     assert changes.count == 1  # replicas are told about the new task
     listed = client.get("/tasks")
     assert listed.status_code == 200 and [t["id"] for t in listed.json()] == [task["id"]]
-    assert client.get(f"/tasks/{task['id']}").json() == task
+    assert client.get(f"/tasks/{task['id']}").json() == task | {"warnings": []}  # the POST's warning
     deleted = client.delete(f"/tasks/{task['id']}")
     assert deleted.status_code == 200 and deleted.json()["deleted"] is True
     assert changes.count == 2
@@ -105,6 +105,40 @@ def test_bad_spec_is_422_naming_the_field(client: TestClient, store: TaskStore) 
     known = {"plugins": {"node_groups": {"allowed_topologies": ["2x640GB"]}}}
     assert client.post("/tasks", json=SPEC | {"scheduling_config": known}).status_code == 201
     assert len(client.get("/tasks").json()) == 1  # nothing was stored for the refused ones
+
+
+def test_a_task_is_judged_by_the_workload_it_names_or_whose_program_it_runs_or_says_it_is_not(
+    client: TestClient, store: TaskStore, tmp_path: Path
+) -> None:
+    named = client.post("/tasks", json={"name": "n", "workload": {"type": "inference"}}).json()
+    assert named["judged"] and named["warnings"] == []
+    assert named["spec"]["image"] == "intellect-workload:latest"
+    raw = client.post("/tasks", json={"name": "r", "image": "intellect-workload:latest",
+                                      "entrypoint": ["python3", "-m", "workloads.inference"],
+                                      "env_vars": {"INTELLECT_INFER_BATCH_SIZE": "2"}}).json()  # fmt: skip
+    assert raw["judged"] and raw["spec"]["workload"]["type"] == "inference" and raw["warnings"] == []
+    assert raw["spec"]["env_vars"]["INTELLECT_INFER_BATCH_SIZE"] == "2"
+    infer = ["python3", "-m", "workloads.inference"]
+    bad_raw = client.post("/tasks", json={"name": "r", "image": "x", "cmd": infer,
+                                          "env_vars": {"INTELLECT_INFER_BATCH_SIZE": "zero"}})  # fmt: skip
+    assert bad_raw.status_code == 422 and "batch_size" in bad_raw.text  # claimed, so its settings are checked
+    groups = {"plugins": {"node_groups": {"allowed_topologies": ["2x640GB"]}}}
+    program = ["python3", "-m", "workloads.pipeline.task"]
+    member = client.post("/tasks", json={"name": "m", "image": "x", "scheduling_config": groups,
+                                         "cmd": program}).json()  # fmt: skip
+    assert member["spec"]["workload"]["type"] == "pipeline"
+    plain = client.post("/tasks", json=SPEC).json()
+    assert not plain["judged"] and "unjudged: its files are not judged or paid" in plain["warnings"][0]
+    assert "installed workloads: inference, pipeline" in plain["warnings"][0]
+    assert [t["judged"] for t in client.get("/tasks").json()] == [True, True, True, False]
+    strict = tasks_app(store, OrchestratorSettings(state_dir=tmp_path, refuse_unjudged=True))
+    strict.dependency_overrides[require_admin] = lambda: "admin"
+    with TestClient(strict) as pool:
+        refused = pool.post("/tasks", json=SPEC)
+        assert refused.status_code == 422 and "refuses unjudged tasks" in refused.json()["detail"]
+        assert "installed workloads: inference, pipeline" in refused.json()["detail"]
+        assert pool.post("/tasks", json=raw["spec"] | {"name": "again"}).status_code == 201  # judged: taken
+    assert len(client.get("/tasks").json()) == 5
 
 
 def test_unknown_id_is_404(client: TestClient, store: TaskStore) -> None:
