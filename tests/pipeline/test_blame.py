@@ -24,6 +24,8 @@ from workloads.toploc import build_proofs_batch, verify_proofs_batch
 WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
 FORWARDER_CHEATS = ["sign-flip", "negate", "small-flip", "noise", "other-prompt", "skip"]
 
+pytestmark = pytest.mark.slow  # ~25 s of groups and replays: the full suite, not the fast tier
+
 
 @pytest.fixture(scope="module")
 def tiny():  # noqa: ANN201

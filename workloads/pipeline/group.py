@@ -130,6 +130,8 @@ def run_thread_group(
     its own stage (only its layers), node key and cheat."""
     import threading
 
+    import torch
+
     from workloads.model.loading import load_tokenizer
     from workloads.pipeline.member import Member
     from workloads.pipeline.options import Cheat
@@ -143,6 +145,11 @@ def run_thread_group(
     keys = [Wallet.create() for _ in range(members)] if signed else []
     run = GroupRun(keys=keys)
     plans = plan_stages(model, members)
+    # Loaded here, one after another: building a model sets torch's process-wide default dtype for a
+    # while, and loads racing in threads leave it at bfloat16 for everything that runs afterwards.
+    default = torch.get_default_dtype()
+    stages = [load_stage(model, plan) for plan in plans]
+    torch.set_default_dtype(default)
     made: dict[int, list[StageOutput]] = {}
 
     def member(i: int) -> None:
@@ -152,7 +159,7 @@ def run_thread_group(
         try:
             link.connect()
             cheat = (cheats or {}).get(i, "none")
-            m = Member(load_stage(model, plans[i]), link, int(tok.eos_token_id), int(tok.pad_token_id),
+            m = Member(stages[i], link, int(tok.eos_token_id), int(tok.pad_token_id),
                        cheat=cast(Cheat, cheat),
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
                        task_id=task_id, group_id=group_id)  # fmt: skip

@@ -279,10 +279,10 @@ class PipelineJudge:
             if batch.out:  # the group's figures are out, but not this member's own: not paid
                 return verdict("soft_invalidate", batch.reasons, rows, tokens)
             return verdict("accept", [], rows, tokens)
-        own = ("its own stage follows from what it received" if local.proven
-               else "; ".join(local.reasons))  # fmt: skip
+        innocent = ("its own stage follows from what it received" if local.proven
+                    else "; ".join(local.reasons))  # fmt: skip
         return verdict("soft_invalidate", [f"group: the batch failed end to end ({'; '.join(why)}); this "
-                                           f"member is not to blame: {own}"], rows, tokens)  # fmt: skip
+                                           f"member is not to blame: {innocent}"], rows, tokens)  # fmt: skip
 
     def _task_rules(self, data: Any, submission: Submission) -> list[str]:
         """What the member controls (its task, address, layers, claim, model) and what stage 0 decided

@@ -46,16 +46,15 @@ def not_found(exc: TaskNotFound) -> HTTPException:
 
 def render_workload(spec: TaskSpec, refuse_unjudged: bool = False) -> TaskSpec:
     """The spec as the workers will run it, after its workload plug-in checked its settings."""
+    name = claimant(spec)
+    if name is None:
+        if refuse_unjudged:  # a 422, not work nobody will pay for
+            raise HTTPException(422, f"workload.type: this pool refuses unjudged tasks. {unjudged_warning()}")
+        return spec
     if spec.workload is None:
-        name = claimant(spec)
-        if name is None:
-            if refuse_unjudged:  # a 422, not work nobody will pay for
-                refused = f"workload.type: this pool refuses unjudged tasks. {unjudged_warning()}"
-                raise HTTPException(422, refused)
-            return spec
         spec = spec.model_copy(update={"workload": WorkloadRef(type=name)})
     try:
-        plugin = load(spec.workload.type)
+        plugin = load(name)
         return plugin.render(spec, plugin.task_settings(spec))
     except UnknownWorkload as exc:
         raise HTTPException(422, f"workload.type: {exc}") from None
