@@ -16,7 +16,7 @@ import pytest
 from workloads.inference.generate import proofs_for
 from workloads.model.backends import TorchBackend
 from workloads.model.loading import load_model, load_tokenizer
-from workloads.pipeline.group import GroupRun, run_local_group
+from workloads.pipeline.group import GroupRun, run_local_group, run_thread_group
 from workloads.pipeline.member import BatchRequest
 from workloads.pipeline.stages import plan_stages
 from workloads.pipeline.verify import GroupRows, GroupVerdict, judge_group
@@ -41,12 +41,14 @@ def judge(tiny, run: GroupRun, members: int) -> GroupVerdict:  # noqa: ANN001
     return judge_group(model, plan_stages("tiny", members), rows, int(tok.pad_token_id))
 
 
-@pytest.mark.parametrize("members", [2, 3])
-def test_a_group_draws_the_tokens_and_proofs_one_node_draws(tiny, members: int, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(("members", "threads"), [(2, False), (3, True)])
+def test_a_group_draws_the_tokens_and_proofs_one_node_draws(tiny, members: int, threads: bool,  # noqa: ANN001
+                                                             tmp_path: Path) -> None:  # fmt: skip
+    """Members as processes (2) and as threads of one process (3): the same protocol either way."""
     tok, model, req = tiny
     one = TorchBackend(model, int(tok.eos_token_id), int(tok.pad_token_id)).generate(
         req.prompts, req.seeds, max_new_tokens=req.max_new_tokens, temperature=req.temperature)
-    run = run_local_group(members, req, tmp_path, timeout=20)
+    run = run_thread_group(members, req) if threads else run_local_group(members, req, tmp_path, timeout=20)
     assert run.ok, run.errors
     assert run.outputs[0].tokens == run.outputs[members - 1].tokens == [c.tokens for c in one]
     assert run.outputs[members - 1].proofs == proofs_for(one)  # the last stage proves what one node proves
@@ -61,7 +63,7 @@ def test_a_group_draws_the_tokens_and_proofs_one_node_draws(tiny, members: int, 
 def test_proving_one_thing_and_sending_another_stops_the_group_naming_the_sender(
     tiny, members: int, stage: int, tmp_path: Path  # noqa: ANN001
 ) -> None:
-    run = run_local_group(members, tiny[2], tmp_path, cheats={stage: "noise-unproven"}, timeout=10)
+    run = run_thread_group(members, tiny[2], cheats={stage: "noise-unproven"}, timeout=3)
     receiver = run.errors[stage + 1]
     assert receiver["member"] == stage
     assert "its proofs are not those of the activations it sent" in receiver["error"]

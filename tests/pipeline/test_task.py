@@ -161,6 +161,15 @@ def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(t
     forged.write_text(json.dumps(data))
     verdict = fresh.judge(forged, Submission(node=OUTSIDER, pool_id=1))
     assert verdict.verdict == "invalidate" and any(r.startswith("plan") for r in verdict.reasons)
+    # A file of the format before link records (a member not yet upgraded): judged end to end, paid;
+    # it proves nobody's fault, so it could never have slashed anyone.
+    older = json.loads(files[(1, 1)].read_text())
+    older.update(format="intellect-pipeline-batch/2")
+    for name in ("links", "received_frames", "sent_frames"):
+        older.pop(name)
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    old = PipelineJudge(PipelineSettings(**SETTINGS), judge_env(tmp_path, MemorySeenStore()))
+    assert old.judge(tmp_path / "older.json", Submission(node=NODES[1], pool_id=1)).verdict == "accept"
     # Hostile files: not JSON, wrong shape, over the size limit.
     for body in (b"\x00" * 100, b'{"format": "intellect-pipeline-batch/1"}', b"[" * 100_000):
         bad = tmp_path / "bad.json"

@@ -42,13 +42,16 @@ def start_worker(root: Path) -> tuple[subprocess.Popen[str], int]:
                         cmd=["sleep:60"])
         desired = AssignedTask(task=Task(id="orphan", spec=spec, created_at=datetime.now(UTC)))
         runtime.apply(desired)
-        print(runtime._load(runtime._current_name()).supervisor_pid, flush=True)
+        print("PID", runtime._load(runtime._current_name()).supervisor_pid, flush=True)
         time.sleep(600)
     """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     worker = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
     assert worker.stdout is not None
-    return worker, int(worker.stdout.readline())
+    for line in worker.stdout:  # the runtime logs on stdout too (this task names no workload: a warning)
+        if line.startswith("PID "):
+            return worker, int(line.split()[1])
+    raise AssertionError("the worker exited before it started the task")
 
 
 def tree(pid: int) -> list[psutil.Process]:

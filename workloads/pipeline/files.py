@@ -43,6 +43,9 @@ from workloads.rollouts import BatchInfo, Rollout
 from workloads.verifiers import TaskRecord
 
 FORMAT = "intellect-pipeline-batch/3"
+# Format 2 (no link records, no frames) is still read: a file a member made before its worker was
+# upgraded is judged end to end as before and can be paid, but proves nobody's fault (never slashed).
+READ_FORMATS = r"^intellect-pipeline-batch/[23]$"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
@@ -65,7 +68,7 @@ class LinkEntry(BaseModel):
 class GroupFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: str = Field(pattern=f"^{FORMAT}$")
+    format: str = Field(pattern=READ_FORMATS)
     task_id: str = Field(max_length=200)
     group_id: str = Field(max_length=200)
     batch: int = Field(ge=1)

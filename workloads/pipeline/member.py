@@ -306,8 +306,11 @@ class Member:
         link, prev = self.link, self.link.prev
         frame = link.recv("seal", log=False)
         digest, signature = frame.header.get("sha256"), frame.header.get("signature")
+        records = frame.header.get("links")
         try:
-            earlier = [LinkRecord.from_header(r) for r in frame.header.get("links") or []]
+            if not isinstance(records, list):
+                raise ValueError("no list of link records")
+            earlier = [LinkRecord.from_header(r) for r in records]
         except ValueError as exc:
             raise MemberMisbehaved(prev, f"a seal with {exc}") from None
         if frame.header.get("kind") != "seal" or not (isinstance(digest, str) and isinstance(signature, str)):
