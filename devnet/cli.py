@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from pathlib import Path
 from textwrap import shorten
 
@@ -121,6 +122,7 @@ def up(
     """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
     then Redis, discovery, the orchestrator and workers that join the pool. With --demo, also the
     trainer and validators, post the RL task and watch the reward rise and the cheater get slashed."""
+    begun = time.monotonic()
     if pipeline and cheat == "forged-reward":  # the single-node default names no member's cheat
         cheat = "weights"
     plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout,
@@ -189,8 +191,10 @@ def up(
         dashboard = state.process("dashboard")
         if dashboard is not None:
             console.print(f"Dashboard: [bold]{dashboard.url}[/bold] (reward curve, nodes, payouts, verdicts)")
+    startup = time.monotonic() - begun
     report = _watch_demo(state, plan, trainer, vals, count if plan.cheat != "none" else None, as_json,
                          stake_before)
+    report.startup_seconds = startup
     dashboard = state.process("dashboard")
     report.dashboard_url = (dashboard.url or "") if dashboard else ""
     try:
@@ -267,7 +271,10 @@ def _print_report(report: demo_mod.DemoReport) -> None:
         locked = report.pending.get(node, 0)
         table.add_row(f"rewards: {node[:10]}…", f"{amount / 1e18:g} claimable, {locked / 1e18:g} locked")
     table.add_row("reward curve", f"{report.curve_png or report.curve_csv}")
-    table.add_row("wall time", f"{report.wall_seconds:.0f} s")
+    steps = report.steps_seconds or report.wall_seconds
+    table.add_row("wall time", f"{report.startup_seconds + report.wall_seconds:.0f} s: start-up "
+                  f"{report.startup_seconds:.0f} s, {report.steps} steps {steps:.0f} s, wind-down "
+                  f"{report.wall_seconds - steps:.0f} s")
     console.print(table)
 
 

@@ -126,7 +126,9 @@ class DemoReport:
     tokens_generated: int = 0
     claimable: dict[str, int] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)  # rewards still inside the lock
-    wall_seconds: float = 0.0
+    wall_seconds: float = 0.0  # the watch: from the task posted to the end of the run
+    startup_seconds: float = 0.0  # before it: the chain, the services, the workers joined, the task posted
+    steps_seconds: float = 0.0  # from the task posted to the trainer's last step
     curve_csv: str = ""
     curve_png: str = ""
     dashboard_url: str = ""
@@ -374,6 +376,8 @@ def watch(
                 down_since.pop(proc.name, None)
             elif time.monotonic() - down_since.setdefault(proc.name, time.monotonic()) > RESTART_GRACE:
                 raise DemoError(f"{proc.name} exited; see {proc.log}", report)
+        if report.steps >= plan.steps and not report.steps_seconds:
+            report.steps_seconds = time.monotonic() - started
         if report.steps != last_step:
             last_step = report.steps
             on_step(report.steps, report.curve[-1] if report.curve else None)

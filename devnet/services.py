@@ -126,9 +126,10 @@ def start_services(
                 "INTELLECT_WORKER_STATE_DIR": str(directory / f"worker-{index}"),
                 "INTELLECT_WORKER_METADATA_REFRESH": "5",
                 "INTELLECT_WORKER_MIN_DISK_MB": "0",
-                # files go on chain in batches (a few per transaction, none waiting more than 4 s)
+                # files go on chain in batches (a few per transaction, none waiting more than 1 s: the
+                # trainer's next step waits for them; at 4 s, 40 steps took ~60 s longer)
                 "INTELLECT_WORKER_SUBMIT_BATCH_FILES": "8",
-                "INTELLECT_WORKER_SUBMIT_BATCH_AGE": "4",
+                "INTELLECT_WORKER_SUBMIT_BATCH_AGE": "1",
                 "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1",  # `devnet down` leaves no task behind
                 # Everything here listens on loopback: task containers share the host's network.
                 "INTELLECT_WORKER_TASK_NETWORK": "host",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from intellect.http_client import shared as http_client
 from validator.memory import LocalCheckpoints
 
 
@@ -28,7 +29,7 @@ class TrainerCheckpoints:
 
     def _refresh(self) -> None:
         try:
-            body = httpx.get(self.step_url, timeout=self.timeout).json()
+            body = http_client().get(self.step_url, timeout=self.timeout).json()
         except (httpx.HTTPError, ValueError):
             return
         for step, entry in (body.get("checkpoints") or {}).items():
@@ -46,7 +47,7 @@ class TrainerCheckpoints:
             part = target.with_suffix(".part")
             digest = hashlib.sha256()
             try:
-                with httpx.stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:
+                with http_client().stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:
                     resp.raise_for_status()
                     with open(part, "wb") as out:
                         for block in resp.iter_bytes(1 << 20):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from intellect.http_client import shared as http_client
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
 
@@ -53,7 +54,8 @@ class Fetcher:
         if target.exists():
             return target
         try:
-            grant = httpx.get(f"{self.url}/storage/files/{sha256}", auth=self.auth, timeout=self.timeout)
+            grant = http_client().get(f"{self.url}/storage/files/{sha256}", auth=self.auth,
+                                      timeout=self.timeout)  # fmt: skip
         except httpx.HTTPError as exc:
             raise StorageUnreachable(f"orchestrator unreachable: {exc}") from None
         if grant.status_code == 404:
@@ -65,7 +67,7 @@ class Fetcher:
         part = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")
         size = 0
         try:
-            with httpx.stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:
+            with http_client().stream("GET", url, timeout=self.timeout, follow_redirects=True) as resp:
                 if resp.status_code != 200:  # recorded as uploaded, so a 404 here is storage's loss
                     raise StorageUnreachable(f"storage answered {resp.status_code} for {sha256}")
                 with open(part, "wb") as out:

@@ -31,6 +31,7 @@ from sqlalchemy import (
     and_,
     create_engine,
     delete,
+    event,
     exists,
     inspect,
     or_,
@@ -153,9 +154,21 @@ def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
         data_dir.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{data_dir / 'validator.db'}"
     engine: Engine = create_engine(url, pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
     Base.metadata.create_all(engine)
     _add_missing_columns(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL and synchronous=NORMAL, as the orchestrator's SQLite: a commit no longer waits for two
+    fsyncs (10 % of a devnet validator's CPU went to commits), a crash of the process loses nothing
+    committed (only a power cut can take the last transactions), and readers do not block the writer."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
 
 
 # Columns added after the first release: (table, column, SQL type and default). `create_all` makes

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import structlog
 
+from intellect.http_client import shared as http_client
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
 from intellect.wire.tasks import Task
@@ -57,7 +58,7 @@ class TaskBook:
 
     def _get(self, path: str) -> httpx.Response:
         try:
-            return httpx.get(self.url + path, auth=self.auth, timeout=self.timeout)
+            return http_client().get(self.url + path, auth=self.auth, timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise TaskUnreachable(f"orchestrator {self.url} unreachable: {exc}") from None
 

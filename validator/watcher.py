@@ -11,6 +11,7 @@ from __future__ import annotations
 import httpx
 import structlog
 
+from intellect.http_client import shared as http_client
 from ledger.client import LedgerClient
 from ledger.events import EventReader, WorkSubmittedEvent
 from validator.store import ChainCursor, Database, SubmissionRow, Submissions
@@ -30,7 +31,7 @@ def trainer_step(step_url: str, at: float | None = None) -> int | None:
     ahead). None when the trainer cannot be read."""
     try:
         params = {} if at is None else {"at": max(0.0, at)}
-        step = httpx.get(step_url, params=params, timeout=5.0).json().get("step")
+        step = http_client().get(step_url, params=params, timeout=5.0).json().get("step")
         return int(step) if isinstance(step, int) else None
     except (httpx.HTTPError, ValueError):
         return None

@@ -35,7 +35,6 @@ from worker.state import StateStore
 from worker.uploader import Uploader
 
 log = structlog.get_logger("intellect.worker")
-UPLOAD_INTERVAL = 2.0  # seconds between passes over the bridge's file queue
 REFUSAL_BACKOFF_FIRST = 10.0  # seconds before re-sending metadata discovery refused
 REFUSAL_BACKOFF_MAX = 600.0
 
@@ -289,7 +288,7 @@ class WorkerDaemon:
                              to_retry=len(report.retry_later))
             except Exception as exc:  # the ledger or the orchestrator is down: the queue keeps the files
                 log.warning("upload pass failed", error=str(exc))
-            await self._sleep(self._stop, UPLOAD_INTERVAL)
+            await self._sleep(self._stop, self.settings.upload_interval)
 
     async def _sleep(self, event: asyncio.Event, seconds: float) -> None:
         stop = asyncio.ensure_future(self._stop.wait())

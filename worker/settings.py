@@ -77,6 +77,10 @@ class WorkerSettings(IntellectSettings):
     submit_batch_age: float = Field(
         default=30.0, gt=0, description="seconds an uploaded file waits at most for its batch to fill",
     )  # fmt: skip
+    upload_interval: float = Field(
+        default=0.5, gt=0, le=60, description="seconds between the uploader's passes over the queue of "
+        "announced files (each pass: two SQLite reads; a file waits at most this long to go up)",
+    )  # fmt: skip
     # Devnets pass keys (raw, or file:PATH to a 0600 file) instead of keystores; production uses
     # encrypted keystores in state_dir.
     provider_key: KeySecret | None = None

@@ -183,6 +183,9 @@ class Uploader:
         self.journal = Journal(state_dir / "uploader.sqlite")
         self.orchestrator_url = orchestrator_url
         self.timeout = timeout
+        # One client for the uploader's life, built when a file first waits: a client per pass built an
+        # SSL context (27 ms of CPU) every pass, files or not (profiled on the devnet: 23 % of a worker).
+        self._client: httpx.Client | None = None
         self.batch_files = batch_files
         self.batch_age = batch_age
         # A template: each call runs on a copy (a Retrying keeps per-call statistics).
@@ -292,26 +295,28 @@ class Uploader:
         report = PassReport()
         base = self.orchestrator_url()
         rejected = {k for k, state in self.journal.states().items() if state == "rejected"}
-        if base:
-            with httpx.Client(timeout=self.timeout) as client:
-                for item in self.queue.pending_upload():
-                    if item.sha256 in rejected:
-                        continue
-                    try:
-                        self.upload(client, base.rstrip("/"), item)
-                        report.uploaded.append(item.sha256)
-                    except UploadRefused as exc:
-                        log.warning(
-                            "upload refused", file=item.relative_path, reason=exc.reason, final=exc.final
-                        )
-                        if exc.final:
-                            self.journal.set(item.sha256, "rejected", reason=exc.reason)
-                            report.rejected.append(item.sha256)
-                        else:
-                            report.retry_later.append(item.sha256)
-                    except httpx.HTTPError as exc:
-                        log.warning("upload failed, retrying later", file=item.relative_path, error=str(exc))
-                        report.retry_later.append(item.sha256)
+        pending = self.queue.pending_upload() if base else []
+        if base and pending and (self._client is None or self._client.is_closed):
+            self._client = httpx.Client(timeout=self.timeout)
+        for item in pending:
+            if item.sha256 in rejected:
+                continue
+            try:
+                assert self._client is not None and base
+                self.upload(self._client, base.rstrip("/"), item)
+                report.uploaded.append(item.sha256)
+            except UploadRefused as exc:
+                log.warning(
+                    "upload refused", file=item.relative_path, reason=exc.reason, final=exc.final
+                )
+                if exc.final:
+                    self.journal.set(item.sha256, "rejected", reason=exc.reason)
+                    report.rejected.append(item.sha256)
+                else:
+                    report.retry_later.append(item.sha256)
+            except httpx.HTTPError as exc:
+                log.warning("upload failed, retrying later", file=item.relative_path, error=str(exc))
+                report.retry_later.append(item.sha256)
         waiting = [item for item in self.queue.pending_submission() if item.sha256 not in rejected]
         if self.batch_files > 1:
             self._submit_batches(waiting, report)

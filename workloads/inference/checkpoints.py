@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import structlog
 
+from intellect.http_client import shared as http_client
+
 log = structlog.get_logger(__name__)
 
 
@@ -72,7 +74,7 @@ class CheckpointStore:
             if expected is None:
                 return None
             try:
-                with httpx.stream("GET", source, timeout=self.timeout, follow_redirects=True) as resp:
+                with http_client().stream("GET", source, timeout=self.timeout, follow_redirects=True) as resp:
                     if resp.status_code == 404:
                         self.misses[step] = f"GET {source}: HTTP 404"
                         return None
@@ -123,7 +125,7 @@ class CheckpointStore:
 
     def _get_text(self, url: str, step: int) -> str | None:
         try:
-            resp = httpx.get(url, timeout=self.timeout, follow_redirects=True)
+            resp = http_client().get(url, timeout=self.timeout, follow_redirects=True)
         except httpx.TransportError as exc:
             raise CheckpointError(f"checkpoint source {url} unreachable: {exc!r}") from None
         if resp.status_code == 404:

@@ -12,6 +12,7 @@ import httpx
 import structlog
 from pydantic import BaseModel
 
+from intellect.http_client import shared as http_client
 from workloads.datasets import load_dataset
 from workloads.device import resolve_device
 from workloads.inference.cheats import claimed_units, forge_rewards, perturb_model
@@ -92,7 +93,7 @@ class InferenceWorkload:
     def current_step(self) -> int:
         if not self.s.step_url:
             return self.s.step
-        resp = httpx.get(self.s.step_url, timeout=10.0)
+        resp = http_client().get(self.s.step_url, timeout=10.0)
         resp.raise_for_status()
         step = resp.json().get("step")
         if not isinstance(step, int) or step < 0:

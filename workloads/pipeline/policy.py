@@ -19,6 +19,7 @@ from typing import Protocol
 import httpx
 import structlog
 
+from intellect.http_client import shared as http_client
 from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.model.loading import base_checkpoint_sha256
 from workloads.pipeline.member import Policy
@@ -57,7 +58,7 @@ class Policies:
     def trainer_step(self) -> int:
         if not self.s.step_url:
             return 0
-        response = httpx.get(self.s.step_url, timeout=10.0)
+        response = http_client().get(self.s.step_url, timeout=10.0)
         response.raise_for_status()
         step = response.json().get("step")
         if not isinstance(step, int) or step < 0:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-import httpx
 from pydantic import BaseModel
 
+from intellect.http_client import shared as http_client
 from workloads.rollouts import sha256_file
 
 
@@ -62,7 +62,7 @@ class AcceptedFeedSource:
         params: dict[str, int] = {"after": self.cursor, "limit": 500}
         if self.pool_id is not None:
             params["pool"] = self.pool_id
-        page = httpx.get(f"{self.url}/accepted", params=params, timeout=self.timeout)
+        page = http_client().get(f"{self.url}/accepted", params=params, timeout=self.timeout)
         page.raise_for_status()
         body = page.json()
         out = []
@@ -74,7 +74,7 @@ class AcceptedFeedSource:
             target = self.download_dir / f"{sha}.parquet"
             if not target.exists() or sha256_file(target) != sha:
                 part = target.with_suffix(".part")
-                with httpx.stream("GET", item["url"], timeout=self.timeout) as resp:
+                with http_client().stream("GET", item["url"], timeout=self.timeout) as resp:
                     resp.raise_for_status()
                     with open(part, "wb") as f:
                         for block in resp.iter_bytes(1 << 20):
