@@ -40,6 +40,14 @@ class GroupRun:
     def addresses(self) -> list[str]:
         return [k.address for k in self.keys]
 
+    def record(self, member: int, made: list[StageOutput]) -> None:
+        """What `member` made of each batch, in order."""
+        self.outputs[member] = made[0]
+        for b, stage_out in enumerate(made):
+            if len(self.batches) <= b:
+                self.batches.append({})
+            self.batches[b][member] = stage_out
+
     @property
     def ok(self) -> bool:
         return not self.errors and len(self.outputs) > 0
@@ -108,12 +116,7 @@ def run_local_group(
         if isinstance(data, dict) and "error" in data:
             run.errors[i] = data
             continue
-        made = [output_from_json(d) for d in (data if many else [data])]
-        run.outputs[i] = made[0]
-        for b, stage_out in enumerate(made):
-            if len(run.batches) <= b:
-                run.batches.append({})
-            run.batches[b][i] = stage_out
+        run.record(i, [output_from_json(d) for d in (data if many else [data])])
     return run
 
 
@@ -176,9 +179,5 @@ def run_thread_group(
     for t in threads:
         t.join(timeout * 4 + 60)
     for i, outs in sorted(made.items()):
-        run.outputs[i] = outs[0]
-        for b, out in enumerate(outs):
-            if len(run.batches) <= b:
-                run.batches.append({})
-            run.batches[b][i] = out
+        run.record(i, outs)
     return run
