@@ -5,7 +5,9 @@ them at flat memory; and a file the checks choke on cannot hold up the files que
 from __future__ import annotations
 
 import json
+import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -283,7 +285,11 @@ def test_a_reader_that_dies_or_hangs_is_not_the_files_fault(tmp_path: Path) -> N
         reader._process.wait()
         rows, _ = reader.read(honest, LIMITS)  # a child found dead before a read is replaced
         assert len(rows) == 32
-        reader.timeout = 0.001
+        # A hang: the child stopped (SIGSTOP) cannot answer within any timeout (a 1 ms timeout alone
+        # was a race a warm child on an idle core sometimes won).
+        assert reader._process is not None
+        os.kill(reader._process.pid, signal.SIGSTOP)
+        reader.timeout = 0.5
         with pytest.raises(ReaderFailed, match="took over"):
             reader.read(honest, LIMITS)
         reader.timeout = 60
