@@ -183,8 +183,6 @@ class Uploader:
         self.journal = Journal(state_dir / "uploader.sqlite")
         self.orchestrator_url = orchestrator_url
         self.timeout = timeout
-        # One client for the uploader's life, built when a file first waits: a client per pass built an
-        # SSL context (27 ms of CPU) every pass, files or not (profiled on the devnet: 23 % of a worker).
         self._client: httpx.Client | None = None
         self.batch_files = batch_files
         self.batch_age = batch_age
@@ -291,19 +289,20 @@ class Uploader:
 
     # ---- one pass ----
 
-    def run_once(self) -> PassReport:
-        report = PassReport()
-        base = self.orchestrator_url()
-        rejected = {k for k, state in self.journal.states().items() if state == "rejected"}
-        pending = self.queue.pending_upload() if base else []
-        if base and pending and (self._client is None or self._client.is_closed):
+    def _upload_pending(self, base: str, rejected: set[str], report: PassReport) -> None:
+        """Every announced file not yet uploaded, through one client kept for the uploader's life (built
+        when a file first waits: a client per pass built an SSL context, 27 ms of CPU, files or not)."""
+        pending = self.queue.pending_upload()
+        if not pending:
+            return
+        if self._client is None or self._client.is_closed:
             self._client = httpx.Client(timeout=self.timeout)
+        client = self._client
         for item in pending:
             if item.sha256 in rejected:
                 continue
             try:
-                assert self._client is not None and base
-                self.upload(self._client, base.rstrip("/"), item)
+                self.upload(client, base, item)
                 report.uploaded.append(item.sha256)
             except UploadRefused as exc:
                 log.warning(
@@ -317,6 +316,13 @@ class Uploader:
             except httpx.HTTPError as exc:
                 log.warning("upload failed, retrying later", file=item.relative_path, error=str(exc))
                 report.retry_later.append(item.sha256)
+
+    def run_once(self) -> PassReport:
+        report = PassReport()
+        base = self.orchestrator_url()
+        rejected = {k for k, state in self.journal.states().items() if state == "rejected"}
+        if base:
+            self._upload_pending(base.rstrip("/"), rejected, report)
         waiting = [item for item in self.queue.pending_submission() if item.sha256 not in rejected]
         if self.batch_files > 1:
             self._submit_batches(waiting, report)

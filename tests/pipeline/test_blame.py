@@ -141,7 +141,7 @@ def test_a_group_whose_links_nobody_signed_can_blame_nobody(tiny) -> None:  # no
     assert not any(v.guilty for v in verdicts) and not any(v.proven for v in verdicts)
 
 
-def test_a_seal_signed_by_another_key_is_refused_live_and_proves_nothing_in_a_file(tiny) -> None:  # noqa: ANN001
+def test_a_record_signed_by_another_key_or_for_another_batch_proves_nothing(tiny) -> None:  # noqa: ANN001
     run = run_thread_group(2, tiny[2])
     bundle = run.outputs[1].bundle
     record = bundle.links[0]

@@ -410,8 +410,8 @@ class RuntimeBase(ABC, Generic[H]):
         run = self._find(prepared.name)
         if run is None:
             if desired.task.spec.workload is None:  # the contributor should know before spending compute
-                log.warning(f"starting an {UNJUDGED}: it names no workload, so no validator judges it",
-                            task_id=desired.task.id)  # fmt: skip
+                log.warning("starting a task that names no workload", task_id=desired.task.id,
+                            judged=UNJUDGED)  # fmt: skip
             launched = self._launch(prepared, desired, fresh=True)
             if isinstance(launched, TaskStatus):
                 return launched

@@ -1,19 +1,14 @@
-"""Judging a group's batch: accept it with one prefill, or replay stage by stage to blame one member.
+"""Judging a group's batch end to end: is it right (and so payable)? Who is guilty is not decided here.
 
 One full-model prefill over prompt + output gives, through forward hooks, what every stage should have
-sent (`stages.boundary_activations`) and the logits. Accept path: the last stage's proofs match the
-recomputed final-norm output and every token is the seed's Gumbel draw with its claimed logprob, so
-the group's output is right and every member is credited (TOPLOC's "success of the final stage
-implies the integrity of all stages": a stage that changed its output beyond the proofs' tolerance
-would have moved the final activations too).
+sent (`stages.boundary_activations`) and the logits. Accept: every stage's proofs match the recomputed
+boundaries (the sign compared too) and every token is the seed's Gumbel draw with its claimed logprob.
 
-Blame path (the accept path failed): stage 0's proofs are compared with the recomputed boundary 0,
-then stage 1's with boundary 1, and so on; the first stage whose proofs do not match is the faulty
-member. Replaying stage k from the *recomputed* output of stage k-1 is what "feed the claimed
-activations to the next stage" amounts to here: the proofs of stage k-1 matched, so what it sent is
-the recomputed output within tolerance (and the receiving member checked that the proofs are those
-of what it got, `member.py`). If every stage's proofs match and the tokens are still not the seed's
-draw (or the logprobs are off), the last stage forged its sampling: it is blamed.
+When the batch fails, `GroupVerdict.blamed` names the first stage whose proofs are off the *honest*
+replay. That is only a hint for the reasons a user reads, never a verdict: a member that forwards
+something its proofs do not show (values outside every chunk's top-k) looks clean here while its
+honest successor looks far off. Blame is decided by `replay.judge_member`, from what each member
+received and sent, committed by both ends of its links (issue 36).
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ class GroupRows:
 @dataclass
 class GroupVerdict:
     accepted: bool
-    blamed: int | None = None  # the member at fault (None: accepted)
+    blamed: int | None = None  # the first stage off the honest replay: a hint, never a verdict
     reasons: list[str] = field(default_factory=list)
     failed_rows: dict[int, list[int]] = field(default_factory=dict)  # stage → rows whose proofs failed
     stage_stats: list[StageStats] = field(default_factory=list)  # per stage, what the windows pool
