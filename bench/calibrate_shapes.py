@@ -3,7 +3,7 @@
 
 For the shipped tiny model and the random-weight shapes of `workloads/model/shapes.py` (tiny-long,
 small, medium, and qwen-0.5b: the width and depth of Qwen2-0.5B), runs what `intellect-validator
-calibrate` runs (validator/calibrate.py): honest files from the inference workload at generation
+calibrate` runs (workloads/inference/judge/calibrate.py): honest files from the inference workload at generation
 batches 1-64 and 1-2 threads (and one-token rows), recomputed at prefill batch 1 and 64; the cheats
 (fp16 and int8 weights, N(0, 1e-2) and N(0, 1e-3) noise on every matrix, another seed, one
 perturbed layer);
@@ -14,9 +14,9 @@ not paid; < 1 not caught by that statistic).
 
     .venv/bin/python bench/calibrate_shapes.py                       # every shape, full grid
     .venv/bin/python bench/calibrate_shapes.py --shape small --quick
-    .venv/bin/python bench/calibrate_shapes.py --write               # also (re)writes validator/calibrations/<shape>.json
+    .venv/bin/python bench/calibrate_shapes.py --write               # also (re)writes workloads/inference/judge/calibrations/<shape>.json
 
-`--write` leaves validator/calibrations/tiny.json alone: the tiny model's record keeps the limits the
+`--write` leaves workloads/inference/judge/calibrations/tiny.json alone: the tiny model's record keeps the limits the
 soak of ten loaded devnet runs measured (bench/devnet_soak.py); this bench's tiny figures are the
 cross-check printed beside them.
 
@@ -38,8 +38,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validator.calibrate import CHEATS, Grid, calibrate  # noqa: E402
-from validator.calibration import SHIPPED  # noqa: E402
+from workloads.inference.judge.calibrate import CHEATS, Grid, calibrate  # noqa: E402
+from workloads.inference.judge.calibration import SHIPPED  # noqa: E402
 from workloads.model.shapes import SHAPES, build_model_dir  # noqa: E402
 
 ALL = ["tiny", *SHAPES]
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="generation batches 1 and 16, one file a setting")
     parser.add_argument("--train-steps", type=int, default=4, help="the tiny model's training run")
     parser.add_argument("--tokens", type=int, default=32, help="max_new_tokens of the honest files")
-    parser.add_argument("--write", action="store_true", help="write the records to validator/calibrations/")
+    parser.add_argument("--write", action="store_true", help="write the records to workloads/inference/judge/calibrations/")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(2)

@@ -14,7 +14,7 @@ share the cores, and counts per run what the protocol promises never happens:
 The busy neighbour is `--busy` processes each multiplying 384x384 float32 matrices in a loop on one
 BLAS thread (cores and memory bandwidth taken, as another user's job would); the machine's load is
 sampled every 10 s. Every honest file that was not accepted is copied with its verdicts to
-`--out`/<run>/ (kept as test data, like tests/validator/data/demo-near-tie). The summary is JSON on
+`--out`/<run>/ (kept as test data, like tests/workloads/judge/data/demo-near-tie). The summary is JSON on
 stdout and in `--out`/summary.json.
 
     .venv/bin/python bench/devnet_soak.py --runs 10             # ~15 min a run next to 2 busy loops

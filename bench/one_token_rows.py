@@ -17,12 +17,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from validator.memory import LocalCheckpoints, MemoryNodeWindows, MemorySeenStore  # noqa: E402
-from validator.pipeline import Pipeline  # noqa: E402
-from validator.task import TaskSettings  # noqa: E402
-from validator.verdicts import Submission  # noqa: E402
+from intellect.wire.verdicts import Submission  # noqa: E402
+from intellect.workloads import MemoryNodeWindows, MemorySeenStore  # noqa: E402
+from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
+from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
+from workloads.model.loading import ModelCheckpoints  # noqa: E402
 
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
 KINDS = [("honest, batch 1, 1 thread", 1, 1, {}), ("honest, batch 4, 1 thread", 4, 1, {}),
@@ -46,7 +47,7 @@ def main() -> None:
             node_address=NODE, output_dir=args.out / name.replace(" ", "_"), batch_size=batch, n=4,
             max_new_tokens=1, target_lengths=[1], **kw,
         ))  # fmt: skip
-        pipeline = Pipeline(task, MemorySeenStore(), LocalCheckpoints("tiny"), windows=MemoryNodeWindows())
+        pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints("tiny"), windows=MemoryNodeWindows())
         files = []
         for _ in range(args.files):
             verdict = pipeline.judge(Path(workload.run_batch().path), Submission(node=NODE))  # type: ignore[union-attr]

@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validator.thresholds import ValidationThresholds  # noqa: E402
+from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.verify import token_checks  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402

@@ -1,7 +1,8 @@
 """Validator throughput vs one worker's generation, on the same rollouts, side by side.
 
 One worker generates a batch of 16 sequences (with TOPLOC proofs, as the inference workload does);
-the validator recomputes them the way `validator/checks/model.py` does (one batched prefill, then
+the validator recomputes them the way `workloads/inference/judge/checks/model.py` does (one batched
+prefill, then
 termination, Gumbel replay, logprobs, TOPLOC per chunk and per file). Output lengths 32, 256 and
 1,024 tokens (EOS off: fixed lengths); the ratio validation tokens/s ÷ generation tokens/s is how
 many such workers one validator keeps up with (on the same hardware). Targets: ≥ 25× at 256 tokens
@@ -13,7 +14,7 @@ many such workers one validator keeps up with (on the same hardware). Targets: �
 Shapes (workloads/model/shapes.py, random weights from a seed, bf16): "tiny-long" is the shipped
 model's shape (hidden 128 × 4 layers) with room for 2,048 positions, "small" 512 × 8, "medium"
 1024 × 12, "qwen-0.5b" the width and depth of Qwen2-0.5B (896 × 24). Each is judged with the limits
-of its shipped calibration record (validator/calibrations/<shape>.json, made by
+of its shipped calibration record (workloads/inference/judge/calibrations/<shape>.json, made by
 bench/calibrate_shapes.py, the calibrate command's measurement): the honest batch must pass.
 """
 
@@ -30,11 +31,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validator.calibration import find_calibration  # noqa: E402
-from validator.checks.model import recompute  # noqa: E402
-from validator.thresholds import ValidationThresholds  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import make_rollouts  # noqa: E402
+from workloads.inference.judge.calibration import find_calibration  # noqa: E402
+from workloads.inference.judge.checks.model import recompute  # noqa: E402
+from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.selection import plan_batch  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
 from workloads.model.loading import load_model, load_tokenizer  # noqa: E402

@@ -28,13 +28,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validator.checks.model import FileStats, recompute  # noqa: E402
-from validator.memory import LocalCheckpoints, MemorySeenStore  # noqa: E402
-from validator.pipeline import Pipeline  # noqa: E402
-from validator.task import TaskSettings  # noqa: E402
-from validator.thresholds import ValidationThresholds  # noqa: E402
-from validator.verdicts import Submission  # noqa: E402
-from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
+from intellect.wire.verdicts import Submission  # noqa: E402
+from intellect.workloads import MemorySeenStore  # noqa: E402
+from workloads.inference.judge.checks.model import FileStats, recompute  # noqa: E402
+from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
+from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
+from workloads.inference.task import TaskSettings  # noqa: E402
+from workloads.model.loading import (  # noqa: E402
+    ModelCheckpoints,  # noqa: E402
+    load_model,
+    load_tokenizer,
+)
 from workloads.rollouts import read_rollouts  # noqa: E402
 
 GEN = """
@@ -157,7 +161,7 @@ def main() -> None:
     rows.append({"statistic": "row mean |err| / limit(n)", "threshold": 1.0, "worst honest": max(row_share),
                  "honest margin": 1.0 - max(row_share)})  # fmt: skip
     # the full pipeline on every honest file: false positives
-    pipelines = {bs: Pipeline(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), LocalCheckpoints("tiny"), th)
+    pipelines = {bs: Pipeline(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), ModelCheckpoints("tiny"), th)
                  for bs in set(batch_of.values())}  # fmt: skip
     sequences = 0
     invalidated = []
@@ -169,7 +173,7 @@ def main() -> None:
     caught = {}
     for name, paths in attacks.items():
         fresh = Pipeline(
-            task.model_copy(update={"batch_size": 16}), MemorySeenStore(), LocalCheckpoints("tiny"), th
+            task.model_copy(update={"batch_size": 16}), MemorySeenStore(), ModelCheckpoints("tiny"), th
         )
         caught[name] = sum(fresh.judge(p, Submission()).verdict == "invalidate" for p in paths) / len(paths)
     report = {

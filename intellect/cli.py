@@ -89,3 +89,18 @@ def add_settings_commands(
         for name, value in data.items():
             table.add_row(name, str(value))
         Console().print(table)
+
+
+def checkpoint_flags(values: list[str], first: int = 0) -> dict[int, Path]:
+    """`--checkpoint STEP=PATH` flags (check and calibrate): step → an existing file; STEP >= first."""
+    steps: dict[int, Path] = {}
+    for value in values:
+        step, sep, path = value.partition("=")
+        if not sep or not step.isdigit() or int(step) < first or not path:
+            raise typer.BadParameter(
+                f"--checkpoint {value!r}: use STEP=PATH with STEP >= {first}, e.g. 3=ckpt/step_3.safetensors"
+            )
+        if not Path(path).is_file():
+            raise typer.BadParameter(f"--checkpoint {value!r}: {path} does not exist")
+        steps[int(step)] = Path(path)
+    return steps

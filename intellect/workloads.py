@@ -17,7 +17,8 @@ protocol knows any workload by name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -28,6 +29,7 @@ from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict
 
 ENTRY_POINT_GROUP = "intellect.workloads"
+DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024  # the largest submitted file a validator downloads and judges
 
 
 class WorkloadError(Exception):
@@ -68,19 +70,67 @@ class NodeWindows(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
+class CheckpointSource(Protocol):
+    """The trainer's checkpoints by step, as the host knows them: the local safetensors file and its
+    sha256 for a step, or None when the host knows no file for it. A workload resolves step 0 (its
+    base model) itself when the host has none: only the workload knows which model a task names."""
+
+    def checkpoint_for(self, step: int) -> tuple[Path, str] | None: ...
+
+
+class MemorySeenStore:
+    """`SeenStore` for one process's life: one run of `intellect-validator check`, a bench, a test."""
+
+    def __init__(self) -> None:
+        self.files: dict[int | None, set[str]] = {}
+        self.rows: dict[int | None, set[str]] = {}
+
+    def file_seen(self, pool_id: int | None, sha256: str) -> bool:
+        return sha256 in self.files.get(pool_id, set())
+
+    def rows_seen(self, pool_id: int | None, row_hashes: list[str]) -> set[str]:
+        return set(row_hashes) & self.rows.get(pool_id, set())
+
+    def remember(self, pool_id: int | None, sha256: str, row_hashes: list[str]) -> None:
+        self.files.setdefault(pool_id, set()).add(sha256)
+        self.rows.setdefault(pool_id, set()).update(row_hashes)
+
+
+class MemoryNodeWindows:
+    """`NodeWindows` for one process's life (the service keeps them in SQL)."""
+
+    def __init__(self) -> None:
+        self.windows: dict[tuple[int | None, str], list[dict[str, Any]]] = {}
+
+    def push(self, pool_id: int | None, node: str, entry: dict[str, Any], keep: int) -> list[dict[str, Any]]:
+        window = self.windows.setdefault((pool_id, node.lower()), [])
+        window.append(entry)
+        del window[:-keep]
+        return list(window)
+
+
+class NoCheckpoints:
+    """A host that knows no trainer checkpoint (a pool without a trainer, or a check of base-model files)."""
+
+    def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
+        return None
+
+
 @dataclass(frozen=True)
 class ValidatorEnv:
-    """What a validator offers a plug-in's checks: its memory of judged files and of each node's recent
-    statistics, the trainer's step counter (if the pool has one), a private folder for caches, its
-    file size limit, and where its models run (a device setting: auto, cpu, cuda or cuda:N)."""
+    """What a validator (the judges' host) offers a plug-in's checks: its memory of judged files and of
+    each node's recent statistics, the trainer's checkpoints by step, a private folder for caches, its
+    file size limit, and where its models run (a device setting: auto, cpu, cuda or cuda:N). A judge's
+    own limits are its settings (e.g. the inference judge's `INTELLECT_VALIDATOR_*` thresholds), read
+    by the judge where it runs, never passed by the host."""
 
     seen: SeenStore
     data_dir: Path
-    step_url: str | None = None
-    max_file_bytes: int = 256 * 1024 * 1024
-    windows: NodeWindows | None = None  # None: the plug-in keeps them in memory
+    checkpoints: CheckpointSource = field(default_factory=NoCheckpoints)
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    windows: NodeWindows = field(default_factory=MemoryNodeWindows)
     task_id: str = ""  # the task whose files this judge gets ("" when judging files outside a task)
-    device: str = "auto"  # auto: the first GPU PyTorch sees, else the CPU (`workloads.device`)
+    device: str = "auto"  # auto: the first GPU PyTorch sees, else the CPU (`intellect.device`)
 
 
 class FileJudge(Protocol):
@@ -123,6 +173,15 @@ class ClaimsRawTasks(Protocol):
     def claims(self, spec: TaskSpec) -> bool:
         """Whether `spec` (naming no workload) runs this plug-in's program."""
         ...
+
+
+@runtime_checkable
+class ValidatorCommands(Protocol):
+    """A plug-in that adds commands to `intellect-validator` (e.g. the inference workload's `calibrate`,
+    which measures a model's honest noise for its judge). Optional. Each value is a typer command
+    function; the key is its name on the command line."""
+
+    def validator_commands(self) -> dict[str, Callable[..., None]]: ...
 
 
 def runs_module(spec: TaskSpec, module: str) -> bool:

@@ -1,5 +1,6 @@
 """Checkpoints as the trainer publishes them: its step counter (`GET /step`) lists, for each step a
-worker may still use, the checkpoint's URL and sha256; step 0 is the base model. Files are fetched
+worker may still use, the checkpoint's URL and sha256. Step 0, the base model, is the judge's to
+resolve when the trainer lists none (`workloads.model.loading.ModelCheckpoints`). Files are fetched
 once, verified, and cached by sha256: the newest `keep` steps' files (default 16; the trainer keeps 5
 on disk and lists only those its async level still allows, so an older one could not be fetched again
 anyway, and a validator that lags more than that gives such files a soft verdict), so a long run does
@@ -8,22 +9,46 @@ not fill the validator's disk with every checkpoint it ever saw."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import httpx
 
 from intellect.http_client import shared as http_client
-from validator.memory import LocalCheckpoints
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class FileCheckpoints:
+    """Checkpoints given on `intellect-validator check`'s command line (`--checkpoint STEP=PATH`)."""
+
+    def __init__(self, steps: dict[int, Path] | None = None) -> None:
+        self.steps = {k: Path(v) for k, v in (steps or {}).items()}
+        self._sha: dict[int, str] = {}
+
+    def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
+        if step not in self.steps:
+            return None
+        if step not in self._sha:
+            self._sha[step] = sha256_file(self.steps[step])
+        return self.steps[step], self._sha[step]
 
 
 class TrainerCheckpoints:
-    def __init__(self, step_url: str, cache_dir: Path, model: str = "tiny", timeout: float = 60.0,
-                 keep: int = 16) -> None:
+    """One per validator, shared by every task's judge (judged on several threads: one fetch at a time)."""
+
+    def __init__(self, step_url: str, cache_dir: Path, timeout: float = 60.0, keep: int = 16) -> None:
         self.step_url = step_url
         self.keep = max(1, keep)
         self.cache_dir = cache_dir
         self.timeout = timeout
-        self.base = LocalCheckpoints(model)
+        self._lock = threading.Lock()
         self.known: dict[int, tuple[str, str]] = {}  # step -> (url, sha256), remembered once seen
         cache_dir.mkdir(parents=True, exist_ok=True)
 
@@ -37,10 +62,14 @@ class TrainerCheckpoints:
                 self.known[int(step)] = (str(entry["url"]), str(entry["sha256"]).lower())
 
     def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
+        with self._lock:
+            return self._checkpoint_for(step)
+
+    def _checkpoint_for(self, step: int) -> tuple[Path, str] | None:
         if step not in self.known:
             self._refresh()
         if step not in self.known:
-            return self.base.checkpoint_for(step) if step == 0 else None
+            return None
         url, sha = self.known[step]
         target = self.cache_dir / f"{sha}.safetensors"
         if not target.exists():

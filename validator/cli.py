@@ -1,5 +1,5 @@
-"""`intellect-validator`: judge rollout files (`check`), watch a pool and vote (`run`), measure a
-model's limits (`calibrate`)."""
+"""`intellect-validator`: judge files (`check`), watch a pool and vote (`run`), and the commands the
+installed workload plug-ins add (the inference workload's `calibrate`: measure a model's limits)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,37 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from intellect.cli import checkpoint_flags
+from intellect.device import DeviceSettingError, resolve_device
 from intellect.identity import Wallet, resolve_passphrase
 from intellect.logs import configure_logging
-from intellect.wire.tasks import TaskSpec
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadError, settings_for
+from intellect.wire.tasks import TaskSpec, WorkloadRef
+from intellect.wire.verdicts import Submission
+from intellect.workloads import (
+    DEFAULT_MAX_FILE_BYTES,
+    FileJudge,
+    MemorySeenStore,
+    NoCheckpoints,
+    ValidatorCommands,
+    ValidatorEnv,
+    WorkloadError,
+    claimant,
+    installed,
+    load,
+    settings_for,
+)
 from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from validator.api import create_app
-from validator.calibrate_cli import calibrate_command, checkpoint_flags
-from validator.memory import LocalCheckpoints, MemorySeenStore
-from validator.pipeline import DEFAULT_MAX_BYTES, Pipeline
+from validator.checkpoints import FileCheckpoints, TrainerCheckpoints
 from validator.service import ValidatorService
 from validator.settings import ValidatorSettings, chain_data_dir
 from validator.store import SqlNodeWindows, SqlSeenStore
-from validator.task import TaskSettings
 from validator.tasks import TaskBook, TaskJudge
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import Judge, Submission
-from workloads.device import DeviceSettingError, resolve_device
 
 app = typer.Typer(
     help="The validator: judge rollout files, watch a pool, vote to slash cheaters.", no_args_is_help=True
@@ -42,9 +52,6 @@ err = Console(stderr=True, soft_wrap=True)
 @app.callback()
 def main() -> None:
     """The validator: judge rollout files, watch a pool, vote to slash cheaters."""
-
-
-app.command("calibrate")(calibrate_command)
 
 
 @app.command()
@@ -59,106 +66,105 @@ def check(
     trainer_step: int | None = typer.Option(None, "--trainer-step", min=0, help="trainer step at submission"),
     work_key: str | None = typer.Option(None, "--work-key", help="0x + sha256 recorded on chain"),
     task: Path | None = typer.Option(
-        None, "--task", help="the files' task spec JSON as POSTed (workload settings or INTELLECT_INFER_* "
-        "env vars), judged by the plug-in it names; default: the inference workload's defaults",
+        None, "--task", help="the files' task spec JSON as POSTed (or a bare settings object of --workload), "
+        "judged by the plug-in it names; default: --workload's defaults",
+    ),
+    workload: str = typer.Option(
+        "inference", "--workload", help="the plug-in that judges the files when --task names none",
     ),
     checkpoint: list[str] = typer.Option(
         [], "--checkpoint", help="STEP=PATH of a trainer checkpoint (repeat)"
     ),
-    max_bytes: int = typer.Option(DEFAULT_MAX_BYTES, "--max-bytes", min=1, help="largest file accepted"),
+    max_bytes: int = typer.Option(DEFAULT_MAX_FILE_BYTES, "--max-bytes", min=1, help="largest file accepted"),
     device: str = typer.Option(
         "cpu", "--device", envvar="INTELLECT_VALIDATOR_DEVICE", help="where the recomputation runs: cpu "
         "(default: where the thresholds were calibrated), auto, cuda or cuda:N",
     ),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per file, one per line"),
 ) -> None:
-    """Run the full validation pipeline on local files. Exit 0 when all are accepted, 1 otherwise.
+    """Judge local files with their task's workload plug-in, as `run` does; exit 1 unless all are accepted.
 
     Files are judged in the order given, so a later file repeating an earlier one is a duplicate."""
     submission = Submission(node=node, work_units=work_units, trainer_step=trainer_step, work_key=work_key)
     try:
         resolve_device(device)
+        steps = checkpoint_flags(checkpoint)
+        plugin, settings = settings_for(task_spec(task, workload))
     except DeviceSettingError as exc:
         err.print(f"error: --device: {exc}", markup=False)
         raise typer.Exit(2) from None
-    other = _other_workload_judge(task, max_bytes, device) if task else None
-    if other is not None:  # a task of another workload plug-in: judged by that plug-in's checks
-        if checkpoint:
-            err.print("error: --checkpoint is for inference tasks; this task names another workload")
-            raise typer.Exit(2)
-        verdicts = [other.judge(p, submission) for p in paths]
-    else:
-        try:
-            settings = TaskSettings.from_spec_file(task) if task else TaskSettings.defaults()
-            steps = checkpoint_flags(checkpoint)
-        except (ValueError, typer.BadParameter) as exc:
-            err.print(f"error: {exc}", markup=False)
-            raise typer.Exit(2) from None
-        pipeline = Pipeline(settings, MemorySeenStore(), LocalCheckpoints(settings.model, steps),
-                            ValidationThresholds(), max_bytes=max_bytes, device=device)  # fmt: skip
-        verdicts = [pipeline.judge(p, submission) for p in paths]
+    except (ValueError, typer.BadParameter, WorkloadError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    folder = Path(tempfile.mkdtemp(prefix="intellect-check-"))
+    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=folder, checkpoints=FileCheckpoints(steps),
+                       max_file_bytes=max_bytes, device=device)  # fmt: skip
+    judge = plugin.file_judge(settings, env)
+    verdicts = [judge.judge(p, submission) for p in paths]
     if as_json:
         for v in verdicts:
-            print(
-                json.dumps(
-                    {
-                        "file": v.file,
-                        "verdict": v.verdict,
-                        "reasons": v.reasons,
-                        "rows": v.rows,
-                        "seconds": v.seconds,
-                        "tokens": v.tokens,
-                        "step": v.step,
-                        "timings": v.timings,
-                    }
-                )
-            )
+            print(json.dumps({"file": v.file, "verdict": v.verdict, "reasons": v.reasons, "rows": v.rows,
+                              "seconds": v.seconds, "tokens": v.tokens, "step": v.step,
+                              "timings": v.timings}))  # fmt: skip
     else:
         table = Table(title="validation")
         for col in ("file", "verdict", "rows", "tokens", "seconds", "reasons"):
             table.add_column(col, overflow="fold")
         for v in verdicts:
             color = {"accept": "green", "invalidate": "red"}.get(v.verdict, "yellow")
-            table.add_row(
-                Path(v.file).name,
-                f"[{color}]{v.verdict}[/{color}]",
-                str(v.rows),
-                str(v.tokens),
-                f"{v.seconds:.2f}",
-                "\n".join(v.reasons),
-            )
+            table.add_row(Path(v.file).name, f"[{color}]{v.verdict}[/{color}]", str(v.rows), str(v.tokens),
+                          f"{v.seconds:.2f}", "\n".join(v.reasons))  # fmt: skip
         console.print(table)
     if any(v.verdict != "accept" for v in verdicts):
         raise typer.Exit(1)
 
 
-def _other_workload_judge(task: Path, max_bytes: int, device: str = "auto") -> FileJudge | None:
-    """The judge of the plug-in a task file names, when that is not the inference workload (whose
-    checks take this command's checkpoint flags); None for inference tasks and bare settings."""
+def task_spec(task: Path | None, workload: str) -> TaskSpec:
+    """The task `check` judges by: a spec file as POSTed (naming its workload, or a raw form a plug-in
+    claims, else `workload`), a bare settings object of `workload`, or `workload`'s defaults."""
+    if task is None:
+        return TaskSpec(name="check", image="", workload=WorkloadRef(type=workload))
     try:
         body = json.loads(task.read_text())
-    except (OSError, ValueError):
-        return None  # TaskSettings.from_spec_file names the problem
-    kind = body.get("workload", {}).get("type") if isinstance(body, dict) else None
-    if not isinstance(kind, str) or kind == "inference":
-        return None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--task {task}: not a readable JSON file ({exc})") from None
+    if not isinstance(body, dict):
+        raise ValueError(f"--task {task}: a JSON object is expected (a task spec or its settings)")
     try:
-        plugin, settings = settings_for(TaskSpec.model_validate(body))
-    except (ValueError, WorkloadError) as exc:
-        err.print(f"error: --task {task}: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    folder = Path(tempfile.mkdtemp(prefix="intellect-check-"))
-    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=folder, max_file_bytes=max_bytes, task_id="",
-                       device=device)  # fmt: skip
-    return plugin.file_judge(settings, env)
+        if not ({"env_vars", "workload", "name"} & set(body)):
+            return TaskSpec(name="check", image="", workload=WorkloadRef(type=workload, settings=body))
+        spec = TaskSpec.model_validate({"name": "check", "image": ""} | body)
+    except ValidationError as exc:
+        raise ValueError(f"--task {task}: {exc}") from None
+    if spec.workload is None and claimant(spec) is None:
+        spec = spec.model_copy(update={"workload": WorkloadRef(type=workload)})
+    return spec
 
 
-def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSeenStore], Judge]:
+def add_plugin_commands(target: typer.Typer) -> None:
+    """Commands the installed workload plug-ins add (`ValidatorCommands`), e.g. `calibrate`; a plug-in
+    that fails to load adds none (its tasks are refused when judged, naming why)."""
+    for name in sorted(installed()):
+        try:
+            plugin = load(name)
+        except WorkloadError:
+            continue
+        if isinstance(plugin, ValidatorCommands):
+            for command, function in plugin.validator_commands().items():
+                target.command(command)(function)
+
+
+add_plugin_commands(app)
+
+
+def build_judge(settings: ValidatorSettings, wallet: Wallet) -> Callable[[SqlSeenStore], FileJudge]:
     """Each file judged by its own task: learned from the orchestrator, with that task's workload
     plug-in (validator/tasks.py). Nothing about the task comes from this validator's own settings."""
 
-    def factory(seen: SqlSeenStore) -> Judge:
-        env = ValidatorEnv(seen=seen, data_dir=settings.data_dir, step_url=settings.step_url,
+    def factory(seen: SqlSeenStore) -> FileJudge:
+        checkpoints = (TrainerCheckpoints(settings.step_url, settings.data_dir / "checkpoints")
+                       if settings.step_url else NoCheckpoints())  # fmt: skip
+        env = ValidatorEnv(seen=seen, data_dir=settings.data_dir, checkpoints=checkpoints,
                            max_file_bytes=settings.max_file_bytes,
                            windows=SqlNodeWindows(seen.db), device=settings.device)  # fmt: skip
         return TaskJudge(TaskBook(settings.orchestrator_url, wallet), env)

@@ -14,7 +14,7 @@ A file that cannot be fetched is retried with exponential backoff, and judged by
 Accepted files are kept (the trainer reads them through `GET /accepted` → `GET /files/{sha256}`).
 Rejected ones are kept as evidence (`<data dir>/evidence/<sha256>.parquet`, the newest
 `EVIDENCE_KEPT`): a slash or an unpaid file can be looked at again by the pool owner, and an honest
-file a limit rejected becomes test data (as tests/validator/data/demo-near-tie).
+file a limit rejected becomes test data (as tests/workloads/judge/data/demo-near-tie).
 
 Downloads overlap judging: while one file is judged (CPU: the prefill), the next `prefetch` files of
 the pass are fetched on a thread pool, so a validator whose storage is far away spends its time
@@ -30,10 +30,11 @@ from pathlib import Path
 
 import structlog
 
+from intellect.wire.verdicts import Submission, Verdict
+from intellect.workloads import FileJudge
 from validator.fetch import Fetcher, FetchError, FileMissing
 from validator.store import UNFETCHED, SubmissionRow, Submissions, Verdicts
 from validator.tasks import TaskUnreachable
-from validator.verdicts import Judge, Submission, Verdict
 
 log = structlog.get_logger(__name__)
 
@@ -47,7 +48,7 @@ class JudgeLoop:
         submissions: Submissions,
         verdicts: Verdicts,
         fetcher: Fetcher,
-        judge: Judge,
+        judge: FileJudge,
         *,
         fetch_window: float,
         vote: bool,
@@ -73,7 +74,7 @@ class JudgeLoop:
         self.judged: list[Verdict] = []  # this process's verdicts (metrics)
 
     def run_once(self) -> int:
-        """Judge what is due, each file at most once a pass. `due` holds a node's file until its earlier
+        """FileJudge what is due, each file at most once a pass. `due` holds a node's file until its earlier
         ones have verdicts, so it is asked again after each round: a node's backlog is judged in one
         pass, not one file per pass (up to `PASS_LIMIT`, so a stop request is seen between passes)."""
         handled: set[tuple[int, str]] = set()

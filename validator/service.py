@@ -13,13 +13,14 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from intellect.identity import Wallet
+from intellect.wire.verdicts import Verdict
+from intellect.workloads import FileJudge
 from ledger.client import LedgerClient
 from validator.fetch import Fetcher
 from validator.judging import JudgeLoop
 from validator.settings import ValidatorSettings
 from validator.slashing import QuorumVoter, VoteLoop, Voter
 from validator.store import ChainCursor, Database, SqlSeenStore, Submissions, Verdicts, open_database
-from validator.verdicts import Judge, Verdict
 from validator.watcher import Watcher
 from validator.windows import VoteWindows
 
@@ -60,7 +61,7 @@ class Metrics:
 class ObservedJudge:
     """Counts every verdict into the metrics on its way out."""
 
-    def __init__(self, inner: Judge, metrics: Metrics) -> None:
+    def __init__(self, inner: FileJudge, metrics: Metrics) -> None:
         self.inner = inner
         self.metrics = metrics
 
@@ -75,7 +76,7 @@ class ValidatorService:
         self,
         settings: ValidatorSettings,
         wallet: Wallet,
-        judge_factory: Callable[[SqlSeenStore], Judge],
+        judge_factory: Callable[[SqlSeenStore], FileJudge],
         *,
         voter: Voter | None = None,
     ) -> None:

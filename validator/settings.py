@@ -7,9 +7,10 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from intellect.device import DEVICE_DESCRIPTION, check_device_setting
 from intellect.keyfiles import KeySecret
 from intellect.settings import IntellectSettings, default_home
-from workloads.device import DEVICE_DESCRIPTION, check_device_setting
+from intellect.workloads import DEFAULT_MAX_FILE_BYTES
 
 
 class ValidatorSettings(IntellectSettings):
@@ -34,7 +35,7 @@ class ValidatorSettings(IntellectSettings):
     step_url: str | None = Field(None, description="trainer step counter (GET /step) for freshness checks")
     confirmations: int = Field(0, ge=0, description="blocks below the head before an event is read")
     poll_seconds: float = Field(1.0, gt=0)
-    max_file_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_file_bytes: int = Field(DEFAULT_MAX_FILE_BYTES, ge=1)
     fetch_timeout_seconds: float = Field(60.0, gt=0)
     fetch_window_seconds: float = Field(
         600.0, gt=0, description="availability window: a file the orchestrator still has no upload of this "

@@ -6,7 +6,7 @@ One store class per table group, each the only writer of its tables:
 - `Submissions`: every `WorkSubmitted` seen, with its fetch attempts: the work queue.
 - `Verdicts`: each decision with reasons, timings and the vote's tx hash; its id is the strictly
   increasing cursor of `GET /verdicts` and `GET /accepted`.
-- `SqlSeenStore`: the duplicate memory of the pipeline (`validator.verdicts.SeenStore`).
+- `SqlSeenStore`: the duplicate memory of the pipeline (`intellect.workloads.SeenStore`).
 
 The watcher records a block's submissions and advances the cursor in one transaction, and a verdict
 is written in the same transaction that marks its submission judged: a restart neither skips a
@@ -52,7 +52,7 @@ from sqlalchemy.orm import (
 from sqlalchemy.orm.util import AliasedClass
 from sqlalchemy.sql.elements import ColumnElement
 
-from validator.verdicts import Verdict
+from intellect.wire.verdicts import Verdict
 
 KEEP_BLOCKS = 256
 

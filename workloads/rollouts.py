@@ -256,7 +256,8 @@ def check_decoded(table: pa.Table, limits: FileLimits) -> None:
     """Refuse a decoded table that holds more than `limits` allow (`RolloutTooLarge`), before any row
     becomes a Python object. The footer check sees only what the footer declares; a page header can
     understate its size and its pages still hold more. A validator reads in a memory-capped child
-    (`validator/reader.py`), and what the child hands the validator is bounded here, by the task's
+    (`workloads/inference/judge/reader.py`), and what the child hands the validator is bounded here, by
+    the task's
     shape, not by the child's cap: before, such a file reached 1.47 GB in the validator process."""
     if table.num_rows > limits.max_rows:
         raise RolloutTooLarge(f"the file holds {table.num_rows} rows where its task allows {limits.max_rows}"

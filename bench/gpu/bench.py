@@ -15,7 +15,8 @@ Per cell (model x output tokens x batch), EOS off so every row decodes the full 
 - generation: `make_rollouts` (the workload's path: `TorchBackend` batched KV-cache decoding, seeded
   Gumbel sampling, rewards) with hidden-state capture and TOPLOC proofs, and later without them;
 - the file: `write_rollouts` as the workload writes it, read back with `read_rollouts`;
-- validation: `validator.checks.model.recompute` on the validator's device (one batched prefill,
+- validation: `workloads.inference.judge.checks.model.recompute` on the validator's device (one batched
+prefill,
   Gumbel replay, logprobs, termination, TOPLOC per chunk and per file) with the shipped thresholds.
 val / gen = validation tokens/s / generation tokens/s with proofs: how many such workers one
 validator keeps up with on the same GPU.
@@ -57,15 +58,16 @@ import transformers  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from bench.gpu.summary import Cell, Judged, Report, markdown, verdict, write  # noqa: E402
-from validator.checks.model import recompute  # noqa: E402
-from validator.thresholds import ValidationThresholds  # noqa: E402
+from intellect.device import ATTENTION, model_dtype, resolve_device, synchronize  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
-from workloads.device import ATTENTION, model_dtype, prefill_in_fp32, resolve_device, synchronize  # noqa: E402
 from workloads.inference.generate import make_rollouts  # noqa: E402
+from workloads.inference.judge.checks.model import recompute  # noqa: E402
+from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.selection import BatchPlan, plan_batch  # noqa: E402
 from workloads.inference.verify import token_checks  # noqa: E402
 from workloads.model import sampler  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
+from workloads.model.gemm import prefill_in_fp32  # noqa: E402
 from workloads.model.loading import load_tokenizer  # noqa: E402
 from workloads.model.prefill import prefill_batch  # noqa: E402
 from workloads.rollouts import BatchInfo, read_rollouts, write_rollouts  # noqa: E402

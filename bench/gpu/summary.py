@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validator.checks.model import FileStats, distribution_reasons, pooled
-from validator.thresholds import ValidationThresholds
+from workloads.inference.judge.checks.model import FileStats, distribution_reasons, pooled
+from workloads.inference.judge.thresholds import ValidationThresholds
 
 
 @dataclass

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from intellect.wire.verdicts import Submission
-from intellect.workloads import NodeWindows, ValidatorEnv
+from intellect.workloads import MemoryNodeWindows, MemorySeenStore, NodeWindows, ValidatorEnv
 from tests.pipeline.test_task import NODES, run_group
-from validator.memory import MemoryNodeWindows, MemorySeenStore
 from validator.store import Database, SqlNodeWindows, open_database
 from workloads.pipeline.plugin import PipelineJudge, PipelineSettings
 from workloads.pipeline.pooled import TINY_POOLED, pooled_blame
@@ -47,7 +46,7 @@ def judge_files(judge: PipelineJudge, batches: list[list[Path]]) -> list[list[tu
 
 
 def new_judge(tmp: Path, windows: NodeWindows | None = None) -> PipelineJudge:
-    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=tmp, task_id="task-1", windows=windows)
+    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=tmp, task_id="task-1", windows=windows or MemoryNodeWindows())
     return PipelineJudge(PipelineSettings(**SETTINGS), env)
 
 

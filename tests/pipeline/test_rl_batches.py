@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_task import NODES, judge_env, run_group  # noqa: E402
 
 from intellect.wire.verdicts import Submission  # noqa: E402
-from validator.memory import MemorySeenStore  # noqa: E402
+from intellect.workloads import MemorySeenStore  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import completion_text  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402

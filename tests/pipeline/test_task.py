@@ -19,8 +19,7 @@ from intellect.net import stable_port
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.templates import expand
 from intellect.wire.verdicts import Submission
-from intellect.workloads import ValidatorEnv, WorkloadSettingsError, load
-from validator.memory import MemorySeenStore
+from intellect.workloads import MemorySeenStore, ValidatorEnv, WorkloadSettingsError, load
 from workloads.pipeline.commit import KEY_ENV
 from workloads.pipeline.files import read_group_file, row_keys
 from workloads.pipeline.plugin import PipelineJudge, PipelinePlugin, PipelineSettings

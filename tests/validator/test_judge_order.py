@@ -14,15 +14,16 @@ from pathlib import Path
 import sqlalchemy
 
 from intellect.identity import Wallet
-from validator.checks.context import FileContext
-from validator.checks.history import counter_order
+from intellect.wire.verdicts import Submission, Verdict
+from intellect.workloads import MemoryNodeWindows, MemorySeenStore
 from validator.fetch import Fetcher
 from validator.judging import JudgeLoop
-from validator.memory import LocalCheckpoints, MemoryNodeWindows, MemorySeenStore
 from validator.store import Database, SubmissionRow, Submissions, Verdicts, open_database
-from validator.task import TaskSettings
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import Submission, Verdict
+from workloads.inference.judge.checks.context import FileContext
+from workloads.inference.judge.checks.history import counter_order
+from workloads.inference.judge.thresholds import ValidationThresholds
+from workloads.inference.task import TaskSettings
+from workloads.model.loading import ModelCheckpoints
 from workloads.rollouts import BatchInfo
 
 A, B = "0x" + "aa" * 20, "0x" + "bb" * 20
@@ -226,7 +227,7 @@ class OrderJudge:
         ctx = FileContext(
             path=path, submission=submission, task=TaskSettings(), thresholds=ValidationThresholds(),
             records=[], tokenizer=None, seen=MemorySeenStore(),  # type: ignore[arg-type]
-            checkpoints=LocalCheckpoints(), vocab_size=0, sha256=submission.work_key[2:], info=info,
+            checkpoints=ModelCheckpoints(), vocab_size=0, sha256=submission.work_key[2:], info=info,
         )  # fmt: skip
         reasons = counter_order(ctx, self.windows)
         kind = "soft_invalidate" if reasons else "accept"

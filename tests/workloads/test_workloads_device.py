@@ -1,4 +1,4 @@
-"""The device setting (`workloads/device.py`): which device `auto`, `cpu`, `cuda` and `cuda:N` name, the
+"""The device setting (`intellect/device.py`): which device `auto`, `cpu`, `cuda` and `cuda:N` name, the
 errors for a malformed setting and for CUDA asked where there is none, the dtype rules, and that the
 CPU path is unchanged by it: a file made on the explicit `cpu` device is the default path's, byte for
 byte. What only a GPU can show (the same noise and verdicts there) is measured by bench/gpu."""
@@ -15,11 +15,11 @@ import torch
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from intellect import device as devices
+from intellect.device import DeviceSettingError, check_device_setting, resolve_device
 from validator.cli import app as validator_app
 from validator.settings import ValidatorSettings
-from workloads import device as devices
 from workloads.datasets import load_dataset
-from workloads.device import DeviceSettingError, check_device_setting, resolve_device
 from workloads.inference.generate import make_rollouts
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings
@@ -96,9 +96,9 @@ def test_dtype_rules(monkeypatch: pytest.MonkeyPatch):
     assert devices.model_dtype(cpu) == devices.model_dtype(cuda) == torch.bfloat16
     assert devices.ATTENTION == "sdpa"
     monkeypatch.setattr(gemm, "native_bf16", lambda: False)
-    assert devices.prefill_in_fp32(cpu) and not devices.prefill_in_fp32(cuda)
+    assert gemm.prefill_in_fp32(cpu) and not gemm.prefill_in_fp32(cuda)
     monkeypatch.setattr(gemm, "native_bf16", lambda: True)
-    assert not devices.prefill_in_fp32(cpu) and not devices.prefill_in_fp32(cuda)
+    assert not gemm.prefill_in_fp32(cpu) and not gemm.prefill_in_fp32(cuda)
     with devices.train_autocast(cpu):  # the CPU trainer stays in fp32
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
     with warnings.catch_warnings():  # a CPU-only torch warns that CUDA autocast would be disabled

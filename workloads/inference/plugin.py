@@ -6,15 +6,17 @@ is POSTed: an unknown name, a bad value, the two places disagreeing, or more new
 model has positions is a 422 naming the setting. The rendered task passes every setting as its env
 var, so the program (`python -m workloads.inference`) and the validators read the same values.
 
-Validation: the checks pipeline of `validator/pipeline.py` with the task's judged settings
+Validation: the checks pipeline of `workloads/inference/judge/pipeline.py` with the task's judged settings
 (`TaskSettings`), the trainer's checkpoints (the validator's step URL, else the task's) and the
-validator's memory of judged files. (The checks still live in `validator/checks/`; they are this
+validator's memory of judged files. (The checks still live in `workloads/inference/judge/checks/`; they
+are this
 plug-in's, and no other workload's.)
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -160,20 +162,20 @@ class InferencePlugin:
         return sum(len(r.output_tokens) for r in rows)
 
     def file_judge(self, settings: BaseModel, env: ValidatorEnv) -> FileJudge:
-        from validator.checkpoints import TrainerCheckpoints
-        from validator.memory import LocalCheckpoints
-        from validator.pipeline import Pipeline
-        from validator.thresholds import ValidationThresholds
-        from validator.verdicts import CheckpointSource
+        from workloads.inference.judge.pipeline import Pipeline
+        from workloads.inference.judge.thresholds import ValidationThresholds
+        from workloads.model.loading import ModelCheckpoints
 
         task = settings if isinstance(settings, TaskSettings) else TaskSettings.model_validate(settings)
-        checkpoints: CheckpointSource
-        if env.step_url:
-            checkpoints = TrainerCheckpoints(env.step_url, env.data_dir / "checkpoints", task.model)
-        else:
-            checkpoints = LocalCheckpoints(task.model)
-        return Pipeline(task, env.seen, checkpoints, ValidationThresholds(), max_bytes=env.max_file_bytes,
-                        windows=env.windows, task_id=env.task_id, device=env.device)  # fmt: skip
+        return Pipeline(task, env.seen, ModelCheckpoints(task.model, env.checkpoints), ValidationThresholds(),
+                        max_bytes=env.max_file_bytes, windows=env.windows, task_id=env.task_id,
+                        device=env.device)  # fmt: skip
+
+    def validator_commands(self) -> dict[str, Callable[..., None]]:
+        """`intellect-validator calibrate`: measures a model's honest noise and cheats for this judge."""
+        from workloads.inference.judge.calibrate_cli import calibrate_command
+
+        return {"calibrate": calibrate_command}
 
 
 def _first_error(exc: ValidationError) -> str:

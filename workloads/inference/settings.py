@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from intellect.device import DEVICE_DESCRIPTION, check_device_setting
 from intellect.settings import IntellectSettings
-from workloads.device import DEVICE_DESCRIPTION, check_device_setting
 
 
 class InferenceSettings(IntellectSettings):

@@ -12,9 +12,9 @@ import httpx
 import structlog
 from pydantic import BaseModel
 
+from intellect.device import resolve_device
 from intellect.http_client import shared as http_client
 from workloads.datasets import load_dataset
-from workloads.device import resolve_device
 from workloads.inference.cheats import claimed_units, forge_rewards, perturb_model
 from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.inference.generate import DTYPES, make_rollouts

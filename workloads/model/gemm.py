@@ -30,8 +30,6 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from workloads import device
-
 _local = threading.local()
 _INSTALLED = "_intellect_fp32_gemm"
 
@@ -68,7 +66,7 @@ def fp32_gemm(model: nn.Module) -> Iterator[None]:
     """For the calling thread, inside the block: the model's bf16 linear layers compute through fp32
     GEMM when it sits on a CPU without bf16 arithmetic; anywhere else nothing changes."""
     param = next(model.parameters(), None)
-    if param is None or param.dtype != torch.bfloat16 or not device.prefill_in_fp32(param.device):
+    if param is None or param.dtype != torch.bfloat16 or not prefill_in_fp32(param.device):
         yield
         return
     _install(model)
@@ -78,3 +76,10 @@ def fp32_gemm(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         _local.on = before
+
+
+def prefill_in_fp32(device: torch.device) -> bool:
+    """Whether the validator's prefill runs bf16 linear layers through fp32 GEMM: on a CPU without
+    bf16 arithmetic only (`workloads/model/gemm.py`: the same sums, several times faster there). A GPU
+    has bf16 tensor cores: its own kernel is the fast one."""
+    return device.type == "cpu" and not native_bf16()

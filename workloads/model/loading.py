@@ -19,7 +19,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from workloads.device import ATTENTION, resolve_device
+from intellect.device import ATTENTION, resolve_device
+from intellect.workloads import CheckpointSource
 
 TINY_MODEL_DIR = Path(__file__).resolve().parent / "tiny"
 TINY = "tiny"
@@ -43,7 +44,7 @@ def load_model(
 ) -> PreTrainedModel:
     """Load a causal LM in `dtype` (bf16 like a real deployment; torch runs bf16 on CPU), eval mode,
     on `device`: a torch device or a device setting (`auto`, `cpu`, `cuda`, `cuda:N`; see
-    `workloads.device`, which refuses CUDA where there is none). Attention is PyTorch's SDPA
+    `intellect.device`, which refuses CUDA where there is none). Attention is PyTorch's SDPA
     (flash / memory-efficient kernels on a GPU; what transformers picks on a CPU anyway).
 
     A hub name works where the hub is reachable (GPU hosts); `None` or "tiny" is the shipped model."""
@@ -99,3 +100,26 @@ def load_weights(model: PreTrainedModel, safetensors_path: str | Path) -> PreTra
             f"unexpected {unexpected[:5]}"
         )
     return model.eval()
+
+
+class ModelCheckpoints:
+    """A task's checkpoints by step for its judge: the host's (`intellect.workloads.CheckpointSource`:
+    the trainer's published files, or files given on `intellect-validator check`'s command line), and
+    step 0 as the task's base model where the host has no file for it (only the workload knows which
+    model a task names). The base model's sha256 is computed once."""
+
+    def __init__(self, model: str = "tiny", host: CheckpointSource | None = None) -> None:
+        self.model = model
+        self.host = host
+        self._base: tuple[Path, str] | None = None
+
+    def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
+        found = self.host.checkpoint_for(step) if self.host is not None else None
+        if found is not None or step != 0:
+            return found
+        if self._base is None:
+            sha = base_checkpoint_sha256(self.model)
+            if sha is None:
+                return None
+            self._base = (Path(resolve(self.model)) / "model.safetensors", sha)
+        return self._base

@@ -7,7 +7,8 @@ and one with the width and depth of a ~0.5B model (Qwen2-0.5B: hidden 896, 24 la
 14 heads, 2 KV heads), all with the shipped tokenizer (99 tokens, so the embedding stays small).
 
 Weights come from `torch.manual_seed(seed)` and the pinned torch: the same shape and seed make the
-same `model.safetensors`, hence the same content address (validator/calibration.py), on any machine
+same `model.safetensors`, hence the same content address (workloads/inference/judge/calibration.py), on
+any machine
 with the repository's pinned packages.
 """
 

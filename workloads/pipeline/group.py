@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from intellect.identity import Wallet
 from intellect.net import stable_port
@@ -23,8 +23,15 @@ from workloads.pipeline.__main__ import SECRET_ENV, output_from_json
 from workloads.pipeline.commit import KEY_ENV, KeySigner
 from workloads.pipeline.member import BatchRequest, StageOutput
 
-if TYPE_CHECKING:  # tests and the devnet place members on hosts; a member never imports devnet
-    from devnet.hosts import Host
+
+class Host(Protocol):
+    """Where a member process runs when not on this host's loopback: tests and the devnet place members
+    on network namespaces (`devnet.hosts.Host` satisfies this; a workload never imports devnet)."""
+
+    @property
+    def public_address(self) -> str: ...  # the address others see its connections come from
+
+    def argv(self, command: list[str]) -> list[str]: ...  # `command` run inside the host
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -201,25 +201,16 @@ class PipelineJudge:
         self.tokenizer = load_tokenizer(task.model)
         self.model = load_model(task.model, dtype=torch.bfloat16)
         self.layers = int(self.model.config.num_hidden_layers)
-        # The trainer's checkpoints (an RL run: the validator's step URL), else the shipped weights; the
-        # model holds one checkpoint at a time, loaded when a batch names another.
-        from validator.checkpoints import TrainerCheckpoints
-        from validator.memory import LocalCheckpoints
-        from validator.verdicts import CheckpointSource
+        # The trainer's checkpoints as the validator (the host) knows them, step 0 the task's base model;
+        # the model holds one checkpoint at a time, loaded when a batch names another.
+        from workloads.model.loading import ModelCheckpoints
 
-        self.checkpoints: CheckpointSource = (
-            TrainerCheckpoints(env.step_url, env.data_dir / "checkpoints", task.model) if env.step_url
-            else LocalCheckpoints(task.model))  # fmt: skip
-        base = LocalCheckpoints(task.model).checkpoint_for(0)
+        self.checkpoints = ModelCheckpoints(task.model, env.checkpoints)
+        base = ModelCheckpoints(task.model).checkpoint_for(0)
         self._holds: tuple[int, str] | None = (0, base[1]) if base else None
         self._verdicts: OrderedDict[str, _BatchVerdict] = OrderedDict()
         self.keep = keep
-        if env.windows is None:
-            from validator.memory import MemoryNodeWindows
-
-            self.windows: NodeWindows = MemoryNodeWindows()
-        else:
-            self.windows = env.windows
+        self.windows: NodeWindows = env.windows
 
     def judge(self, path: Path, submission: Submission) -> Verdict:
         from workloads.pipeline.files import GroupFileError, read_group_file, row_keys

@@ -23,7 +23,7 @@ import structlog
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from workloads.device import resolve_device, train_autocast
+from intellect.device import resolve_device, train_autocast
 from workloads.model.loading import load_model, load_tokenizer
 from workloads.rollouts import BatchInfo, Rollout, RolloutSchemaError, read_rollouts
 from workloads.trainer.checkpoints import CheckpointDir, config_hash
@@ -69,7 +69,7 @@ class Trainer:
         self.public_url = settings.public_url or f"http://{settings.host}:{settings.port}"
         torch.manual_seed(settings.seed)
         self.device = resolve_device(settings.device)  # CUDA asked where there is none: refused here
-        # fp32 master weights on every device (see workloads/device.py); bf16 autocast on a GPU.
+        # fp32 master weights on every device (see intellect/device.py); bf16 autocast on a GPU.
         self.policy = load_model(settings.model, dtype=torch.float32, device=self.device)
         self.reference = load_model(settings.model, dtype=torch.float32, device=self.device)
         self.reference.requires_grad_(False)

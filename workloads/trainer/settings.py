@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from intellect.device import DEVICE_SETTINGS, check_device_setting
 from intellect.settings import IntellectSettings
-from workloads.device import DEVICE_SETTINGS, check_device_setting
 
 
 class TrainerSettings(IntellectSettings):

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from validator.memory import LocalCheckpoints, MemorySeenStore
-from validator.pipeline import Pipeline
-from validator.task import TaskSettings
-from validator.verdicts import Submission, Verdict
+from intellect.wire.verdicts import Submission, Verdict
+from intellect.workloads import MemorySeenStore
 from workloads.inference.generate import group_advantages
+from workloads.inference.judge.pipeline import Pipeline
 from workloads.inference.settings import InferenceSettings
+from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload
+from workloads.model.loading import ModelCheckpoints
 from workloads.rollouts import Rollout, read_rollouts, write_rollouts
 
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
@@ -50,7 +51,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def judge(*paths: Path, task: TaskSettings = TASK, **submission: object) -> list[Verdict]:
     """A fresh validator (its own duplicate memory) judging `paths` in order."""
-    pipeline = Pipeline(task, MemorySeenStore(), LocalCheckpoints(task.model))
+    pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(task.model))
     sub = Submission(node=submission.pop("node", NODE), **submission)  # type: ignore[arg-type]
     follow_on(pipeline, paths[0], sub.node or NODE)
     return [pipeline.judge(p, sub) for p in paths]
@@ -58,7 +59,7 @@ def judge(*paths: Path, task: TaskSettings = TASK, **submission: object) -> list
 
 def follow_on(pipeline: Pipeline, path: Path, node: str) -> None:
     """As if the node's earlier batches of that step had been judged already (the counters must
-    follow each other: tests/validator/test_statistics.py tests that order itself)."""
+    follow each other: tests/workloads/judge/test_statistics.py tests that order itself)."""
     try:
         _, info = read_rollouts(path)
     except ValueError:
@@ -111,7 +112,7 @@ def test_honest_file_with_chain_facts_is_accepted(world) -> None:
     path = world["honest"][0]
     rows, _ = read_rollouts(path)
     tokens = sum(len(r.output_tokens) for r in rows)
-    from validator.memory import sha256_of
+    from workloads.rollouts import sha256_file as sha256_of
 
     [v] = judge(path, work_units=tokens, work_key="0x" + sha256_of(path), trainer_step=1)
     assert v.verdict == "accept", v.reasons
@@ -358,7 +359,7 @@ def test_a_step_ahead_of_the_trainer_is_slashed(world) -> None:
 def test_a_checkpoint_no_longer_to_be_had_is_soft(world) -> None:
     """A validator that fell behind the trainer's listing cannot fetch the checkpoint: not the node's
     fault (soft), where a checkpoint that does not match the trainer's file is (see below)."""
-    class Gone(LocalCheckpoints):
+    class Gone(ModelCheckpoints):
         def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
             return None  # the trainer's window moved on before this validator fetched it
 
@@ -456,10 +457,10 @@ def test_two_tasks_of_one_pool_never_collide_and_a_file_is_bound_to_its_task(
     assert [r.seed for r in rows["task-a"]] != [r.seed for r in rows["task-b"]]  # different plans
     seen = MemorySeenStore()  # one validator's memory across both tasks
     for task_id, path in files.items():
-        pipeline = Pipeline(TASK, seen, LocalCheckpoints(TASK.model), task_id=task_id)
+        pipeline = Pipeline(TASK, seen, ModelCheckpoints(TASK.model), task_id=task_id)
         verdict = pipeline.judge(path, Submission(node=NODE))
         assert verdict.verdict == "accept", (task_id, verdict.reasons)
     # A file of task-a uploaded for task-b (a node shopping among plans): bound to its own task.
-    pipeline = Pipeline(TASK, MemorySeenStore(), LocalCheckpoints(TASK.model), task_id="task-b")
+    pipeline = Pipeline(TASK, MemorySeenStore(), ModelCheckpoints(TASK.model), task_id="task-b")
     verdict = pipeline.judge(files["task-a"], Submission(node=NODE))
     assert_caught(verdict, "planned for task task-a, uploaded for task task-b")

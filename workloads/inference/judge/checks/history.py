@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from intellect.workloads import NodeWindows
-from validator.checks.context import FileContext, rows_named
+from workloads.inference.judge.checks.context import FileContext, rows_named
 from workloads.inference.selection import plan_batch
 
 

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from validator.memory import LocalCheckpoints, MemorySeenStore
-from validator.pipeline import Pipeline
-from validator.task import TaskSettings
-from validator.verdicts import Submission
+from intellect.wire.verdicts import Submission
+from intellect.workloads import MemorySeenStore
+from validator.checkpoints import FileCheckpoints
+from workloads.inference.judge.pipeline import Pipeline
 from workloads.inference.settings import InferenceSettings
+from workloads.inference.task import TaskSettings
 from workloads.inference.verify import token_checks
 from workloads.inference.workload import InferenceWorkload
 from workloads.model import sampler
-from workloads.model.loading import load_model, load_weights
+from workloads.model.loading import ModelCheckpoints, load_model, load_weights
 from workloads.model.prefill import prefill_batch
 from workloads.model.sampler import ReplayLimits, replay_fault
 from workloads.rollouts import Rollout, read_rollouts
@@ -75,7 +76,7 @@ def test_the_demo_file_that_slashed_an_honest_node_is_accepted(model: torch.nn.M
     assert worst == 23 and 0.2 < float(gaps[23].max()) < 1.0
     assert int((gaps[23] > 0.2).sum()) == 1
     _, info = read_rollouts(FILE)
-    checkpoints = LocalCheckpoints("tiny", {1: CKPT})
+    checkpoints = ModelCheckpoints("tiny", FileCheckpoints({1: CKPT}))
     verdict, reasons = judge(FILE, Pipeline(TASK, MemorySeenStore(), checkpoints, task_id=info.task_id))
     assert verdict == "accept", reasons
 
@@ -118,7 +119,7 @@ def steered_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lo: float, hi:
 
 def judge_base(path: Path) -> tuple[str, list[str]]:
     task = TASK.model_copy(update={"batch_size": 8})
-    return judge(path, Pipeline(task, MemorySeenStore(), LocalCheckpoints("tiny")))
+    return judge(path, Pipeline(task, MemorySeenStore(), ModelCheckpoints("tiny")))
 
 
 @pytest.mark.parametrize(("lo", "hi", "per_row", "caught"), [

@@ -1,4 +1,5 @@
-"""No slashing on a model nobody calibrated (issue 43.3, validator/calibration.py): recomputation
+"""No slashing on a model nobody calibrated (issue 43.3, workloads/inference/judge/calibration.py):
+recomputation
 failures on a model without a calibration record are at most "not paid"; exact rules still slash;
 records are found by the model's content (config + weights), shipped or in the operator's folder."""
 
@@ -10,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from validator.calibration import ENV, CalibrationRecord, find_calibration, model_id
-from validator.memory import LocalCheckpoints, MemorySeenStore
-from validator.pipeline import Pipeline
-from validator.task import TaskSettings
-from validator.verdicts import Submission, Verdict
+from intellect.wire.verdicts import Submission, Verdict
+from intellect.workloads import MemorySeenStore
+from workloads.inference.judge.calibration import ENV, CalibrationRecord, find_calibration, model_id
+from workloads.inference.judge.pipeline import Pipeline
 from workloads.inference.settings import InferenceSettings
+from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload
-from workloads.model.loading import resolve
+from workloads.model.loading import ModelCheckpoints, resolve
 
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
 
@@ -50,7 +51,7 @@ def task_for(model: Path) -> TaskSettings:
 
 
 def judge(model: Path, path: Path) -> tuple[Pipeline, Verdict]:
-    pipeline = Pipeline(task_for(model), MemorySeenStore(), LocalCheckpoints(str(model)))
+    pipeline = Pipeline(task_for(model), MemorySeenStore(), ModelCheckpoints(str(model)))
     return pipeline, pipeline.judge(path, Submission(node=NODE))
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from validator.memory import LocalCheckpoints, MemoryNodeWindows, MemorySeenStore
-from validator.pipeline import Pipeline
-from validator.task import TaskSettings
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import Submission, Verdict
+from intellect.wire.verdicts import Submission, Verdict
+from intellect.workloads import MemoryNodeWindows, MemorySeenStore
+from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
+from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload
+from workloads.model.loading import ModelCheckpoints
 from workloads.rollouts import read_rollouts, write_rollouts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,7 +42,7 @@ def files(out: Path, task: TaskSettings, count: int, **kw: object) -> list[Path]
 
 def judge_all(paths: list[Path], task: TaskSettings) -> list[Verdict]:
     """One validator judging a node's files in order (its window of that node's statistics grows)."""
-    pipeline = Pipeline(task, MemorySeenStore(), LocalCheckpoints(task.model), windows=MemoryNodeWindows())
+    pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(task.model), windows=MemoryNodeWindows())
     return [pipeline.judge(p, Submission(node=NODE)) for p in paths]
 
 
@@ -77,7 +78,7 @@ def test_one_honest_outlier_token_in_a_short_row_is_not_slashed(
         return lps
 
     src = next(p for p in honest_small if len(read_rollouts(p)[0][0].output_tokens) <= 8)
-    pipeline = Pipeline(SMALL, MemorySeenStore(), LocalCheckpoints(SMALL.model))
+    pipeline = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model))
     follow_on(pipeline, src, NODE)
     verdict = pipeline.judge(edit_logprobs(src, tmp_path / "outlier.parquet", bump), Submission(node=NODE))
     assert verdict.verdict == "accept", verdict.reasons
@@ -102,7 +103,7 @@ def test_a_consistent_small_bias_is_caught(tmp_path: Path) -> None:
 def test_several_outlier_edits_in_a_long_row_are_caught(tmp_path: Path) -> None:
     """-0.45 on three tokens of a long row: every token under the 0.5 cap, the row's mean under its
     limit, but three outliers where an honest row has at most one. One row failing is marginal
-    evidence (tests/validator/test_grades.py), but three outliers in one file are also past the file's
+    evidence (tests/workloads/judge/test_grades.py), but three outliers in one file are also past the file's
     outlier count (2 + 0.002 a row; honest files hold about one in 6,000 rows): strong, slashed."""
     src = files(tmp_path / "long-src", LONG, 3)
     rows_of = {p: read_rollouts(p)[0] for p in src}
@@ -116,7 +117,7 @@ def test_several_outlier_edits_in_a_long_row_are_caught(tmp_path: Path) -> None:
                 lps[t] -= 0.45
         return lps
 
-    pipeline = Pipeline(LONG, MemorySeenStore(), LocalCheckpoints(LONG.model))
+    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
     follow_on(pipeline, path, NODE)
     verdict = pipeline.judge(edit_logprobs(path, tmp_path / "dented.parquet", dent), Submission(node=NODE))
     assert verdict.verdict == "invalidate"
@@ -160,13 +161,13 @@ def test_a_rejected_file_still_uses_its_counter_and_a_retry_is_not_counted_twice
     forged = edit_logprobs(made[0], tmp_path / "forged.parquet",
                            lambda i, r: [lp - 1.0 for lp in r.output_logprobs])  # fmt: skip
     windows = MemoryNodeWindows()
-    pipeline = Pipeline(SMALL, MemorySeenStore(), LocalCheckpoints(SMALL.model), windows=windows)
+    pipeline = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model), windows=windows)
     first = pipeline.judge(forged, Submission(node=NODE))
     assert first.verdict == "invalidate", first.reasons
     second = pipeline.judge(made[1], Submission(node=NODE))
     assert second.verdict == "accept", second.reasons  # counter 2 after counter 1, whatever 1's verdict
     # the same file judged again by a validator whose seen-store lost it (a crash before it wrote)
-    again = Pipeline(SMALL, MemorySeenStore(), LocalCheckpoints(SMALL.model), windows=windows)
+    again = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model), windows=windows)
     assert again.judge(made[1], Submission(node=NODE)).verdict == "accept"
     third = again.judge(made[2], Submission(node=NODE))
     assert third.verdict == "accept", third.reasons

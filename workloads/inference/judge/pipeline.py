@@ -4,7 +4,8 @@ Checks run cheapest first (docs/validator.md): 1 identity → 2 schema and bound
 4 duplicates → 5 plan derivation → 6 freshness → 7 rewards → 8 recompute (prefill: termination,
 sampling, logprobs, TOPLOC). A failure of 1 is `soft_invalidate` (no slash: storage may be at
 fault); any failure of 2–7 is `invalidate`; a failure of 8 is graded by its evidence
-(validator/grades.py): strong → `invalidate`, marginal → looked at again, then `soft_invalidate`
+(workloads/inference/judge/grades.py): strong → `invalidate`, marginal → looked at again, then
+`soft_invalidate`
 (the node's fourth marginal file in its window: `invalidate`). The recompute runs only when 2–7
 passed: a file that already failed needs no forward pass to be rejected.
 """
@@ -21,31 +22,35 @@ import structlog
 import torch
 from transformers import PreTrainedModel
 
-from intellect.workloads import NodeWindows
-from validator.calibration import CalibrationRecord, find_calibration, model_id
-from validator.checks.basic import file_identity, schema_and_bounds, work_units
-from validator.checks.context import FileContext, rows_named
-from validator.checks.history import (
+from intellect.device import model_dtype, resolve_device
+from intellect.wire.verdicts import Submission, Verdict, VerdictKind
+from intellect.workloads import (
+    DEFAULT_MAX_FILE_BYTES,
+    CheckpointSource,
+    MemoryNodeWindows,
+    NodeWindows,
+    SeenStore,
+)
+from workloads.datasets import load_dataset
+from workloads.inference.judge.calibration import CalibrationRecord, find_calibration, model_id
+from workloads.inference.judge.checks.basic import file_identity, schema_and_bounds, work_units
+from workloads.inference.judge.checks.context import FileContext, rows_named
+from workloads.inference.judge.checks.history import (
     counter_order,
     duplicates,
     freshness,
     plan_derivation,
     unverifiable_freshness,
 )
-from validator.checks.model import FileStats, distribution_findings, pooled, recompute
-from validator.checks.rewards import rewards_and_advantages
-from validator.grades import Finding, grade, marked_files, unique_files
-from validator.memory import MemoryNodeWindows
-from validator.reader import CappedReader, shared_reader
-from validator.task import TaskSettings
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import CheckpointSource, SeenStore, Submission, Verdict, VerdictKind
-from workloads.datasets import load_dataset
-from workloads.device import model_dtype, resolve_device
+from workloads.inference.judge.checks.model import FileStats, distribution_findings, pooled, recompute
+from workloads.inference.judge.checks.rewards import rewards_and_advantages
+from workloads.inference.judge.grades import Finding, grade, marked_files, unique_files
+from workloads.inference.judge.reader import CappedReader, shared_reader
+from workloads.inference.judge.thresholds import ValidationThresholds
+from workloads.inference.task import TaskSettings
 from workloads.model.loading import load_model, load_tokenizer, load_weights
 from workloads.rollouts import Rollout
 
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
@@ -60,7 +65,7 @@ class Pipeline:
         checkpoints: CheckpointSource,
         thresholds: ValidationThresholds | None = None,
         *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_bytes: int = DEFAULT_MAX_FILE_BYTES,
         models_kept: int = 3,
         windows: NodeWindows | None = None,
         task_id: str = "",
@@ -73,7 +78,8 @@ class Pipeline:
         self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
         self.checkpoints = checkpoints
-        # The record made on the task's model (validator/calibration.py); without one, recomputation
+        # The record made on the task's model (workloads/inference/judge/calibration.py); without one,
+        # recomputation
         # failures are never slashed.
         found = find_calibration(task.model)
         self.calibration: CalibrationRecord | None = found
@@ -156,14 +162,15 @@ class Pipeline:
         self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
         if reasons:
             return verdict("invalidate", reasons)
-        if recomputed[0]:  # graded by its evidence (validator/grades.py)
+        if recomputed[0]:  # graded by its evidence (workloads/inference/judge/grades.py)
             return verdict(recomputed[1], recomputed[0])
         if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
             return verdict("soft_invalidate", unverifiable)
         return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
 
     def _recompute(self, ctx: FileContext) -> tuple[list[str], VerdictKind]:
-        """Check 8, graded (validator/grades.py): its reasons and the verdict they make. Strong evidence
+        """Check 8, graded (workloads/inference/judge/grades.py): its reasons and the verdict they make.
+        Strong evidence
         → `invalidate`; marginal → a second look at the failing rows, then `soft_invalidate` unless the
         node's window holds enough marked files already; no calibration record for the task's model →
         at most `soft_invalidate` (exact rules aside); nothing that repeats → the pooled statistics."""

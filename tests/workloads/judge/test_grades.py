@@ -1,4 +1,5 @@
-"""Verdicts graded by evidence (issue 37, validator/grades.py): a failed recomputation slashes only on
+"""Verdicts graded by evidence (issue 37, workloads/inference/judge/grades.py): a failed recomputation
+slashes only on
 evidence no honest noise makes; a marginal failure is not paid, looked at again, and slashes only when
 the node repeats it; per-token edits spread one a row are caught by the file's outlier count."""
 
@@ -9,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from validator.checks.model import FileStats, distribution_findings
-from validator.grades import Finding, grade, marked_files, unique_files
-from validator.memory import LocalCheckpoints, MemoryNodeWindows, MemorySeenStore
-from validator.pipeline import Pipeline
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import Submission
+from intellect.wire.verdicts import Submission
+from intellect.workloads import MemoryNodeWindows, MemorySeenStore
+from workloads.inference.judge.checks.model import FileStats, distribution_findings
+from workloads.inference.judge.grades import Finding, grade, marked_files, unique_files
+from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.thresholds import ValidationThresholds
+from workloads.model.loading import ModelCheckpoints
 from workloads.rollouts import read_rollouts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -85,7 +87,7 @@ def test_a_marginal_file_is_not_paid_and_the_fourth_in_a_window_slashes(
     two outliers where honest rows hold at most one; the file's two outliers within its count): before,
     `invalidate` at once. One row is no evidence beyond honest noise: not paid, marked; the node's
     fourth such file in its window slashes. An honest file between them is paid."""
-    pipeline = Pipeline(LONG, MemorySeenStore(), LocalCheckpoints(LONG.model), windows=MemoryNodeWindows())
+    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model), windows=MemoryNodeWindows())
     verdicts = []
     for k, src in enumerate(long_files):
         path = src if k == 1 else dented(src, tmp_path / f"dented-{k}.parquet", set())
@@ -102,13 +104,13 @@ def test_a_marginal_file_is_not_paid_and_the_fourth_in_a_window_slashes(
 
 def test_a_failure_that_does_not_repeat_on_the_second_look_is_no_evidence(long_files: list[Path]) -> None:
     """What the second look drops: row findings its recomputation does not repeat; file statistics stay."""
-    pipeline = Pipeline(LONG, MemorySeenStore(), LocalCheckpoints(LONG.model))
+    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
     rows, _ = read_rollouts(long_files[0])
-    from validator.checks.context import FileContext
+    from workloads.inference.judge.checks.context import FileContext
 
     ctx = FileContext(
         path=long_files[0], submission=Submission(node=NODE), task=LONG, thresholds=TH, records=[],
-        tokenizer=pipeline.tokenizer, seen=MemorySeenStore(), checkpoints=LocalCheckpoints(), vocab_size=0,
+        tokenizer=pipeline.tokenizer, seen=MemorySeenStore(), checkpoints=ModelCheckpoints(), vocab_size=0,
         rows=rows,
     )  # fmt: skip
     asked: list[tuple[int, int]] = []
@@ -131,7 +133,7 @@ def test_a_failure_that_does_not_repeat_on_the_second_look_is_no_evidence(long_f
 def test_one_dent_on_every_row_is_strong_evidence(long_files: list[Path], tmp_path: Path) -> None:
     """±0.45 on one token of every row, sign alternating: no row fails and the signed bias cancels;
     the file's outlier count (one a row) is far past what honest files hold."""
-    pipeline = Pipeline(LONG, MemorySeenStore(), LocalCheckpoints(LONG.model))
+    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
     path = dented(long_files[0], tmp_path / "every-row.parquet", None)
     verdict = pipeline.judge(path, Submission(node=NODE))
     assert verdict.verdict == "invalidate", verdict.reasons

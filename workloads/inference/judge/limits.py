@@ -1,6 +1,7 @@
 """The recomputation's limits for one model, derived from its measured honest noise and cheats.
 
-Used by `intellect-validator calibrate` (validator/calibrate.py). Every limit is a rule stated here
+Used by `intellect-validator calibrate` (workloads/inference/judge/calibrate.py). Every limit is a rule
+stated here
 and in docs/validator.md ("Calibration per model"), so a record can be re-derived and argued with:
 
 - **Units that do not depend on the model** are kept: TOPLOC errors are already counted in bf16
@@ -35,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from validator.grades import Finding
-from validator.thresholds import ValidationThresholds
+from workloads.inference.judge.grades import Finding
+from workloads.inference.judge.thresholds import ValidationThresholds
 
 if TYPE_CHECKING:
-    from validator.calibrate import Sample
+    from workloads.inference.judge.calibrate import Sample
 
 SEPARATES = 1.2  # a cheat this many times the honest worst is "well above"
 HONEST_SHARE = 0.5  # row rules: honest values at most this share of their limit

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from validator.checks.context import FileContext, rows_named
 from workloads.inference.generate import completion_text, group_advantages
+from workloads.inference.judge.checks.context import FileContext, rows_named
 from workloads.verifiers import score
 
 

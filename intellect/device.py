@@ -94,15 +94,6 @@ def model_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16
 
 
-def prefill_in_fp32(device: torch.device) -> bool:
-    """Whether the validator's prefill runs bf16 linear layers through fp32 GEMM: on a CPU without
-    bf16 arithmetic only (`workloads/model/gemm.py`: the same sums, several times faster there). A GPU
-    has bf16 tensor cores: its own kernel is the fast one."""
-    from workloads.model import gemm  # noqa: PLC0415 - gemm imports this module
-
-    return device.type == "cpu" and not gemm.native_bf16()
-
-
 ATTENTION = "sdpa"  # PyTorch's scaled_dot_product_attention: flash / memory-efficient kernels on CUDA
 
 

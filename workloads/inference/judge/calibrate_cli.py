@@ -1,8 +1,8 @@
-"""`intellect-validator calibrate MODEL`: the command over validator/calibrate.py.
+"""`intellect-validator calibrate MODEL`: the command over workloads/inference/judge/calibrate.py.
 
 Writes the record (JSON) where the operator says, prints what it measured as a table (or the record
 with --json), and tells where to put the record so the validator finds it
-(`INTELLECT_VALIDATOR_CALIBRATIONS`, validator/calibration.py).
+(`INTELLECT_VALIDATOR_CALIBRATIONS`, workloads/inference/judge/calibration.py).
 """
 
 from __future__ import annotations
@@ -18,27 +18,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from intellect.cli import checkpoint_flags
 from intellect.logs import setup_logging
-from validator.calibrate import CalibrationError, Grid, calibrate
-from validator.calibration import ENV, CalibrationRecord
+from workloads.inference.judge.calibrate import CalibrationError, Grid, calibrate
+from workloads.inference.judge.calibration import ENV, CalibrationRecord
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
-
-
-def checkpoint_flags(values: list[str], first: int = 0) -> dict[int, Path]:
-    """`--checkpoint STEP=PATH` flags (check and calibrate): step → an existing file; STEP >= first."""
-    steps: dict[int, Path] = {}
-    for value in values:
-        step, sep, path = value.partition("=")
-        if not sep or not step.isdigit() or int(step) < first or not path:
-            raise typer.BadParameter(
-                f"--checkpoint {value!r}: use STEP=PATH with STEP >= {first}, e.g. 3=ckpt/step_3.safetensors"
-            )
-        if not Path(path).is_file():
-            raise typer.BadParameter(f"--checkpoint {value!r}: {path} does not exist")
-        steps[int(step)] = Path(path)
-    return steps
 
 
 def calibrate_command(
@@ -78,7 +64,8 @@ def calibrate_command(
     Honest files come from the inference workload itself (generation batches 1-64, 1 and 2 threads,
     one-token rows, checkpoints), recomputed as validators do (prefill batch 1 and 64); cheats are fp16
     and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight noise, another seed and one perturbed layer. The limits
-    follow the rules of validator/limits.py; every honest file is judged again under them. Without a
+    follow the rules of workloads/inference/judge/limits.py; every honest file is judged again under
+    them. Without a
     record for the task's model, a validator's recomputation failures are never slashed."""
     try:
         own = checkpoint_flags(checkpoint, first=1)

@@ -1,6 +1,7 @@
 """Which models this validator may slash on: calibration records, addressed by the model's content.
 
-The recomputation's limits (validator/thresholds.py) were measured on one model: what an honest
+The recomputation's limits (workloads/inference/judge/thresholds.py) were measured on one model: what an
+honest
 file of another model looks like is not known until it is measured (a Qwen2-shaped model of hidden
 1024 has 73 % of its honest chunks past the tiny model's share limit, issue 43). So a recomputation
 failure slashes only on a model a record exists for; on any other model the validator still judges,
@@ -12,10 +13,12 @@ A record names its model by content: `model_id` = sha256 over the model's config
 without the writer's `transformers_version`) and the sha256 of its weights file, so a copy of the
 tiny model anywhere is calibrated and a model whose weights or shape differ by anything is not.
 Trained checkpoints of a calibrated base model are judged under the base model's record (the task
-names the base model); `intellect-validator calibrate` (validator/calibrate.py) measures checkpoints
+names the base model); `intellect-validator calibrate` (workloads/inference/judge/calibrate.py) measures
+checkpoints
 of a short training run, or the operator's own, when it makes a record.
 
-Records are JSON files: the shipped ones in `validator/calibrations/`, and the operator's in the
+Records are JSON files: the shipped ones in `workloads/inference/judge/calibrations/`, and the operator's
+in the
 folders of `INTELLECT_VALIDATOR_CALIBRATIONS` (os.pathsep-separated).
 """
 

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from intellect.wire.verdicts import Submission, Verdict
 from validator.fetch import Fetcher
 from validator.judging import JudgeLoop
-from validator.reader import CappedReader, ReaderFailed
 from validator.store import Database, SubmissionRow, Submissions, Verdicts, open_database
-from validator.verdicts import Submission, Verdict
+from workloads.inference.judge.reader import CappedReader, ReaderFailed
 from workloads.rollouts import (
     COLUMNS,
     ROLLOUT_SCHEMA,
@@ -131,9 +131,9 @@ def test_the_cli_judges_a_gigabyte_bomb_at_flat_memory(tmp_path: Path) -> None:
     died with ArrowMemoryError at 2.3-3.7 GB of RSS and gave no verdict."""
     path = tmp_path / "bomb.parquet"
     # Built in another process: a child forked from a big pytest process would inherit its peak RSS.
-    program = ("from pathlib import Path; from tests.validator.test_hostile_files import bomb; "
+    program = ("from pathlib import Path; from tests.workloads.judge.test_hostile_files import bomb; "
                f"bomb(Path({str(path)!r}), per_row=30_000_000, repeats=5, rows=4)")  # fmt: skip
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[2])
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[3])
     assert path.stat().st_size < 5_000_000
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result = subprocess.run([str(BIN / "intellect-validator"), "check", str(path), "--json"],
@@ -231,9 +231,9 @@ def test_a_footer_that_understates_its_values_passes_the_footer_check_but_not_th
     """The footer check only sees what the footer says; a footer patched to declare 1,000 tokens for
     a column holding 120 million passes it. The capped reader then refuses the file (pyarrow reads only
     what is declared and finds the columns disagree), in the child, at flat memory for the validator."""
-    program = ("from pathlib import Path; from tests.validator.test_hostile_files import bomb; "
+    program = ("from pathlib import Path; from tests.workloads.judge.test_hostile_files import bomb; "
                f"bomb(Path({str(tmp_path / 'bomb.parquet')!r}), per_row=30_000_000, rows=4)")  # fmt: skip
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[2])
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[3])
     lying = understate_values(tmp_path / "bomb.parquet")
     with pytest.raises(RolloutTooLarge):
         check_footer(tmp_path / "bomb.parquet", LIMITS)
@@ -256,9 +256,9 @@ def test_a_file_that_needs_more_memory_than_the_cap_is_invalidated_and_the_valid
     """Whatever gets past the footer check and still needs memory (a page header's size, pyarrow's own
     allocations) hits the reader child's cap: a memory error there, a verdict reason here. The bomb
     stands in for such a file: its limits are set to let it through the footer check."""
-    program = ("from pathlib import Path; from tests.validator.test_hostile_files import bomb; "
+    program = ("from pathlib import Path; from tests.workloads.judge.test_hostile_files import bomb; "
                f"bomb(Path({str(tmp_path / 'bomb.parquet')!r}), per_row=30_000_000, rows=4)")  # fmt: skip
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[2])
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=300, cwd=Path(__file__).parents[3])
     let_through = FileLimits(max_rows=32, max_tokens_per_row=40_000_000, max_new_tokens=32)
     check_footer(tmp_path / "bomb.parquet", let_through)
     reader = CappedReader(memory_bytes=256 << 20, per_declared_byte=0)

@@ -49,7 +49,7 @@ class ReaderFailed(RuntimeError):
     """The reader process died or hung: nothing is known about the file (retried, never slashed)."""
 
 
-def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`python -m validator.reader`)
+def _serve(conn: Connection, budget: int) -> None:  # runs in the child (`-m ...judge.reader`)
     import pyarrow as pa
 
     from workloads.rollouts import read_rollouts
@@ -194,9 +194,9 @@ class CappedReader:
         # (which would import the entry point's main module: torch and the model).
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(
-            [sys.executable, "-m", "validator.reader", "--fd", str(theirs.fileno()),
+            [sys.executable, "-m", "workloads.inference.judge.reader", "--fd", str(theirs.fileno()),
              "--budget", str(self.memory_bytes)],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[3],
             env={**os.environ, "MALLOC_ARENA_MAX": "2", "ARROW_DEFAULT_MEMORY_POOL": "system"},
         )  # fmt: skip
         theirs.close()

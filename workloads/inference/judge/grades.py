@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from validator.thresholds import ValidationThresholds
+from workloads.inference.judge.thresholds import ValidationThresholds
 
 Grade = Literal["none", "marginal", "strong"]
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from validator.task import TaskSettings
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import CheckpointSource, SeenStore, Submission
+from intellect.wire.verdicts import Submission
+from intellect.workloads import CheckpointSource, SeenStore
+from workloads.inference.judge.thresholds import ValidationThresholds
+from workloads.inference.task import TaskSettings
 from workloads.rollouts import BatchInfo, Rollout
 from workloads.verifiers.records import TaskRecord
 

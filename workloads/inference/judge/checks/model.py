@@ -9,9 +9,9 @@ import torch
 from pydantic import BaseModel
 from transformers import PreTrainedModel
 
-from validator.checks.context import rows_named
-from validator.grades import Finding
-from validator.thresholds import ValidationThresholds
+from workloads.inference.judge.checks.context import rows_named
+from workloads.inference.judge.grades import Finding
+from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.verify import token_checks
 from workloads.model.prefill import prefill_batch
 from workloads.model.sampler import replay_fault
@@ -41,7 +41,7 @@ class FileStats(BaseModel):
     lp_abs_sum: float = 0.0  # sum of |claimed - recomputed| logprob over every output token
     rows: int = 0
     lp_outliers: int = 0  # tokens whose |claimed - recomputed| logprob is beyond logprob_outlier
-    # what the validator's window keeps with the sums (validator/grades.py)
+    # what the validator's window keeps with the sums (workloads/inference/judge/grades.py)
     file: str = ""  # the file's sha256: a file judged twice counts once
     marginal: bool = False  # the file failed marginally, and the second look confirmed it
 

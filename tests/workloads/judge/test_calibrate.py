@@ -1,5 +1,6 @@
-"""A calibration per model, made by a command (issue 43.1, 43.2, 43.4; validator/calibrate.py,
-validator/limits.py): `intellect-validator calibrate` measures a model's honest files and cheats and
+"""A calibration per model, made by a command (issue 43.1, 43.2, 43.4; workloads/inference/judge/calibrate.py,
+workloads/inference/judge/limits.py): `intellect-validator calibrate` measures a model's honest files and
+cheats and
 writes a record the validator then judges that model with; the limit rules hold on synthetic
 samples; the shipped records of the bench shapes match what the pinned torch builds, and on one of
 them honest files pass and a cheat is slashed by the full pipeline."""
@@ -13,19 +14,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from validator.calibrate import CHEATS, Sample
-from validator.calibration import ENV, find_calibration, model_id
-from validator.checks.model import FileStats
+from intellect.wire.verdicts import Submission
+from intellect.workloads import MemorySeenStore
 from validator.cli import app
-from validator.limits import derive
-from validator.memory import LocalCheckpoints, MemorySeenStore
-from validator.pipeline import Pipeline
-from validator.task import TaskSettings
-from validator.thresholds import ValidationThresholds
-from validator.verdicts import Submission
+from workloads.inference.judge.calibrate import CHEATS, Sample
+from workloads.inference.judge.calibration import ENV, find_calibration, model_id
+from workloads.inference.judge.checks.model import FileStats
+from workloads.inference.judge.limits import derive
+from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
+from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload
-from workloads.model.loading import resolve
+from workloads.model.loading import ModelCheckpoints, resolve
 from workloads.model.shapes import build_model_dir
 
 NODE = "0x5aeda56215b167893e80b4fe645ba6d5bab767de"
@@ -85,7 +86,7 @@ def test_the_validator_judges_that_model_with_its_record(
     monkeypatch.delenv(ENV, raising=False)
     assert find_calibration(model) is None
     monkeypatch.setenv(ENV, str(records))
-    pipeline = Pipeline(task, MemorySeenStore(), LocalCheckpoints(str(model)))
+    pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(str(model)))
     assert pipeline.calibration is not None and pipeline.calibration.model_id == record["model_id"]
     for key, value in record["thresholds"].items():
         assert getattr(pipeline.thresholds, key) == value
@@ -145,7 +146,7 @@ def test_on_the_small_shape_honest_files_pass_and_a_perturbed_layer_is_slashed(t
         ))  # fmt: skip
         path = Path(workload.run_batch().path)  # type: ignore[union-attr]
         task = TaskSettings(model=str(model), batch_size=batch, n=4, max_new_tokens=32)
-        pipeline = Pipeline(task, MemorySeenStore(), LocalCheckpoints(str(model)))
+        pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(str(model)))
         assert pipeline.calibration is not None
         verdicts[(batch, cheat)] = pipeline.judge(path, Submission(node=NODE))
     expected_verdicts = {(1, "none"): "accept", (16, "none"): "accept", (16, "perturbed-model"): "invalidate"}

@@ -68,7 +68,8 @@ class ValidationThresholds(IntellectSettings):
         0.002, ge=0, description="and per row on top (12x the honest 1 in 6,000 measured)"
     )
     pool_files: int = Field(16, ge=1, description="a node's recent files whose statistics are pooled")
-    # Grades (validator/grades.py): what makes a failed recomputation a slash and not only "not paid".
+    # Grades (workloads/inference/judge/grades.py): what makes a failed recomputation a slash and not
+    # only "not paid".
     strong_rows: int = Field(3, ge=1, description="rows failing recomputed rules that are strong evidence")
     file_strong_factor: float = Field(
         1.25, ge=1, description="a file statistic this many times its limit is strong evidence"

@@ -3,7 +3,8 @@
 The recomputation's limits depend on the model (issue 43): two bf16 computations of the same tokens
 differ by rounding that compounds over depth and width, so the TOPLOC mantissa errors of an honest
 file of a hidden-1024 model sit where the tiny model's fp16 cheat sat. This module makes the
-calibration record (validator/calibration.py) a validator needs before its recomputation may slash:
+calibration record (workloads/inference/judge/calibration.py) a validator needs before its recomputation
+may slash:
 
 1. **Honest files as workers make them**: the inference workload itself (its generation, sampling,
    proofs and file writer) at every generation batch and thread count of the grid, lengths from one
@@ -15,13 +16,14 @@ calibration record (validator/calibration.py) a validator needs before its recom
    nearest: the memory a node would save), N(0, 1e-2) and N(0, 1e-3) noise on every matrix, another
    seed's weights, and one perturbed layer (N(0, 1e-2) on one attention matrix).
 4. **Limits** (`derive`): each sits above the worst honest value with a stated margin, and, where a
-   cheat sits far enough above, between the two (validator/limits.py says how).
+   cheat sits far enough above, between the two (workloads/inference/judge/limits.py says how).
 5. **The false positives measured**: every honest file judged again under the derived limits at
    every prefill batch (per rule: files failing, of how many), and each cheat's grade.
 
 What the record cannot show is a tail rarer than its sample: a few dozen files bound a per-file
 rate only to ~3/N (the rule of three), which is why a marginal failure is never slashed on its own
-(validator/grades.py) and why the shipped tiny record also rests on the soak (bench/devnet_soak.py).
+(workloads/inference/judge/grades.py) and why the shipped tiny record also rests on the soak
+(bench/devnet_soak.py).
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ import torch
 from pydantic import BaseModel, Field
 from transformers import AutoModelForCausalLM
 
-from validator.calibration import CalibrationRecord, model_id
-from validator.checks.model import FileStats, recompute
-from validator.grades import Finding, grade
-from validator.limits import derive, failing_rules
-from validator.thresholds import ValidationThresholds
+from workloads.inference.judge.calibration import CalibrationRecord, model_id
+from workloads.inference.judge.checks.model import FileStats, recompute
+from workloads.inference.judge.grades import Finding, grade
+from workloads.inference.judge.limits import derive, failing_rules
+from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.workload import InferenceWorkload
 from workloads.model.loading import load_model, load_tokenizer, load_weights, resolve

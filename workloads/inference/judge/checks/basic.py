@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import math
 
-from validator.checks.context import FileContext, rows_named
-from validator.reader import CappedReader
+from workloads.inference.judge.checks.context import FileContext, rows_named
+from workloads.inference.judge.reader import CappedReader
 from workloads.rollouts import FileLimits, RolloutSchemaError
 
 
