@@ -29,7 +29,7 @@ report() {
   fi
 }
 
-"$BIN/ruff" check . && "$BIN/mypy"
+"$BIN/ruff" check . && "$BIN/mypy" && "$BIN/lint-imports" --no-logo --no-cache
 rc=$?
 if [ "$rc" -ne 0 ]; then
   report "$rc"

@@ -1,5 +1,5 @@
 """`ComputePool`, work side: submitting work, invalidating it (alone or by quorum, see
-`ledger/slashing.py`), reading it back, the rewards it earns and the parameters that price it."""
+`ledger/contracts/slashing.py`), reading it back, the rewards it earns and the parameters that price it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ledger.contracts.base import ContractBase, struct
 from ledger.errors import LedgerError
 from ledger.merkle import BatchTree
 from ledger.models import BatchRecord, TxResult, WorkParameters, WorkRecord, WorkStatus
-from ledger.slashing import Slashing, work_key_bytes
+from ledger.contracts.slashing import Slashing, work_key_bytes
 
 # The struct getWork and getWorkSince return (`status` is a WorkStatus, which the model converts to).
 _WORK = "work_key provider node units reward timestamp status"
@@ -62,7 +62,7 @@ class WorkContract(ContractBase):
 
     @property
     def slashing(self) -> Slashing:
-        """Quorum slashing: policy, pool validators, votes, pardon (see ledger/slashing.py)."""
+        """Quorum slashing: policy, pool validators, votes, pardon (see ledger/contracts/slashing.py)."""
         return Slashing(self)
 
     def invalidate_work(self, pool_id: int, work_key: bytes | str) -> TxResult:

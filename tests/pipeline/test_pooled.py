@@ -46,7 +46,8 @@ def judge_files(judge: PipelineJudge, batches: list[list[Path]]) -> list[list[tu
 
 
 def new_judge(tmp: Path, windows: NodeWindows | None = None) -> PipelineJudge:
-    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=tmp, task_id="task-1", windows=windows or MemoryNodeWindows())
+    env = ValidatorEnv(seen=MemorySeenStore(), data_dir=tmp, task_id="task-1",
+                       windows=windows or MemoryNodeWindows())
     return PipelineJudge(PipelineSettings(**SETTINGS), env)
 
 

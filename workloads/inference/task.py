@@ -5,16 +5,15 @@ rewrite any of them).
 A task gives them in `workload.settings` (`{"batch_size": 4}`) or, as before the plug-in seam, in its
 `INTELLECT_INFER_*` env vars (`INTELLECT_INFER_BATCH_SIZE=4`), or both when they agree. What the
 task leaves unset takes the workload's own defaults. `intellect-validator check --task SPEC.json`
-reads the same from a spec file.
+reads the same from a spec file (through the plug-in).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from workloads.inference.settings import InferenceSettings
 
@@ -38,42 +37,6 @@ class TaskSettings(BaseModel):
         """The inference workload's own defaults (what a task that sets nothing runs with)."""
         d = InferenceSettings.model_fields
         return cls(**{name: d[name].default for name in cls.model_fields if name in d})
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> TaskSettings:
-        """From a task spec's env vars (`INTELLECT_INFER_MAX_NEW_TOKENS=64`, ...); unset ones default."""
-        values: dict[str, Any] = cls.defaults().model_dump()
-        for name in cls.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = parse_env_value(name, raw)
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ValueError(f"the task's inference settings are invalid: {exc}") from None
-
-    @classmethod
-    def from_spec_file(cls, path: Path) -> TaskSettings:
-        """A task spec JSON as POSTed to the orchestrator, or a bare settings object."""
-        try:
-            body = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--task {path}: not a readable JSON file ({exc})") from None
-        if isinstance(body, dict) and ("env_vars" in body or "workload" in body or "name" in body):
-            from intellect.wire.tasks import TaskSpec
-            from intellect.workloads import WorkloadSettingsError
-            from workloads.inference.plugin import InferencePlugin
-
-            try:
-                spec = TaskSpec.model_validate(body if "workload" in body else {**body, "workload": {
-                    "type": InferencePlugin.name}})  # fmt: skip
-                return InferencePlugin().task_settings(spec)
-            except (ValidationError, WorkloadSettingsError) as exc:
-                raise ValueError(f"--task {path}: {exc}") from None
-        try:
-            return cls.model_validate(body)
-        except ValidationError as exc:
-            raise ValueError(f"--task {path}: {exc}") from None
 
 
 def parse_env_value(name: str, raw: str) -> Any:

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from validator.cli import app
-from workloads.inference.judge.calibrate import CHEATS, Sample
+from workloads.inference.judge.calibrate import CHEATS
+from workloads.inference.judge.limits import Sample
 from workloads.inference.judge.calibration import ENV, find_calibration, model_id
 from workloads.inference.judge.checks.model import FileStats
 from workloads.inference.judge.limits import derive

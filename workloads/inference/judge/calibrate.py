@@ -42,9 +42,9 @@ from pydantic import BaseModel, Field
 from transformers import AutoModelForCausalLM
 
 from workloads.inference.judge.calibration import CalibrationRecord, model_id
-from workloads.inference.judge.checks.model import FileStats, recompute
+from workloads.inference.judge.checks.model import recompute
 from workloads.inference.judge.grades import Finding, grade
-from workloads.inference.judge.limits import derive, failing_rules
+from workloads.inference.judge.limits import Sample, derive, failing_rules
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.workload import InferenceWorkload
@@ -77,14 +77,6 @@ class Grid(BaseModel):
         return cls(
             generation_batches=[1, 16], max_new_tokens=max_new_tokens, files_per_setting=1, cheat_files=1
         )
-
-
-class Sample(BaseModel):
-    """One file recomputed at one prefill batch."""
-
-    setting: str
-    prefill: int
-    stats: FileStats
 
 
 def _node(label: str) -> str:

@@ -32,15 +32,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
+from workloads.inference.judge.checks.model import FileStats
 from workloads.inference.judge.grades import Finding
 from workloads.inference.judge.thresholds import ValidationThresholds
-
-if TYPE_CHECKING:
-    from workloads.inference.judge.calibrate import Sample
 
 SEPARATES = 1.2  # a cheat this many times the honest worst is "well above"
 HONEST_SHARE = 0.5  # row rules: honest values at most this share of their limit
@@ -48,6 +46,14 @@ MEAN_MARGIN, MEAN_FLOOR = 1.5, 1.25  # file mantissa mean: limit / worst honest,
 SHARE_ROOM = 0.375  # file share: three chunks of the smallest judged file (8) above the worst honest
 FILE_FIELDS = ("mant_mean", "median_chunk_share")
 NO_MATCH = 1e18  # TOPLOC's 2**64 "no exponent matched" (another model entirely)
+
+
+class Sample(BaseModel):
+    """One file recomputed at one prefill batch."""
+
+    setting: str
+    prefill: int
+    stats: FileStats
 
 
 class Derived(BaseModel):
