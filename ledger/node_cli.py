@@ -20,9 +20,9 @@ from ledger.cli_common import (
     Chain,
     address,
 )
+from ledger.contracts.slashing import work_key_bytes
 from ledger.errors import LedgerError
 from ledger.invites import Invite
-from ledger.contracts.slashing import work_key_bytes
 
 PoolId = Annotated[int, typer.Argument(min=1, help="pool id")]
 Node = Annotated[str, typer.Argument(help="node address")]

@@ -9,10 +9,10 @@ from typing import Any
 from eth_utils import to_checksum_address
 
 from ledger.contracts.base import ContractBase, struct
+from ledger.contracts.slashing import Slashing, work_key_bytes
 from ledger.errors import LedgerError
 from ledger.merkle import BatchTree
 from ledger.models import BatchRecord, TxResult, WorkParameters, WorkRecord, WorkStatus
-from ledger.contracts.slashing import Slashing, work_key_bytes
 
 # The struct getWork and getWorkSince return (`status` is a WorkStatus, which the model converts to).
 _WORK = "work_key provider node units reward timestamp status"

@@ -18,10 +18,9 @@ from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from validator.cli import app
 from workloads.inference.judge.calibrate import CHEATS
-from workloads.inference.judge.limits import Sample
 from workloads.inference.judge.calibration import ENV, find_calibration, model_id
 from workloads.inference.judge.checks.model import FileStats
-from workloads.inference.judge.limits import derive
+from workloads.inference.judge.limits import Sample, derive
 from workloads.inference.judge.pipeline import Pipeline
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
