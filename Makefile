@@ -10,6 +10,7 @@ install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcj
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install --quiet --no-deps -e examples/arith  # the third workload: a package of its own (docs/workloads.md)
 	npm ci --no-audit --no-fund --loglevel=error
 	$(MAKE) --no-print-directory toploc-ref
 
