@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from devnet.hosts import Host
 from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
@@ -286,30 +287,35 @@ def start_learning_services(
     )  # fmt: skip
     wait_healthy(relay, timeout=60)
 
-    validators = []
-    for i, port in enumerate(validator_ports):
-        role = VALIDATOR_ROLES[i]
-        progress(f"starting {role}")
-        validators.append(spawn(
-            role,
-            where.wrap(at[f"v{i + 1}"], [
-                str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id),
-                "--host", where.bind(at[f"v{i + 1}"]), "--port", str(port),
-                "--step-url", f"{trainer_url}/step", "--orchestrator-url", orchestrator.url,
-                "--data-dir", str(directory / role)]),
-            env | {
-                "INTELLECT_VALIDATOR_RPC_URL": state.rpc_url,
-                "INTELLECT_VALIDATOR_DEPLOYMENT": state.deployment_path,
-                "INTELLECT_VALIDATOR_KEY": state.key_ref(role),
-                "INTELLECT_VALIDATOR_POLL_SECONDS": "0.5",
-            },
-            directory,
-            validator_urls[i],
-        ))  # fmt: skip
+    validators = [start_validator(state, i, port, validator_urls[i], orchestrator.url, where,
+                                  at[f"v{i + 1}"], f"{trainer_url}/step", progress)
+                  for i, port in enumerate(validator_ports)]  # fmt: skip
     for v in validators:
         wait_healthy(v, timeout=180)
     where.save(state)
     return trainer, [origin, relay], validators, task_file
+
+
+def start_validator(
+    state: DevnetState, index: int, port: int, url: str, orchestrator_url: str, where: Placement,
+    host: Host | None = None, step_url: str | None = None, progress: Progress = lambda msg: None,
+) -> ManagedProcess:  # fmt: skip
+    """`intellect-validator run` as the pool's validator number `index` (its role's key), voting; with
+    `step_url` it follows a trainer (an RL run), without one it judges whatever tasks the pool runs."""
+    role = VALIDATOR_ROLES[index]
+    progress(f"starting {role}")
+    argv = [str(BIN / "intellect-validator"), "run", "--pool", str(state.pool_id), "--host", where.bind(host),
+            "--port", str(port), "--orchestrator-url", orchestrator_url,
+            "--data-dir", str(Path(state.directory) / role)]  # fmt: skip
+    if step_url:
+        argv += ["--step-url", step_url]
+    return spawn(role, where.wrap(host, argv), base_env(Path(state.directory)) | {
+        "OMP_NUM_THREADS": "1",
+        "INTELLECT_VALIDATOR_RPC_URL": state.rpc_url,
+        "INTELLECT_VALIDATOR_DEPLOYMENT": state.deployment_path,
+        "INTELLECT_VALIDATOR_KEY": state.key_ref(role),
+        "INTELLECT_VALIDATOR_POLL_SECONDS": "0.5",
+    }, Path(state.directory), url)  # fmt: skip
 
 
 def _client(state: DevnetState) -> OrchestratorClient:

@@ -60,6 +60,11 @@ def test_settings_are_checked_and_rendered_as_env_vars() -> None:
     with pytest.raises(WorkloadSettingsError) as told:  # no task can tell its nodes to cheat
         workloads.settings_for(spec({}, {"INTELLECT_ARITH_CHEAT": "wrong-answer"}))
     assert told.value.field == "env_vars.INTELLECT_ARITH_CHEAT"
+    stored = TaskSpec.model_validate(rendered.model_dump())  # what validators read back: the rendered task
+    assert plugin.task_settings(stored) == task
+    with pytest.raises(WorkloadSettingsError) as disagree:
+        workloads.settings_for(spec({"problems": 5}, {"INTELLECT_ARITH_PROBLEMS": "6"}))
+    assert disagree.value.field == "env_vars.INTELLECT_ARITH_PROBLEMS"
 
 
 def test_problems_are_the_nodes_own_and_answers_exact() -> None:

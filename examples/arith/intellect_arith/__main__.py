@@ -3,8 +3,9 @@
 Reads its settings from `INTELLECT_ARITH_*` (the plug-in's `render` put them there) and who and where
 it is from the worker (`INTELLECT_TASK_ID`, `INTELLECT_NODE_ADDRESS`, `INTELLECT_DATA_DIR`); writes
 `files` answer files into the data dir and announces each on the worker's bridge (the worker uploads
-it and submits it on chain for its problem count), then exits. Outside a worker (no
-`INTELLECT_SOCKET_PATH`) it only writes the files.
+it and submits it on chain for its problem count), then exits. Restarted after a failure, it
+announces the files it had written again (the worker keeps one upload per content) and writes the
+rest. Outside a worker (no `INTELLECT_SOCKET_PATH`) it only writes the files.
 
 `INTELLECT_ARITH_CHEAT=wrong-answer` makes a cheater's files (one answer off): demos and tests only,
 injected by a misbehaving operator's worker (`INTELLECT_WORKER_TASK_ENV`), never by a task.
@@ -36,8 +37,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     wrong = env.get(ENV_PREFIX + "CHEAT", "none") == "wrong-answer"
     for counter in range(1, settings.files + 1):
-        path = write_file(out / f"arith-{node.lower()}-{counter}.json", task_id, node, counter,
-                          settings.problems, settings.digits, wrong=wrong)  # fmt: skip
+        path = out / f"arith-{node.lower()}-{counter}.json"
+        if not path.exists():  # a restarted run (data kept) never solves a counter twice (a repeat)
+            write_file(path, task_id, node, counter, settings.problems, settings.digits, wrong=wrong)
         if env.get("INTELLECT_SOCKET_PATH"):
             from workloads.bridge_client import announce_file  # the bridge's client, shipped with intellect
 

@@ -104,12 +104,21 @@ class ArithWorkload:
     name: ClassVar[str] = "arith"
 
     def task_settings(self, spec: TaskSpec) -> ArithSettings:
-        for key in spec.env_vars:  # one place for settings; and no task can tell its nodes to cheat
-            if key.startswith(ENV_PREFIX):
-                raise WorkloadSettingsError(f"env_vars.{key}", "arith settings go in workload.settings")
-        given = spec.workload.settings if spec.workload else {}
+        """From `workload.settings`, and from the `INTELLECT_ARITH_*` env vars `render` wrote (validators
+        read the stored, rendered task): both places must agree. Any other `INTELLECT_ARITH_*` name is
+        refused: no task can tell its nodes to cheat."""
+        values = dict(spec.workload.settings) if spec.workload else {}
+        for key, raw in spec.env_vars.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key.removeprefix(ENV_PREFIX).lower()
+            if name not in ArithSettings.model_fields:
+                raise WorkloadSettingsError(f"env_vars.{key}", "not an arith setting")
+            if name in values and str(values[name]) != raw:
+                raise WorkloadSettingsError(f"env_vars.{key}", f"{raw!r} disagrees with workload.settings")
+            values.setdefault(name, raw)
         try:
-            return ArithSettings.model_validate(given)
+            return ArithSettings.model_validate(values)
         except ValidationError as exc:
             error = exc.errors()[0]
             where = ".".join(str(p) for p in error["loc"]) or "settings"

@@ -129,14 +129,14 @@ def test_a_task_is_judged_by_the_workload_it_names_or_whose_program_it_runs_or_s
     assert member["spec"]["workload"]["type"] == "pipeline"
     plain = client.post("/tasks", json=SPEC).json()
     assert not plain["judged"] and "unjudged: its files are not judged or paid" in plain["warnings"][0]
-    assert "installed workloads: inference, pipeline" in plain["warnings"][0]
+    assert "installed workloads: arith, inference, pipeline" in plain["warnings"][0]  # arith: examples/
     assert [t["judged"] for t in client.get("/tasks").json()] == [True, True, True, False]
     strict = tasks_app(store, OrchestratorSettings(state_dir=tmp_path, refuse_unjudged=True))
     strict.dependency_overrides[require_admin] = lambda: "admin"
     with TestClient(strict) as pool:
         refused = pool.post("/tasks", json=SPEC)
         assert refused.status_code == 422 and "refuses unjudged tasks" in refused.json()["detail"]
-        assert "installed workloads: inference, pipeline" in refused.json()["detail"]
+        assert "installed workloads: arith, inference, pipeline" in refused.json()["detail"]
         assert pool.post("/tasks", json=raw["spec"] | {"name": "again"}).status_code == 201  # judged: taken
     assert len(client.get("/tasks").json()) == 5
 
