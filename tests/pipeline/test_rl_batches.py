@@ -25,6 +25,7 @@ from test_task import NODES, judge_env, run_group  # noqa: E402
 
 from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemorySeenStore  # noqa: E402
+from validator.checkpoints import TrainerCheckpoints  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import completion_text  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
@@ -121,7 +122,8 @@ def test_a_group_follows_the_trainer_and_its_batches_are_rollouts(tmp_path: Path
 
     # the validator judges against the trainer's checkpoint
     seen = MemorySeenStore()
-    env = dataclasses.replace(judge_env(tmp_path / "v", seen), step_url=f"{url}/step")
+    checkpoints = TrainerCheckpoints(f"{url}/step", tmp_path / "v" / "checkpoints")  # the host's
+    env = dataclasses.replace(judge_env(tmp_path / "v", seen), checkpoints=checkpoints)
     judge = PipelineJudge(PipelineSettings(**follow), env)
 
     def verdict(path: Path, node: str, trainer_step: int = 1) -> tuple[str, str]:
