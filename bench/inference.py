@@ -86,7 +86,7 @@ def timed_cpu(fn):
 def run_size(size: str, model, tok, *, batch: int, tokens: int, repeats: int, stream: bool) -> dict:
     records = load_dataset("demo")
     backend = TorchBackend(model, -1, tok.pad_token_id)  # EOS -1 never matches: fixed-length decoding
-    plan = plan_batch(NODE, 1, 1, len(records), batch, 1, [8])
+    plan = plan_batch(NODE, 1, len(records), batch, 1, [8])
     kw = dict(step=1, max_new_tokens=tokens, temperature=1.0, length_penalty=3e-4)
     settings = CheckSettings(prefill_batch_size=batch)
 

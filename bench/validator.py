@@ -61,7 +61,7 @@ def measure(size: str, length: int, batch: int, repeats: int) -> dict[str, float
     model, th = model_and_limits(size, batch)
     backend = TorchBackend(model, -1, tok.pad_token_id)  # EOS -1 never matches: fixed-length decoding
     records = load_dataset("demo")
-    plan = plan_batch(NODE, 1, 1, len(records), batch, 1, [8])
+    plan = plan_batch(NODE, 1, len(records), batch, 1, [8])
     gen_s, val_s = [], []
     rows = []
     for _ in range(repeats):

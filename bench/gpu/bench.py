@@ -195,7 +195,7 @@ class Bench:
             cell.note = f"skipped: needs ~{need:.0f} s, {max(self.budget.left(), 0):.0f} s of the budget left"
             return None
         self.counter += 1
-        plan = plan_batch(NODE, STEP, self.counter, len(self.records), batch // GROUP, GROUP, [8])
+        plan = plan_batch(NODE, self.counter, len(self.records), batch // GROUP, GROUP, [8])
         job = Job(model, cell, plan)
         try:
             self.measure(job)

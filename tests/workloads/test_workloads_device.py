@@ -121,7 +121,7 @@ def test_the_gpu_noise_is_the_cpu_noise_bit_for_bit():
 def test_token_checks_in_slices_equal_the_whole(tiny_model, tiny_tokenizer, backend):
     """A GPU validator checks a big vocabulary's tokens a slice at a time: exactly the same numbers."""
     records = load_dataset("demo")
-    plan = plan_batch(NODE, 0, 1, len(records), 3, 2, [8])
+    plan = plan_batch(NODE, 1, len(records), 3, 2, [8])
     rows, _ = make_rollouts(backend, tiny_tokenizer, records, plan, step=0, max_new_tokens=12,
                             temperature=1.0, length_penalty=3e-4)  # fmt: skip
     recomputed = prefill_batch(tiny_model, [r.input_tokens for r in rows], [r.output_tokens for r in rows])

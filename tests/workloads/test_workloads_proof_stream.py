@@ -41,7 +41,7 @@ def test_stream_needs_hidden_states(backend, prompts):
 def test_streamed_rollouts_are_identical_and_verify(tiny_model, tiny_tokenizer):
     backend = TorchBackend(tiny_model, -1, tiny_tokenizer.pad_token_id)  # fixed length: full chunks
     records = load_dataset("demo")
-    plan = plan_batch(NODE, 1, 1, len(records), 4, 2, [8])
+    plan = plan_batch(NODE, 1, len(records), 4, 2, [8])
     kw = dict(step=1, max_new_tokens=70, temperature=1.0, length_penalty=3e-4)
     after, _ = make_rollouts(backend, tiny_tokenizer, records, plan, **kw)
     streamed, _ = make_rollouts(backend, tiny_tokenizer, records, plan, stream_proofs=True, **kw)

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def generate(backend, tokenizer, batch_size: int = 6, n: int = 2):
     records = load_dataset("demo")
-    plan = plan_batch(NODE, 1, 1, len(records), batch_size, n, [8])
+    plan = plan_batch(NODE, 1, len(records), batch_size, n, [8])
     rollouts, _ = make_rollouts(
         backend,
         tokenizer,
@@ -196,7 +196,7 @@ def test_wrong_seed_fails_sampling_check(tiny_model, honest):
 
 def test_one_token_completions_have_empty_proofs_and_verify(backend, tiny_tokenizer, tiny_model):
     records = load_dataset("demo")
-    plan = plan_batch(NODE, 1, 1, len(records), 3, 2, [8])
+    plan = plan_batch(NODE, 1, len(records), 3, 2, [8])
     rows, _ = make_rollouts(
         backend, tiny_tokenizer, records, plan, step=1, max_new_tokens=1, temperature=1.0, length_penalty=3e-4
     )

@@ -56,7 +56,7 @@ def test_standalone_writes_reproducible_files(tmp_path, monkeypatch):
     for counter, path in enumerate(files, start=1):
         rows, info = read_rollouts(path)
         assert (info.step, info.batch_counter, info.group_size, info.node_address) == (4, counter, 2, NODE)
-        plan = plan_batch(NODE, 4, counter, len(records), 3, 2, [8])
+        plan = plan_batch(NODE, counter, len(records), 3, 2, [8])
         assert [r.seed for r in rows] == plan.seeds
         assert [r.problem_id for r in rows] == [records[i].problem_id for i in plan.indexes for _ in range(2)]
         assert [r.input_tokens for r in rows] == [
@@ -172,7 +172,7 @@ def test_follows_step_counter_and_loads_http_checkpoints(tmp_path, http_dir, mon
     _publish(root, 3, 1.02)
     _publish(root, 2, 1.015)
     r2 = work.run_batch()
-    assert (r2.step, r2.batch_counter, r2.checkpoint_step) == (4, 1, 3)
+    assert (r2.step, r2.batch_counter, r2.checkpoint_step) == (4, 2, 3)  # counters go on across steps
     _publish(root, 4, 1.03)
     _publish(root, 5, 1.04)
     (root / "step").write_text('{"step": 5}')

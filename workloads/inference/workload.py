@@ -77,18 +77,27 @@ class InferenceWorkload:
         self._warned: tuple[object, float] = (None, 0.0)  # last warned (step, answers) and when
         self.checkpoint_sha256: str | None = base_checkpoint_sha256(settings.model)
         self.step: int | None = None
-        self.batch_counter = 0
         settings.output_dir.mkdir(parents=True, exist_ok=True)
+        self.batch_counter = self.last_counter()  # counters run across steps; a restart carries on
+        self.step_files = 0  # files made for the current step (files_per_step caps it)
 
-    def last_counter(self, step: int) -> int:
-        """The highest batch counter this node already wrote for `step` (0: none). A restarted workload
-        carries on from there: reusing a counter would repeat a plan (a duplicate the validators
-        invalidate), and skipping one leaves a gap they do not pay (docs/validator.md, "Grinding")."""
+    def _written(self, step: int | None = None) -> list[tuple[int, int]]:
+        """(step, counter) of every file this node already wrote here (of `step` only, if given)."""
         node = self.s.node_address.lower().removeprefix("0x")
-        counters = [int(p.stem.rsplit("batch", 1)[1]) for p in
-                    self.s.output_dir.glob(f"rollouts-{node}-step{step:06d}-batch*.parquet")
-                    if p.stem.rsplit("batch", 1)[1].isdigit()]  # fmt: skip
-        return max(counters, default=0)
+        found = []
+        for p in self.s.output_dir.glob(f"rollouts-{node}-step*-batch*.parquet"):
+            head, _, counter = p.stem.rpartition("-batch")
+            label = head.rpartition("-step")[2]
+            if label.isdigit() and counter.isdigit() and (step is None or int(label) == step):
+                found.append((int(label), int(counter)))
+        return found
+
+    def last_counter(self) -> int:
+        """The highest batch counter this node already wrote (0: none). Counters run across steps (a
+        plan is (task, node, counter): selection.py); a restarted workload carries on from there:
+        reusing a counter would repeat a plan (a duplicate the validators invalidate), and skipping one
+        leaves a gap they do not pay (docs/validator.md, "Selection")."""
+        return max((counter for _, counter in self._written()), default=0)
 
     def current_step(self) -> int:
         if not self.s.step_url:
@@ -158,8 +167,8 @@ class InferenceWorkload:
         started = time.perf_counter()
         step = self.current_step()
         if step != self.step:
-            self.step, self.batch_counter, self.capped_at = step, self.last_counter(step), None
-        if self.s.files_per_step and self.batch_counter >= self.s.files_per_step:
+            self.step, self.step_files, self.capped_at = step, len(self._written(step)), None
+        if self.s.files_per_step and self.step_files >= self.s.files_per_step:
             # This step has its share from us: wait for the trainer to move on, but never forever
             # (a step short of informative groups would otherwise stall the whole pool).
             now = time.monotonic()
@@ -171,8 +180,9 @@ class InferenceWorkload:
             self._report_no_checkpoint(step)
             return None
         self.batch_counter += 1
+        self.step_files += 1
         plan = plan_batch(
-            self.s.node_address, step, self.batch_counter, len(self.records),
+            self.s.node_address, self.batch_counter, len(self.records),
             self.s.batch_size, self.s.n, self.s.target_lengths, self.task_id,
         )  # fmt: skip
         rollouts, timings = make_rollouts(

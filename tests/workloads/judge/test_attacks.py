@@ -58,14 +58,14 @@ def judge(*paths: Path, task: TaskSettings = TASK, **submission: object) -> list
 
 
 def follow_on(pipeline: Pipeline, path: Path, node: str) -> None:
-    """As if the node's earlier batches of that step had been judged already (the counters must
-    follow each other: tests/workloads/judge/test_statistics.py tests that order itself)."""
+    """As if the node's earlier batches had been judged already (the counters must follow each other
+    over the task: tests/workloads/judge/test_selection.py tests that order itself)."""
     try:
         _, info = read_rollouts(path)
     except ValueError:
         return
-    key = f"{node.lower()}#{info.task_id}#step{info.step}"
-    pipeline.windows.push(None, key, {"counter": info.batch_counter - 1}, keep=2)
+    key = f"{node.lower()}#{info.task_id}"
+    pipeline.windows.push(None, key, {"file": "an earlier file", "counter": info.batch_counter - 1}, keep=2)
 
 
 def rewrite(src: Path, dst: Path, rows: list[Rollout] | None = None, **info_changes: object) -> Path:

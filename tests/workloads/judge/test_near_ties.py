@@ -8,15 +8,19 @@ validator voted it invalid, and the node was slashed and ejected."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from validator.checkpoints import FileCheckpoints
+from workloads.inference.judge.checks import history
 from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.selection import SEED_HIGH, BatchPlan
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
 from workloads.inference.verify import token_checks
@@ -50,8 +54,8 @@ def test_replay_rule() -> None:
 def judge(path: Path, pipeline: Pipeline) -> tuple[str, list[str]]:
     """One file judged by a fresh validator, as if the node's earlier batches had been judged."""
     _, info = read_rollouts(path)
-    key = f"{info.node_address.lower()}#{info.task_id}#step{info.step}"
-    pipeline.windows.push(None, key, {"counter": info.batch_counter - 1}, keep=2)
+    key = f"{info.node_address.lower()}#{info.task_id}"
+    pipeline.windows.push(None, key, {"file": "an earlier file", "counter": info.batch_counter - 1}, keep=2)
     v = pipeline.judge(path, Submission(node=info.node_address))
     return v.verdict, v.reasons
 
@@ -68,7 +72,23 @@ def gaps_of(model: torch.nn.Module, rows: list[Rollout]) -> list[torch.Tensor]:
     return token_checks(rows, result)[0]
 
 
-def test_the_demo_file_that_slashed_an_honest_node_is_accepted(model: torch.nn.Module) -> None:
+def plan_before_37_5(node: str, counter: int, dataset_size: int, batch_size: int, n: int,
+                     target_lengths: list[int], task_id: str = "") -> BatchPlan:
+    """The plan the kept file was made under: the step (1) was in its seed then (selection.py says why
+    it no longer is)."""
+    salt = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:16], "big")
+    rng = np.random.default_rng([int(node, 16) * counter + 1, salt])
+    indexes = rng.integers(0, dataset_size, batch_size)
+    seeds = rng.integers(0, SEED_HIGH, batch_size * n, dtype=np.int64)
+    targets = rng.choice(np.asarray(target_lengths, dtype=np.int64), batch_size)
+    return BatchPlan(indexes=[int(i) for i in indexes], seeds=[int(s) for s in seeds],
+                     target_lengths=[int(t) for t in targets], n=n)  # fmt: skip
+
+
+def test_the_demo_file_that_slashed_an_honest_node_is_accepted(model: torch.nn.Module,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Judged whole, with the plan it was made under (a file of a demo run before issue 37.5)."""
+    monkeypatch.setattr(history, "plan_batch", plan_before_37_5)
     rows, _ = read_rollouts(FILE)
     gaps = gaps_of(model, rows)
     worst = max(range(len(rows)), key=lambda i: float(gaps[i].max()))

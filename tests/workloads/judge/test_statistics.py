@@ -136,13 +136,14 @@ def test_a_node_making_small_fp32_files_is_caught_by_its_pooled_statistics(tmp_p
 
 
 def test_batch_counters_must_follow_each_other(tmp_path: Path) -> None:
-    """Grinding (issue 18.5): a node makes batches 1..4 of a step and submits only batch 3, its best.
-    Counters must come in order, so batch 3 without 1 and 2 is not paid (soft: an honest worker can
-    leave a gap); the count goes on from it, so batch 4 is paid. Before, batch 3 was accepted."""
+    """Grinding (issue 18.5): a node makes batches 1..4 and submits only batch 3, its best. Counters
+    must come in order, so batch 3 without 1 and 2 is not paid (soft: an honest worker can leave a
+    gap), nor is batch 4, held after the gap (issue 37.5). Before, batch 3 was accepted."""
     made = files(tmp_path / "grind", SMALL, 4)
     verdicts = judge_all([made[2], made[3]], SMALL)
-    assert [v.verdict for v in verdicts] == ["soft_invalidate", "accept"], [v.reasons for v in verdicts]
-    assert "grinding: batch counter 3 of step 0 where 1 was due" in verdicts[0].reasons[0]
+    assert [v.verdict for v in verdicts] == ["soft_invalidate"] * 2, [v.reasons for v in verdicts]
+    assert "selection: batch counter 3 where 1 was due" in verdicts[0].reasons[0]
+    assert "is held" in verdicts[1].reasons[0]
     # and a restarted workload carries on from the counters it wrote (a repeated counter is a slash)
     again = InferenceWorkload(InferenceSettings(node_address=NODE, output_dir=tmp_path / "grind",
                                                 batch_size=1, n=4, max_new_tokens=16,

@@ -148,7 +148,7 @@ class Pipeline:
         if ctx.info is None:
             return verdict("invalidate", reasons)
         # Before any check can fail: every file with a readable header uses its counter (see there).
-        grinding = run("order", lambda: counter_order(ctx, self.windows))
+        selection = run("order", lambda: counter_order(ctx, self.windows))
         reasons += run("work_units", lambda: work_units(ctx))
         reasons += run("duplicates", lambda: duplicates(ctx))
         reasons += run("plan", lambda: plan_derivation(ctx))
@@ -166,7 +166,7 @@ class Pipeline:
             return verdict(recomputed[1], recomputed[0])
         if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
             return verdict("soft_invalidate", unverifiable)
-        return verdict("soft_invalidate", grinding) if grinding else verdict("accept", [])
+        return verdict("soft_invalidate", selection) if selection else verdict("accept", [])
 
     def _recompute(self, ctx: FileContext) -> tuple[list[str], VerdictKind]:
         """Check 8, graded (workloads/inference/judge/grades.py): its reasons and the verdict they make.

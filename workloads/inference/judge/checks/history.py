@@ -4,6 +4,7 @@ and the file belongs to a step (and a checkpoint) the trainer still accepts."""
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from intellect.workloads import NodeWindows
 from workloads.inference.judge.checks.context import FileContext, rows_named
@@ -21,8 +22,7 @@ def duplicates(ctx: FileContext) -> list[str]:
     pool = ctx.submission.pool_id
     ctx.row_hashes = [row_hash(r.input_tokens, r.output_tokens, r.seed) for r in ctx.rows]
     # Per task: two tasks of one pool each have a step 0, batch 1 for the same node.
-    ctx.plan_key = (f"plan:{ctx.info.task_id}:{ctx.info.node_address.lower()}:{ctx.info.step}:"
-                    f"{ctx.info.batch_counter}")
+    ctx.plan_key = f"plan:{ctx.info.task_id}:{ctx.info.node_address.lower()}:{ctx.info.batch_counter}"
     reasons = []
     if ctx.seen.file_seen(pool, ctx.sha256):
         reasons.append(f"duplicate: this file (sha256 {ctx.sha256[:16]}…) was already submitted in this pool")
@@ -34,15 +34,12 @@ def duplicates(ctx: FileContext) -> list[str]:
     if copied:
         reasons.append(f"duplicate: {rows_named(copied)} were already submitted in an earlier file")
     if ctx.plan_key in before:
-        reasons.append(
-            f"duplicate: batch counter {ctx.info.batch_counter} of step {ctx.info.step} was already used "
-            "by this node"
-        )
+        reasons.append(f"duplicate: batch counter {ctx.info.batch_counter} was already used by this node")
     return reasons
 
 
 def plan_derivation(ctx: FileContext) -> list[str]:
-    """Check 5: prompts, seeds and target lengths are exactly the submitter's plan for (step, counter)."""
+    """Check 5: prompts, seeds and target lengths are exactly the submitter's plan for its counter."""
     assert ctx.info is not None
     info, task, reasons = ctx.info, ctx.task, []
     submitter = (ctx.submission.node or info.node_address).lower()
@@ -55,7 +52,6 @@ def plan_derivation(ctx: FileContext) -> list[str]:
     try:
         plan = plan_batch(
             submitter,
-            info.step,
             info.batch_counter,
             len(ctx.records),
             task.batch_size,
@@ -94,35 +90,68 @@ def plan_derivation(ctx: FileContext) -> list[str]:
     return reasons
 
 
+HOLD = 8  # after a gap in a node's counters, its next HOLD counters are not paid either
+
+
 def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
-    """Grinding: a node must submit a step's batch counters in order, 1, 2, 3, ... (judged in chain
-    order: the judge loop holds a node's file until its earlier ones have verdicts). Seeds and prompts
-    come from (node, step, counter), so a node that made 16 batches and submitted only its best would
-    otherwise choose its data. A counter past the next one (a gap) is not paid: soft-invalidated, not
-    slashed (an honest worker can leave a gap when an upload is refused for good), and the count
-    continues from it. So a ground batch is never paid nor trained on, and a node that abstains from a
-    bad batch forfeits the next one as well.
+    """Selection: a node's batches are paid only as the plan orders them, so it cannot choose which of
+    the batches it made are trained on (docs/validator.md, "Selection").
+
+    - Counters run 1, 2, 3, ... over the whole task, across steps (the plan is (task, node, counter):
+      workloads/inference/selection.py), judged in chain order (the judge loop holds a node's file
+      until its earlier ones have verdicts). A counter past the next one is a gap: a batch the node
+      made (or may have made) and withheld. The file is not paid, and neither are the node's next
+      HOLD counters: a node that withholds a bad batch forfeits nine, so withholding never pays, and
+      what is trained on from it is not what it chose. Soft (never slashed): an honest worker can
+      leave a gap (an upload refused for good), and the count goes on after the hold.
+    - A node's step labels and checkpoints do not go back: a label only chooses the checkpoint that
+      generated a batch (the plan has no step), and a node free to go back could make its next batch
+      with each checkpoint of the async window and submit the best. Soft too: an honest node's
+      checkpoint can go back once (a restart, a relay that lost the newest), which is then unpaid.
 
     Every submitted file whose header can be read counts, whatever its verdict: the pipeline calls
-    this before any other check can fail (a file that was invalidated, or soft-invalidated for a
-    reason of the validator's, still used its counter; counting only accepted files made the node's
-    next honest file look like a gap). A file judged again (a retry after an error of the validator's)
-    is not counted twice: the window names each entry's file. A file the validator never read (storage
-    unreachable until the deadline, `Submission.counters_unknown`) may have used the next counter: that
-    many are allowed skipped."""
+    this before any other check can fail (counting only accepted files made the node's next honest
+    file look like a gap). A file judged again (a retry after an error of the validator's) is not
+    counted twice: the window names each entry's file. A file the validator never read (storage
+    unreachable until the deadline, `Submission.counters_unknown`) may have used the next counter:
+    that many are allowed skipped, and no hold follows."""
     assert ctx.info is not None
-    node = (ctx.submission.node or ctx.info.node_address).lower()
-    key = f"{node}#{ctx.info.task_id}#step{ctx.info.step}"
-    entry = {"counter": ctx.info.batch_counter, "file": ctx.sha256}
-    window = windows.push(ctx.submission.pool_id, key, entry, keep=4)
-    earlier = [entry for entry in window[:-1] if entry.get("file") != ctx.sha256]
-    previous = int(earlier[-1]["counter"]) if earlier else 0
-    skipped = ctx.submission.counters_unknown  # files of the node storage kept from this validator
-    if not previous + 1 <= ctx.info.batch_counter <= previous + 1 + skipped:
-        due = f"{previous + 1}" if not skipped else f"{previous + 1} to {previous + 1 + skipped}"
-        return [f"grinding: batch counter {ctx.info.batch_counter} of step {ctx.info.step} where "
-                f"{due} was due (a node's counters of a step must follow each other)"]  # fmt: skip
-    return []
+    info = ctx.info
+    node = (ctx.submission.node or info.node_address).lower()
+    entry = {"file": ctx.sha256, "counter": info.batch_counter, "skipped": ctx.submission.counters_unknown,
+             "step": info.step, "checkpoint_step": info.checkpoint_step}  # fmt: skip
+    window = windows.push(ctx.submission.pool_id, f"{node}#{info.task_id}", entry, keep=HOLD + 2)
+    files: list[dict[str, Any]] = []
+    for item in window:  # oldest first; a file judged again counts once, where it was first judged
+        if item.get("file") not in {f.get("file") for f in files}:
+            files.append(item)
+    files = [f for f in files if f.get("file") != ctx.sha256] + [entry]
+    if len(window) < HOLD + 2:  # the node's whole history is here: it starts from counter 0
+        files.insert(0, {"counter": 0})
+    held_until, reasons = 0, []
+    for before, item in zip(files, files[1:], strict=False):
+        if int(item["counter"]) > int(before["counter"]) + 1 + int(item.get("skipped", 0)):
+            held_until = max(held_until, int(item["counter"]) + HOLD)
+    previous = files[-2] if len(files) > 1 else {"counter": 0}
+    counter, skipped = info.batch_counter, ctx.submission.counters_unknown
+    if not int(previous["counter"]) + 1 <= counter <= int(previous["counter"]) + 1 + skipped:
+        due = int(previous["counter"]) + 1
+        due_text = f"{due}" if not skipped else f"{due} to {due + skipped}"
+        reasons.append(f"selection: batch counter {counter} where {due_text} was due (a node's counters "
+                       f"follow each other over the task; after a gap its next {HOLD} are not paid)")
+    elif counter <= held_until:
+        reasons.append(f"selection: batch counter {counter} is held: a gap in this node's counters is "
+                       f"followed by {HOLD} unpaid ones (paid again from counter {held_until + 1})")
+    labels = [int(f["step"]) for f in files[:-1] if f.get("step") is not None]
+    if labels and info.step < max(labels):
+        reasons.append(f"selection: step label {info.step} after this node's label {max(labels)} (a "
+                       "node's labels do not go back)")  # fmt: skip
+    used = [int(f["checkpoint_step"]) for f in files[:-1] if f.get("checkpoint_step") is not None]
+    mine = info.checkpoint_step
+    if used and mine is not None and mine < max(used):
+        reasons.append(f"selection: checkpoint of step {mine} after this node's checkpoint of step "
+                       f"{max(used)} (a node's checkpoints do not go back)")  # fmt: skip
+    return reasons
 
 
 def freshness(ctx: FileContext) -> list[str]:
