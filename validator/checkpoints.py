@@ -14,15 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from intellect.digests import sha256_file
 from intellect.http_client import shared as http_client
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class FileCheckpoints:

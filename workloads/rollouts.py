@@ -7,7 +7,6 @@ reproduce the batch's prompt selection and seeds (node address, step, batch coun
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from intellect.digests import sha256_file
 
 SCHEMA_VERSION = "1"
 _META_VERSION = b"intellect.rollouts.schema_version"
@@ -293,11 +294,3 @@ def _row_error(exc: ValidationError) -> str:
     where = ".".join(str(p) for p in err["loc"])
     message = str(err["msg"]).removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

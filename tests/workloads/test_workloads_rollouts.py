@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from intellect.digests import sha256_file
 from workloads.rollouts import (
     ROLLOUT_SCHEMA,
     SCHEMA_VERSION,
@@ -14,7 +15,6 @@ from workloads.rollouts import (
     RolloutSchemaError,
     read_rollouts,
     read_table,
-    sha256_file,
     to_table,
     write_rollouts,
 )

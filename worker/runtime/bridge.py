@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from intellect.digests import sha256_file
 from intellect.wire.bridge import (
     BridgeReply,
     FileReadyMessage,
@@ -165,14 +166,6 @@ class FileQueue:
 class TaskEntry:
     data_dir: Path
     container_data_dir: str | None
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe(error: ValidationError) -> str:

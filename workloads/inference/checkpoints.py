@@ -8,13 +8,13 @@ the whole file checked against the version's manifest, whose sha256 is then chec
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
 import httpx
 import structlog
 
+from intellect.digests import sha256_file
 from intellect.http_client import shared as http_client
 
 log = structlog.get_logger(__name__)
@@ -25,14 +25,6 @@ BROADCAST_PREFIX = "broadcast:"
 
 class CheckpointError(RuntimeError):
     pass
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class CheckpointStore:
@@ -97,7 +89,7 @@ class CheckpointStore:
             expected = sidecar.read_text()
             shutil.copyfile(path, tmp)
         want = expected.split()[0].strip().lower() if expected.strip() else ""
-        got = _sha256(tmp)
+        got = sha256_file(tmp)
         if got != want:
             tmp.unlink(missing_ok=True)
             raise CheckpointError(
@@ -147,7 +139,7 @@ class CheckpointStore:
     def sha256(self, step: int) -> str | None:
         """sha256 of the cached (verified) checkpoint of `step`, or None when it is not cached."""
         path = self.cached(step)
-        return _sha256(path) if path.exists() else None
+        return sha256_file(path) if path.exists() else None
 
     def versions(self) -> list[int]:
         return sorted(int(p.stem.split("_")[1]) for p in self.cache_dir.glob("step_*.safetensors"))

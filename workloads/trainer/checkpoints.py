@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from workloads.rollouts import sha256_file
+from intellect.digests import sha256_file
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

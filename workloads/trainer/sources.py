@@ -12,8 +12,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from intellect.digests import sha256_file
 from intellect.http_client import shared as http_client
-from workloads.rollouts import sha256_file
 
 
 class RolloutFile(BaseModel):

@@ -65,7 +65,8 @@ def follow_on(pipeline: Pipeline, path: Path, node: str) -> None:
     except ValueError:
         return
     key = f"{node.lower()}#{info.task_id}"
-    pipeline.windows.push(None, key, {"file": "an earlier file", "counter": info.batch_counter - 1}, keep=2)
+    for counter in range(1, info.batch_counter):
+        pipeline.windows.push(None, key, {"file": f"earlier file {counter}", "counter": counter}, keep=16)
 
 
 def rewrite(src: Path, dst: Path, rows: list[Rollout] | None = None, **info_changes: object) -> Path:
@@ -112,7 +113,7 @@ def test_honest_file_with_chain_facts_is_accepted(world) -> None:
     path = world["honest"][0]
     rows, _ = read_rollouts(path)
     tokens = sum(len(r.output_tokens) for r in rows)
-    from workloads.rollouts import sha256_file as sha256_of
+    from intellect.digests import sha256_file as sha256_of
 
     [v] = judge(path, work_units=tokens, work_key="0x" + sha256_of(path), trainer_step=1)
     assert v.verdict == "accept", v.reasons

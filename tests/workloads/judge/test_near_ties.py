@@ -55,7 +55,8 @@ def judge(path: Path, pipeline: Pipeline) -> tuple[str, list[str]]:
     """One file judged by a fresh validator, as if the node's earlier batches had been judged."""
     _, info = read_rollouts(path)
     key = f"{info.node_address.lower()}#{info.task_id}"
-    pipeline.windows.push(None, key, {"file": "an earlier file", "counter": info.batch_counter - 1}, keep=2)
+    for counter in range(1, info.batch_counter):
+        pipeline.windows.push(None, key, {"file": f"earlier file {counter}", "counter": counter}, keep=16)
     v = pipeline.judge(path, Submission(node=info.node_address))
     return v.verdict, v.reasons
 
