@@ -13,14 +13,13 @@ Also a CLI for shell workloads:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
-
-from intellect.digests import sha256_file
 
 MAX_LINE = 64 * 1024
 
@@ -80,6 +79,16 @@ def sign_link(*, group_id: str, batch: int, sender: int, receiver: int, role: st
     if not isinstance(signature, str):
         raise BridgeError("the worker answered a sign_link without a signature")
     return signature
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """`intellect.digests.sha256_file` again, on purpose: this module ships alone into task images
+    (standard library only, images/build.sh copies just this file), where `intellect` is not installed."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _relative_to_data_dir(path: str) -> str:
