@@ -60,6 +60,15 @@ class SeenStore(Protocol):
     def remember(self, pool_id: int | None, sha256: str, row_hashes: list[str]) -> None: ...
 
 
+def judged_again(seen: SeenStore, pool_id: int | None, sha256: str) -> bool:
+    """Whether a pool's file is one this validator remembered before: the same submission judged again
+    (a crash between remembering it and recording its verdict), never a second submission, because the
+    chain refuses a work key (the file's sha256) already submitted in the pool. Its own rows are then
+    not duplicates of themselves. Outside a pool (`check` on local files) a repeated file is a
+    duplicate."""
+    return pool_id is not None and seen.file_seen(pool_id, sha256)
+
+
 class NodeWindows(Protocol):
     """A rolling window of per-file statistics for each (pool, node): a plug-in pools what one small
     file cannot show (a cheater must not be able to stay under a per-file minimum). Entries are JSON

@@ -93,9 +93,14 @@ def test_honest_files_are_paid_once_and_every_cheat_is_named(tmp_path: Path) -> 
     honest = made(tmp_path)
     first = judge.judge(honest, Submission(node=NODE, work_units=8, pool_id=1))
     assert first.verdict == "accept" and first.rows == 8 and not first.reasons
+    # the same submission judged again (a validator crash before its verdict was recorded): its own
+    # problems are not a repeat of themselves (the chain refuses a work key twice in a pool)
+    assert judge.judge(honest, Submission(node=NODE, work_units=8, pool_id=1)).verdict == "accept"
+    respaced = tmp_path / "respaced.json"  # the same counter's problems in other bytes: a repeat
+    respaced.write_text(json.dumps(json.loads(honest.read_text()), indent=1))
     cases = {
         "answers wrong": (made(tmp_path, counter=2, wrong=True), Submission(node=NODE, work_units=8)),
-        "already paid": (honest, Submission(node=NODE, work_units=8, pool_id=1)),
+        "already paid": (respaced, Submission(node=NODE, work_units=8, pool_id=1)),
         "of node": (made(tmp_path, counter=3, node=OTHER), Submission(node=NODE, work_units=8)),
         "not of this task": (made(tmp_path, counter=4, task="another"), Submission(node=NODE, work_units=8)),
         "units claimed": (made(tmp_path, counter=5), Submission(node=NODE, work_units=80)),

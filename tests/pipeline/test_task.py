@@ -143,9 +143,14 @@ def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(t
         units = read_group_file(path).work_units(4)
         got = judge.judge(path, Submission(node=NODES[i], pool_id=1, work_units=units))
         assert got.verdict == "accept", (b, i, got.reasons)
-    # The same file again: paid once.
+    # The same file judged again (a validator crash before its verdict was recorded: the chain never
+    # takes a work key twice in a pool) keeps its verdict; its batch in other bytes is paid once.
     again = judge.judge(files[(1, 0)], Submission(node=NODES[0], pool_id=1))
-    assert again.verdict == "invalidate" and "already" in " ".join(again.reasons)
+    assert again.verdict == "accept", again.reasons
+    copy = files[(1, 0)].with_name("copy.json")
+    copy.write_text(json.dumps(json.loads(files[(1, 0)].read_text()), indent=1))
+    repeat = judge.judge(copy, Submission(node=NODES[0], pool_id=1))
+    assert repeat.verdict == "invalidate" and "already" in " ".join(repeat.reasons)
     # A stranger submitting a member's file, and a member claiming more than its share.
     fresh = PipelineJudge(PipelineSettings(**SETTINGS), judge_env(tmp_path, MemorySeenStore()))
     stolen = fresh.judge(files[(2, 1)], Submission(node=OUTSIDER, pool_id=1))

@@ -35,6 +35,7 @@ from intellect.workloads import (
     NodeWindows,
     ValidatorEnv,
     WorkloadSettingsError,
+    judged_again,
     runs_module,
     with_program,
 )
@@ -242,10 +243,11 @@ class PipelineJudge:
         reasons += hard + (drivers if data.stage == 0 else [])
         if not reasons:
             reasons += self._reward_problems(data)
-        if self.env.seen.file_seen(submission.pool_id, sha):
+        again = judged_again(self.env.seen, submission.pool_id, sha)  # a retry: its rows are its own
+        if not again and self.env.seen.file_seen(submission.pool_id, sha):
             reasons.append("duplicates: this file was already submitted")
         keys = row_keys(data)
-        if self.env.seen.rows_seen(submission.pool_id, keys):
+        if not again and self.env.seen.rows_seen(submission.pool_id, keys):
             reasons.append("duplicates: a row of this batch at this stage was already paid")
         if reasons:
             self.env.seen.remember(submission.pool_id, sha, keys)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, with_program
+from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, judged_again, with_program
 from intellect_arith.problems import MAX_DIGITS, ArithFileError, problem, problem_key, read_file
 
 ENV_PREFIX = "INTELLECT_ARITH_"
@@ -84,7 +84,8 @@ class ArithJudge:
             reasons.append(f"arith: {claimed} units claimed on chain for {len(data.answers)} problems")
         keys = [problem_key(data.task_id, data.node, data.counter, k) for k in range(len(data.answers))]
         seen, pool = self.env.seen, submission.pool_id
-        if seen.file_seen(pool, sha) or seen.rows_seen(pool, keys):
+        again = judged_again(seen, pool, sha)  # this submission judged again after a validator crash
+        if not again and (seen.file_seen(pool, sha) or seen.rows_seen(pool, keys)):
             reasons.append(f"arith: counter {data.counter}'s problems were already paid")
         wrong = [k for k, given in enumerate(data.answers)
                  if int(given) != problem(data.task_id, data.node, data.counter, k, data.digits).answer()]

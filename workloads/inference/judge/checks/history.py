@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from intellect.workloads import NodeWindows
+from intellect.workloads import NodeWindows, judged_again
 from workloads.inference.judge.checks.context import FileContext, rows_named
 from workloads.inference.selection import plan_batch
 
@@ -23,6 +23,8 @@ def duplicates(ctx: FileContext) -> list[str]:
     ctx.row_hashes = [row_hash(r.input_tokens, r.output_tokens, r.seed) for r in ctx.rows]
     # Per task: two tasks of one pool each have a step 0, batch 1 for the same node.
     ctx.plan_key = f"plan:{ctx.info.task_id}:{ctx.info.node_address.lower()}:{ctx.info.batch_counter}"
+    if judged_again(ctx.seen, pool, ctx.sha256):  # its rows and counter are its own: nothing repeated
+        return []
     reasons = []
     if ctx.seen.file_seen(pool, ctx.sha256):
         reasons.append(f"duplicate: this file (sha256 {ctx.sha256[:16]}…) was already submitted in this pool")
