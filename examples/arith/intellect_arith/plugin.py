@@ -27,7 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from intellect.wire.tasks import TaskSpec
 from intellect.wire.verdicts import Submission, Verdict, VerdictKind
-from intellect.workloads import FileJudge, ValidatorEnv, WorkloadSettingsError, judged_again, with_program
+from intellect.workloads import (
+    DEFAULT_MAX_FILE_BYTES,
+    FileJudge,
+    ValidatorEnv,
+    WorkloadSettingsError,
+    judged_again,
+    with_program,
+)
 from intellect_arith.problems import MAX_DIGITS, ArithFileError, problem, problem_key, read_file
 
 ENV_PREFIX = "INTELLECT_ARITH_"
@@ -132,7 +139,7 @@ class ArithWorkload:
         return with_program(spec, env, IMAGE, ENTRYPOINT)
 
     def work_units(self, path: Path) -> int:
-        return len(read_file(path, 256 * 1024 * 1024).answers)
+        return len(read_file(path, DEFAULT_MAX_FILE_BYTES).answers)
 
     def file_judge(self, settings: BaseModel, env: ValidatorEnv) -> FileJudge:
         task = settings if isinstance(settings, ArithSettings) else ArithSettings.model_validate(settings)

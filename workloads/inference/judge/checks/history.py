@@ -17,11 +17,11 @@ def row_hash(input_tokens: list[int], output_tokens: list[int], seed: int) -> st
 
 
 def duplicates(ctx: FileContext) -> list[str]:
-    """Check 4: the file, any of its rows, or its (node, step, batch counter) seen before in the pool."""
+    """Check 4: the file, any of its rows, or its (task, node, batch counter) seen before in the pool."""
     assert ctx.info is not None
     pool = ctx.submission.pool_id
     ctx.row_hashes = [row_hash(r.input_tokens, r.output_tokens, r.seed) for r in ctx.rows]
-    # Per task: two tasks of one pool each have a step 0, batch 1 for the same node.
+    # Per task: two tasks of one pool each have a batch 1 for the same node.
     ctx.plan_key = f"plan:{ctx.info.task_id}:{ctx.info.node_address.lower()}:{ctx.info.batch_counter}"
     if judged_again(ctx.seen, pool, ctx.sha256):  # its rows and counter are its own: nothing repeated
         return []
