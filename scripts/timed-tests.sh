@@ -7,6 +7,10 @@
 #                        twice as long). Whole modules go to a worker, longest first.
 #   TEST_PROFILE         where the run's timing record goes (default .test-profile.json; see
 #                        `python -m tests.support.timing`)
+#   TEST_DEADLINE_MINUTES  pytest's hard stop (default 60): past it, where every process of the run
+#                        is (py-spy dump of each pytest worker and each Python child) is printed, then
+#                        pytest is interrupted. A hang then fails CI with its place named, inside
+#                        CI's 90 minutes, instead of being cut off there with nothing said.
 # Extra arguments go to pytest (e.g. `scripts/timed-tests.sh tests/ledger`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +18,7 @@ cd "$(dirname "$0")/.."
 BUDGET_MINUTES="${TEST_BUDGET_MINUTES:-25}"
 WORKERS="${TEST_WORKERS:-3}"
 PROFILE="${TEST_PROFILE:-.test-profile.json}"
+DEADLINE_MINUTES="${TEST_DEADLINE_MINUTES:-60}"
 BIN=.venv/bin
 
 started=$(date +%s)
@@ -44,7 +49,37 @@ if [ "$WORKERS" != "0" ]; then
   # each only makes them spin against each other (the items' summed time fell 15 % with it).
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 fi
+descendants() {  # every process under $1, depth first
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+
+watchdog() {  # $1: this script's pid; pytest runs in the foreground (so Ctrl-C reaches it)
+  sleep $((DEADLINE_MINUTES * 60))
+  local pytest_pid pid
+  pytest_pid=$(pgrep -P "$1" -f "bin/pytest" | head -1)
+  [ -n "$pytest_pid" ] || return 0
+  echo
+  echo "make test: pytest still running after ${DEADLINE_MINUTES} min: where each of its processes is"
+  for pid in "$pytest_pid" $(descendants "$pytest_pid"); do
+    echo "--- pid $pid: $(ps -o args= -p "$pid" 2>/dev/null | cut -c1-200)"
+    "$BIN/py-spy" dump --pid "$pid" 2>&1 | head -60
+  done
+  echo "make test: interrupting pytest (TEST_DEADLINE_MINUTES=${DEADLINE_MINUTES})"
+  kill -INT "$pytest_pid" 2>/dev/null
+  sleep 60
+  kill -KILL "$pytest_pid" $(descendants "$pytest_pid") 2>/dev/null
+}
+
+watchdog $$ &
+watchdog_pid=$!
 "$BIN/pytest" "${xdist[@]}" --profile "$PROFILE" --profile-top 25 "$@"
 rc=$?
+pkill -P "$watchdog_pid" 2>/dev/null  # its sleep
+kill "$watchdog_pid" 2>/dev/null
+wait "$watchdog_pid" 2>/dev/null
 report "$rc"
 exit "$rc"

@@ -159,7 +159,7 @@ def table(rows: Iterable[Item], top: int, before: dict[str, float] | None = None
         "|  # | seconds | before | kind | item |"
     lines = [head, "|---:|---:|---:|---|---|"]
     for n, r in enumerate(rows[:top], 1):
-        third = f"{100 * r.seconds / total:.1f} %" if before is None else \
+        third = f"{100 * r.seconds / max(total, 1e-9):.1f} %" if before is None else \
             (f"{before[r.name]:.0f}" if r.name in before else "new")
         lines.append(f"| {n} | {r.seconds:.1f} | {third} | {r.kind} | `{r.name}` |")
     shown = sum(r.seconds for r in rows[:top])
