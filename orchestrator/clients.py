@@ -1,4 +1,5 @@
-"""HTTP clients the orchestrator uses: discovery (pool's nodes) and workers (invite, logs, restart).
+"""HTTP clients the orchestrator uses: discovery (pool's nodes) and workers (invite, logs, restart,
+hardware challenges).
 
 Every call is signed with the manager key, has a timeout, and retries transport errors and 5xx
 (tenacity, exponential back-off); a 4xx is an answer, never retried.
@@ -6,12 +7,15 @@ Every call is signed with the manager key, has a timeout, and retries transport 
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from intellect.errors import PeerRefused, PeerUnreachable
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
+from intellect.wire.hardware import HardwareAnswer, HardwareChallenge, HardwareCommitment, HardwareReveal
 from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import DiscoveredNode
 
@@ -65,6 +69,42 @@ class SignedClient:
 
     async def restart(self, worker_url: str) -> dict[str, object]:
         return (await self.request("POST", f"{worker_url}/restart")).json()
+
+    async def round_trip(self, worker_url: str, tries: int = 3) -> float:
+        """The shortest of `tries` round trips to the worker's `/health`, in seconds (no retries: a
+        retry's wait is not the link's)."""
+        best = float("inf")
+        for _ in range(tries):
+            started = time.perf_counter()
+            try:
+                response = await self.http.get(f"{worker_url}/health")
+            except httpx.HTTPError as exc:
+                raise PeerUnreachable(worker_url, f"{type(exc).__name__} {exc}") from None
+            if response.status_code >= 400:
+                raise PeerRefused.from_response(response, worker_url)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    async def _once(self, url: str, body: str, timeout: float) -> httpx.Response:
+        """One signed POST, never retried: a hardware challenge is timed, and a retry would restart it."""
+        try:
+            response = await self.http.post(url, content=body, headers={"Content-Type": "application/json"},
+                                            timeout=timeout)  # fmt: skip
+        except httpx.HTTPError as exc:
+            raise PeerUnreachable(url, f"{type(exc).__name__} {exc}") from None
+        if response.status_code >= 400:
+            raise PeerRefused.from_response(response, url)
+        return response
+
+    async def hardware_challenge(self, worker_url: str, challenge: HardwareChallenge,
+                                 timeout: float) -> HardwareCommitment:  # fmt: skip
+        response = await self._once(f"{worker_url}/hardware/challenge", challenge.model_dump_json(), timeout)
+        return HardwareCommitment.model_validate(response.json())
+
+    async def hardware_reveal(self, worker_url: str, reveal: HardwareReveal,
+                              timeout: float) -> HardwareAnswer:  # fmt: skip
+        response = await self._once(f"{worker_url}/hardware/reveal", reveal.model_dump_json(), timeout)
+        return HardwareAnswer.model_validate(response.json())
 
     async def aclose(self) -> None:
         await self.http.aclose()

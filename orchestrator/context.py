@@ -15,6 +15,7 @@ from orchestrator.clients import SignedClient
 from orchestrator.live import LiveStore
 from orchestrator.scheduling import PlanCache
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.store.hardware import HardwareBook
 from orchestrator.store.nodes import NodeBook
 from orchestrator.store.tasks import TaskStore
 
@@ -39,6 +40,8 @@ class Metrics:
                            multiprocess_mode="mostrecent")
         self.invites = Counter("orchestrator_invites", "invites sent by result", ["result"], registry=r)
         self.ejections = Counter("orchestrator_ejections", "dead nodes ejected on chain", registry=r)
+        self.hardware = Counter("orchestrator_hardware_challenges", "hardware challenges by outcome",
+                                ["outcome"], registry=r)  # fmt: skip
 
     def exposition(self) -> bytes:
         """The `/metrics` body: this process's registry, or under `serve --workers N` (multiprocess
@@ -65,3 +68,4 @@ class Context:
     chain: PoolChain
     peers: SignedClient
     metrics: Metrics
+    hardware: HardwareBook

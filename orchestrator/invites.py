@@ -21,8 +21,10 @@ from intellect.errors import PeerError, PeerUnreachable
 from intellect.wire.invites import InviteRequest, nonce_hex
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
+from orchestrator.hardware.challenger import challenge_node
 from orchestrator.models import NodeRow, utcnow
 from orchestrator.pacing import Pacing
+from orchestrator.store.hardware import WRONG
 
 log = structlog.get_logger("intellect.orchestrator.invites")
 MAX_CONCURRENT_INVITES = 16
@@ -34,6 +36,8 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
         # Slashed for invalid work (or banned by the owner): the chain would refuse its join anyway.
         await ctx.book.transition(row.address, NodeState.BANNED, "blacklisted in the pool on chain",
                                   actor="invites", only_from=NodeState(row.state))
+        return
+    if settings.hardware_challenge and row.worker_url and not await hardware_passes(ctx, row):
         return
     invite = await run_in_threadpool(ctx.chain.invite, row.address, settings.invite_valid_seconds)
     request = InviteRequest(
@@ -68,6 +72,27 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
     log.warning("invite failed", node=row.address, attempt=attempts, error=error, retry_in=backoff)
     await ctx.book.transition(row.address, NodeState.DISCOVERED, f"invite failed: {error}", actor="invites",
                               invite_attempts=attempts, next_invite_at=utcnow() + timedelta(seconds=backoff))
+
+
+async def hardware_passes(ctx: Context, row: NodeRow) -> bool:
+    """Challenge the node's hardware before its invite (docs/hardware.md). A wrong answer is refused
+    the invite (retried with the invite back-off, with a fresh challenge); an unanswered challenge
+    (unreachable, e.g. behind NAT, or too slow) proves nothing and costs nothing: the node is invited
+    and placed after the nodes with a proven figure."""
+    settings = ctx.settings
+    proof = await challenge_node(ctx.peers, row.address, row.worker_url or "", settings.hardware_n,
+                                 settings.hardware_precision, settings.hardware_timeout_seconds)  # fmt: skip
+    await run_in_threadpool(ctx.hardware.record, proof)
+    ctx.metrics.hardware.labels(proof.outcome).inc()
+    if proof.outcome != WRONG:
+        return True
+    attempts = row.invite_attempts + 1
+    backoff = min(settings.invite_interval_seconds * 2 ** (attempts - 1), settings.invite_max_backoff_seconds)
+    await ctx.book.transition(row.address, NodeState.DISCOVERED,
+                              f"hardware challenge answered wrongly: {'; '.join(proof.reasons[:2])}"[:1000],
+                              actor="hardware", only_from=NodeState(row.state), invite_attempts=attempts,
+                              next_invite_at=utcnow() + timedelta(seconds=backoff))  # fmt: skip
+    return False
 
 
 # Every this many passes the whole Redis state mirror is rewritten from SQL (one pipelined write), in

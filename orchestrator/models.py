@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -128,3 +128,22 @@ class GroupMemberRow(Base):
     group_id: Mapped[str] = mapped_column(ForeignKey("node_groups.id", ondelete="CASCADE"), index=True)
     position: Mapped[int] = mapped_column(Integer)
     p2p_address: Mapped[str | None] = mapped_column(String(255))
+
+
+class HardwareProofRow(Base):
+    """One hardware challenge a node answered (docs/hardware.md): what it proved, or why not, with the
+    signed evidence of a wrong answer (the challenge, its commitment, the secret and the answer)."""
+
+    __tablename__ = "hardware_proofs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_address: Mapped[str] = mapped_column(String(42), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    n: Mapped[int] = mapped_column(Integer)
+    precision: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(String(16))  # proven | wrong | unanswered
+    flops: Mapped[float | None] = mapped_column(Float)  # proven lower bound (proven only)
+    rtt_ms: Mapped[float | None] = mapped_column(Float)  # measured round trip to the node's API
+    seconds: Mapped[float | None] = mapped_column(Float)  # challenge → commitment, less the round trip
+    reasons: Mapped[list[str] | None] = mapped_column(JSON)
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # wrong answers only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -40,6 +41,19 @@ class OrchestratorSettings(IntellectSettings):
     invite_valid_seconds: int = Field(default=3600, ge=60, description="on-chain expiry of an invite")
     invite_max_backoff_seconds: float = Field(default=600.0, gt=0)
     eject_dead_nodes: bool = True
+    hardware_challenge: bool = Field(
+        default=True, description="challenge each node's hardware before inviting it and again at random "
+        "(docs/hardware.md): a wrong answer is refused an invite; groups are placed by what was proven",
+    )  # fmt: skip
+    hardware_n: int = Field(default=1024, ge=16, le=8192, description="the challenge's matrices are n × n")
+    hardware_precision: Literal["float32", "float16", "bfloat16"] = Field(
+        default="float32", description="precision the challenge's product is computed and checked in",
+    )  # fmt: skip
+    hardware_timeout_seconds: float = Field(default=60.0, gt=0, description="for a commitment, then a reveal")
+    hardware_recheck_seconds: float = Field(
+        default=3600.0, ge=0, description="mean time between random re-challenges of a pool member "
+        "(exponentially distributed, so no node knows when; 0: only before the invite)",
+    )  # fmt: skip
     # Dead (no work, its group dissolved) comes at most `dead_within_seconds` after the last beat; the
     # on-chain ejection waits longer, so a link that drops for a minute costs an honest node nothing
     # on chain (a Dead node that heartbeats again is Healthy at the next check). docs/orchestrator.md.

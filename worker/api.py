@@ -1,5 +1,5 @@
-"""The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `GET /health`,
-`GET /metrics`.
+"""The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `POST /hardware/challenge`,
+`POST /hardware/reveal`, `GET /health`, `GET /metrics`.
 
 Every route but `/health` and `/metrics` takes only requests signed (intellect.signing) by the pool's
 manager key or, for logs and restart, by an address with the validator role; both read on chain. Invites must
@@ -22,8 +22,10 @@ from pydantic import BaseModel
 
 from intellect.auth import MemoryNonceStore, RequestVerifier
 from intellect.http_guard import guard
+from intellect.wire.hardware import HardwareAnswer, HardwareChallenge, HardwareCommitment, HardwareReveal
 from intellect.wire.invites import InviteRequest, InviteResponse
 from worker import __version__
+from worker.proof import HardwareProver, UnknownChallenge
 from worker.runtime.base import Runtime
 
 Role = Literal["manager", "validator"]
@@ -69,6 +71,7 @@ class ApiContext:
     on_invite: Callable[[InviteRequest], InviteResponse]
     health: Callable[[], tuple[bool, bool]]  # (pool_joined, heartbeating)
     max_skew_seconds: int = 60
+    prover: HardwareProver | None = None  # None: this worker answers no hardware challenge (404)
 
 
 def get_ctx(request: Request) -> ApiContext:
@@ -114,6 +117,7 @@ def invite_problem(invite: InviteRequest, pool_id: int, node_address: str) -> st
 health_router = APIRouter(tags=["health"])
 invite_router = APIRouter(tags=["invite"])
 task_router = APIRouter(tags=["task"])
+hardware_router = APIRouter(prefix="/hardware", tags=["hardware"])
 
 
 @health_router.get("/health", response_model=HealthResponse)
@@ -152,6 +156,29 @@ async def restart(_: tuple[str, Role] = Depends(caller_role), ctx: ApiContext = 
     return RestartResponse(restarted=True, detail=shown)
 
 
+def get_prover(ctx: ApiContext = Depends(get_ctx)) -> HardwareProver:
+    if ctx.prover is None:
+        raise HTTPException(404, "this worker answers no hardware challenge")
+    return ctx.prover
+
+
+@hardware_router.post("/challenge", response_model=HardwareCommitment)
+async def hardware_challenge(body: HardwareChallenge, _: tuple[str, Role] = Depends(caller_role),
+                             prover: HardwareProver = Depends(get_prover)) -> HardwareCommitment:
+    """Compute C = A·B of the challenge and commit to it (docs/hardware.md): the manager or a validator."""
+    return await run_in_threadpool(prover.commit, body)
+
+
+@hardware_router.post("/reveal", response_model=HardwareAnswer)
+async def hardware_reveal(body: HardwareReveal, _: tuple[str, Role] = Depends(caller_role),
+                          prover: HardwareProver = Depends(get_prover)) -> HardwareAnswer:
+    """C·r and the probed rows with their Merkle proofs, once per challenge."""
+    try:
+        return await run_in_threadpool(prover.reveal, body)
+    except UnknownChallenge as exc:
+        raise HTTPException(409, str(exc)) from None
+
+
 @health_router.get("/metrics")
 def metrics(ctx: ApiContext = Depends(get_ctx)) -> Response:
     # Prometheus text, read when scraped: pool membership, heartbeating, and the task's latest metrics
@@ -172,6 +199,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app = FastAPI(title="Intellect worker", version=__version__)
     app.state.ctx = ctx
     app.state.verifier = RequestVerifier(MemoryNonceStore(), max_skew_seconds=ctx.max_skew_seconds)
-    for router in (health_router, invite_router, task_router):
+    for router in (health_router, invite_router, task_router, hardware_router):
         app.include_router(router)
     return guard(app, max_body=64 * 1024)  # bodies refused while they stream, JSON errors

@@ -29,6 +29,7 @@ from worker.discovery_client import drop_invite, fetch_invite, upload_metadata
 from worker.heartbeat import Heartbeater
 from worker.keys import WorkerKeys
 from worker.pidfile import remove_pid, write_pid
+from worker.proof import HardwareProver
 from worker.runtime.base import Runtime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
@@ -330,6 +331,8 @@ class WorkerDaemon:
             node_address=self.keys.node.address, pool_id=self.settings.pool_id, authorizer=self.authorizer,
             runtime=self.runtime, on_invite=self.handle_invite, health=self.health,
             max_skew_seconds=self.settings.max_skew_seconds,
+            prover=HardwareProver(self.keys.node.address, self.keys.node.sign_message,
+                                  self.settings.hardware_device),
         )
         config = uvicorn.Config(create_app(ctx), host=self.settings.api_host, port=self.port,
                                 log_level="warning", access_log=False, **server_options())

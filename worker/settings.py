@@ -62,6 +62,12 @@ class WorkerSettings(IntellectSettings):
         default=True, description="measure this machine's decode throughput once (worker/benchmark.py, "
         "cached per version and hardware) and report it, so groups put nodes of similar speed together",
     )
+    hardware_device: str = Field(
+        default="cpu", pattern=r"^(cpu|cuda|cuda:\d+)$",
+        description="where this node computes the pool's hardware challenges (docs/hardware.md): cpu (numpy, "
+        "float32 sums) or cuda / cuda:N (torch, in the challenge's precision); what it proves there is "
+        "what groups are placed by",
+    )  # fmt: skip
     p2p_port: int | None = Field(
         default=None, ge=1, le=65535,
         description="port of this node's peer-to-peer inbox (group workloads): advertised to discovery "

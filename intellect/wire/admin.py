@@ -3,13 +3,35 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from intellect.wire.base import WireModel
 from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.nodes import NodeState
+
+
+class HardwareFigures(WireModel):
+    """A node's latest hardware challenge (docs/hardware.md): what it proved, not what it claims."""
+
+    outcome: Literal["proven", "wrong", "unanswered"]
+    at: datetime
+    n: int
+    precision: str
+    flops: float | None = Field(default=None, description="proven lower bound on sustained FLOP/s")
+    rtt_ms: float | None = Field(default=None, description="measured round trip to the node's API")
+    seconds: float | None = Field(default=None, description="challenge to commitment, less the round trip")
+    reasons: list[str] = Field(default_factory=list, description="why nothing was proven")
+
+
+class HardwareHistory(WireModel):
+    node_address: str
+    proofs: list[HardwareFigures]
+    evidence: list[dict[str, Any]] = Field(
+        default_factory=list, description="the signed evidence of each wrong answer, newest first: "
+        "challenge, commitment, secret and answer (anyone can check it again)",
+    )  # fmt: skip
 
 
 class NodeRecord(WireModel):
@@ -29,6 +51,7 @@ class NodeRecord(WireModel):
     task: TaskStatus | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
     worker_version: str | None = None
+    hardware: HardwareFigures | None = Field(default=None, description="its latest hardware challenge")
 
 
 class NodeList(WireModel):

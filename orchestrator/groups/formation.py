@@ -1,11 +1,12 @@
 """Pure group formation: which healthy, ungrouped nodes go together: fastest first, nearest among equals.
 
 A group runs at its slowest member's pace (one batch's stages run one after another), so the fastest
-free node seeds each group and is joined by nodes of similar measured throughput (within
-`SIMILAR_SPEED` of it), nearest first; then by the next fastest; nodes that reported no throughput come
-last, nearest first (the old rule). Throughput is the worker's benchmark figure (`worker/benchmark.py`):
-measured by the worker's code, so a modified worker can misreport it; what that buys is placement,
-never pay (pay is per validated token), see docs/storage-and-groups.md.
+free node seeds each group and is joined by nodes of similar proven throughput (within
+`SIMILAR_SPEED` of it), nearest first; then by the next fastest; nodes with no proven figure come
+last, nearest first (the old rule). Throughput is what the node PROVED: the FLOP/s lower bound of its
+latest hardware challenge (a matrix product checked by Freivalds' algorithm, docs/hardware.md), never
+the figure its worker reports of itself (`worker/benchmark.py`, shown but not used here): a node can
+prove less than it has, never more.
 
 No I/O here: the scheduler feeds candidates in and persists what comes out, so this is easy to test.
 """
@@ -28,7 +29,7 @@ class Candidate:
     specs: ComputeSpecs
     location: Location | None = None
     p2p_address: str | None = None
-    throughput: float | None = None  # decode tokens/s of the reference benchmark (None: not reported)
+    throughput: float | None = None  # proven FLOP/s (None: nothing proven)
     reachable: bool = True  # False: behind NAT (the pool could not call it; it fetched its invite)
 
 

@@ -27,6 +27,7 @@ from orchestrator.groups.failures import (
 from orchestrator.groups.formation import Candidate, form_groups, merge_candidates, ring_order
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
+from orchestrator.store.hardware import proven_flops
 from orchestrator.store.nodes import audit
 
 log = structlog.get_logger("intellect.orchestrator.groups")
@@ -63,7 +64,9 @@ class Changes:
         return bool(self.dissolved or self.formed or self.merged or self.assigned)
 
 
-def candidate(row: NodeRow) -> Candidate:
+def candidate(row: NodeRow, proven: dict[str, float] | None = None) -> Candidate:
+    """The node as formation sees it. Its speed is what it proved (`proven`: FLOP/s of its latest
+    hardware challenge, orchestrator/store/hardware.py), never the throughput it reports of itself."""
     meta = None
     if row.node_metadata:
         try:
@@ -75,7 +78,7 @@ def candidate(row: NodeRow) -> Candidate:
     p2p = f"{row.ip_address}:{port}" if row.ip_address and port else None
     return Candidate(address=row.address, specs=meta.compute_specs if meta else NO_SPECS,
                      location=meta.location if meta else None, p2p_address=p2p,
-                     throughput=meta.throughput if meta else None,
+                     throughput=(proven or {}).get(row.address),
                      # its API could not be called when it was invited (it fetched the invite itself):
                      # nobody can open a connection to it, its peers included
                      reachable=row.joined_via != "pull")
@@ -124,6 +127,7 @@ def reconcile(session: Session, configured: dict[str, Topology],
         # was ~0.9 s of CPU per pass at 25,000 nodes in pools that use no groups at all.
         return changes
     nodes = {row.address: row for row in session.scalars(select(NodeRow))}
+    proven = proven_flops(session)
     members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
     for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
         members.setdefault(member.group_id, []).append(member)
@@ -164,7 +168,7 @@ def reconcile(session: Session, configured: dict[str, Topology],
                     if g.task_id == task_id and g.topology == topology.name
                     and not any((m.node_address, task_id) in running for m in members[gid])}
             for a, b in merge_candidates(idle, topology):
-                joined = [candidate(nodes[m.node_address]) for m in members[a] + members[b]]
+                joined = [candidate(nodes[m.node_address], proven) for m in members[a] + members[b]]
                 for gid in (a, b):
                     _dissolve(session, groups.pop(gid), "merged", changes)
                     members.pop(gid)
@@ -182,7 +186,7 @@ def reconcile(session: Session, configured: dict[str, Topology],
         wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
     sitting_out = recently_failed(failed, failed_cooldown_seconds, utcnow())
     grouped = {m.node_address for ms in members.values() for m in ms}
-    free = [candidate(row) for row in nodes.values()
+    free = [candidate(row, proven) for row in nodes.values()
             if row.state == NodeState.HEALTHY.value and row.address not in grouped]
     addresses = {gid: {m.node_address for m in ms} for gid, ms in members.items()}
     for topology in wanted:

@@ -20,6 +20,7 @@ from orchestrator.groups.topology import Topology
 from orchestrator.models import NodeGroupRow, NodeRow, TaskRow, utcnow
 from orchestrator.server import group_secret_key
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.store.hardware import PROVEN, WRONG, HardwareBook, ProofRecord, proven_flops
 
 CITIES = {"berlin": (52.52, 13.40), "paris": (48.86, 2.35), "tokyo": (35.68, 139.69),
           "osaka": (34.69, 135.50)}
@@ -208,3 +209,29 @@ def test_a_member_behind_nat_dials_both_links_and_its_predecessor_listens(tmp_pa
     assert inside.prev_p2p_address == "10.0.0.1:7002" and not inside.next_dials_in  # public's 7001 + 1
     assert outside.next_dials_in and outside.prev_p2p_address is None
     assert inside.next_p2p_address == "10.0.0.1:7001"  # its outbox dials public's inbox as usual
+
+
+def test_groups_are_placed_by_proven_figures_never_claimed_ones(tmp_path) -> None:
+    """A node that claims a huge throughput but proved nothing (or whose latest answer was wrong) does not
+    seed a group; nodes are grouped by the FLOP/s their hardware challenges proved (docs/hardware.md)."""
+    make = sessions(tmp_path)
+    pair = {"pair": Topology(name="pair", min_size=2, max_size=2)}
+    with make() as s, s.begin():
+        claimer, fast, slow, also_fast = (add_node(s, None, port=p) for p in (1, 2, 3, 4))
+        s.get(NodeRow, claimer).node_metadata = {**s.get(NodeRow, claimer).node_metadata, "throughput": 1e9}
+        add_task(s, ["pair"])
+    book = HardwareBook(make)
+    for address, flops in ((fast, 5e9), (slow, 1e9), (also_fast, 4.5e9), (claimer, 9e9)):
+        book.record(ProofRecord(node_address=address, outcome=PROVEN, n=1024, precision="float32",
+                                flops=flops))
+    book.record(ProofRecord(node_address=claimer, outcome=WRONG, n=1024, precision="float32",
+                            reasons=("freivalds: C·r is not A·(B·r)",)))  # its latest answer: wrong
+    with make() as s:
+        assert proven_flops(s) == {fast: 5e9, slow: 1e9, also_fast: 4.5e9}
+        assert candidate(s.get(NodeRow, claimer), proven_flops(s)).throughput is None
+    with make() as s, s.begin():
+        assert len(reconcile(s, pair).formed) == 2
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    group_of = {a: plan.task_for(a).group.group_id for a in (claimer, fast, slow, also_fast)}
+    assert group_of[fast] == group_of[also_fast] != group_of[claimer] == group_of[slow]

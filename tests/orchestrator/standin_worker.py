@@ -11,10 +11,14 @@ from fastapi.concurrency import run_in_threadpool
 
 from intellect.auth import MemoryNonceStore, RequestVerifier
 from intellect.identity import Wallet
+from intellect.wire.hardware import HardwareAnswer, HardwareChallenge, HardwareCommitment, HardwareReveal
 from intellect.wire.invites import InviteRequest, InviteResponse
+from worker.proof import HardwareProver
 
 
-def standin_worker(devnet, provider: Wallet, node: Wallet) -> tuple[FastAPI, list[InviteRequest]]:
+def standin_worker(devnet, provider: Wallet, node: Wallet,
+                   prover: HardwareProver | None = None) -> tuple[FastAPI, list[InviteRequest]]:  # fmt: skip
+    """With `prover`, it also answers hardware challenges (`/health`, `/hardware/*`) as the worker does."""
     from ledger.invites import Invite
 
     verifier = RequestVerifier(MemoryNonceStore())
@@ -37,5 +41,23 @@ def standin_worker(devnet, provider: Wallet, node: Wallet) -> tuple[FastAPI, lis
     @app.get("/logs")
     async def logs(tail: int = 100, caller: str = Depends(verifier.dependency)) -> dict[str, object]:
         return {"node_address": node.address, "lines": [f"line {i}" for i in range(3)][-tail:]}
+
+    if prover is not None:
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.post("/hardware/challenge", response_model=HardwareCommitment)
+        async def challenge(body: HardwareChallenge,
+                            caller: str = Depends(verifier.dependency)) -> HardwareCommitment:  # fmt: skip
+            if caller != devnet.manager.address:
+                raise HTTPException(403, "not the manager")
+            return await run_in_threadpool(prover.commit, body)
+
+        @app.post("/hardware/reveal", response_model=HardwareAnswer)
+        async def reveal(body: HardwareReveal, caller: str = Depends(verifier.dependency)) -> HardwareAnswer:
+            if caller != devnet.manager.address:
+                raise HTTPException(403, "not the manager")
+            return await run_in_threadpool(prover.reveal, body)
 
     return app, received

@@ -8,11 +8,15 @@ import httpx
 from lifecycle_world import Orchestrator, upload, wait_for
 from standin_worker import standin_worker
 
+from intellect import hardware
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
+from intellect.wire.hardware import HardwareChallenge, HardwareCommitment, commitment_text
 from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.tasks import TaskState
+from orchestrator.hardware.challenger import judge
 from tests.support.testing import serve_in_thread
+from worker.proof import HardwareProver, _Held
 
 
 def test_invite_heartbeat_task_death_ejection_and_return(devnet, redis_url, discovery, tmp_path):
@@ -196,3 +200,62 @@ def test_waiting_for_heartbeat_never_sticks_and_ban(devnet, redis_url, discovery
     finally:
         orch.stop()
         worker.stop()
+
+
+class ReplayingProver(HardwareProver):
+    """A liar: commits to the product of another challenge's matrices (an answer made once and replayed),
+    signed with its own key, so what it said is evidence."""
+
+    def commit(self, challenge: HardwareChallenge) -> HardwareCommitment:
+        a, b = hardware.matrices("0" * 64, self.node_address, challenge.n, challenge.precision)
+        product = hardware.multiply(a, b, challenge.precision)
+        levels = hardware.merkle_levels(product)
+        self._held = _Held(challenge, product, levels, time.monotonic())
+        root = levels[-1][0].hex()
+        signature = self.sign(commitment_text(challenge, self.node_address, root))
+        return HardwareCommitment(challenge_id=challenge.challenge_id, node_address=self.node_address,
+                                  root=root, seconds=0.0, signature=signature)
+
+
+def test_hardware_is_proven_before_the_invite_and_a_wrong_answer_is_refused(devnet, redis_url, discovery,
+                                                                            tmp_path):  # fmt: skip
+    orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch", hardware_n=96,
+                        hardware_recheck_seconds=0).start()
+    servers = []
+    try:
+        nodes = {}
+        for kind, prover_type in (("honest", HardwareProver), ("liar", ReplayingProver)):
+            provider = devnet.new_provider()
+            node = devnet.new_node(provider)
+            prover = prover_type(node.address, node.sign_message)
+            app, invites = standin_worker(devnet, provider, node, prover)
+            servers.append(serve_in_thread(app))
+            upload(discovery, node, provider, servers[-1].url)
+            nodes[kind] = (node, invites)
+        honest, liar = nodes["honest"][0].address, nodes["liar"][0].address
+        wait_for(lambda: orch.node(honest).get("state") == "WaitingForHeartbeat", what="the honest invited")
+        figures = orch.node(honest)["hardware"]
+        assert figures["outcome"] == "proven" and figures["n"] == 96 and figures["precision"] == "float32"
+        assert figures["flops"] > 0 and figures["rtt_ms"] > 0
+        wait_for(lambda: "answered wrongly" in (orch.node(liar).get("reason") or ""), what="the liar refused")
+        record = orch.node(liar)
+        assert record["state"] == "Discovered" and nodes["liar"][1] == []  # never invited
+        assert record["hardware"]["outcome"] == "wrong" and record["hardware"]["flops"] is None
+        assert "freivalds: C·r is not A·(B·r)" in record["reason"]
+        assert not devnet.client().is_node_in_pool(devnet.pool_id, liar)
+        # the evidence, as the pool owner reads it, convicts the liar again with nothing but itself
+        history = orch.admin("GET", f"/nodes/{liar}/hardware").json()
+        evidence = history["evidence"][0]
+        challenge = HardwareChallenge.model_validate(evidence["challenge"])
+        said = (evidence["commitment"], bytes.fromhex(evidence["secret"]), evidence["answer"])
+        again = judge(liar, challenge, *said)
+        assert again and again[0].startswith("freivalds")
+        # ... and would not convict the honest node for the same words under its own name
+        assert "not signed by the node's key" in " ".join(judge(honest, challenge, *said))
+        metrics = httpx.get(orch.url + "/metrics").text
+        assert 'orchestrator_hardware_challenges_total{outcome="proven"}' in metrics
+        assert 'orchestrator_hardware_challenges_total{outcome="wrong"}' in metrics
+    finally:
+        for server in servers:
+            server.stop()
+        orch.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from datetime import UTC, datetime
@@ -11,8 +12,16 @@ import httpx
 import pytest
 from worker_devnet import Devnet
 
-from intellect.identity import Wallet
+from intellect import hardware
+from intellect.identity import Wallet, verify_message
 from intellect.signing import SignedAuth, sign_request
+from intellect.wire.hardware import (
+    HardwareAnswer,
+    HardwareChallenge,
+    HardwareCommitment,
+    answer_text,
+    commitment_text,
+)
 from intellect.wire.invites import InviteRequest
 from intellect.wire.tasks import AssignedTask, Task, TaskSpec
 from ledger.invites import sign_invite
@@ -21,6 +30,7 @@ from worker.chain import ChainAuthorizer, WorkerChain
 from worker.daemon import WorkerDaemon
 from worker.hardware import detect
 from worker.keys import WorkerKeys
+from worker.proof import HardwareProver
 from worker.runtime.recording import RecordingRuntime
 from worker.settings import WorkerSettings
 from worker.state import StateStore
@@ -51,6 +61,7 @@ def worker(devnet: Devnet, tmp_path: Path, server_thread):
         runtime=runtime,
         on_invite=daemon.handle_invite,
         health=daemon.health,
+        prover=HardwareProver(keys.node.address, keys.node.sign_message),
     )
     with server_thread(create_app(ctx)) as server:
         yield server, daemon, keys, chain
@@ -195,3 +206,42 @@ def test_openapi_fuzz_unsigned_and_signed_by_a_stranger(worker, devnet: Devnet) 
     for sign_key in (None, Wallet.create().private_key_hex()):
         ran = run_fuzz(server.url, sign_key=sign_key, examples=15)
         assert "POST /invite" in ran, ran
+
+
+def test_hardware_challenges_are_answered_for_the_pool_only_and_once(worker, devnet: Devnet) -> None:
+    """The worker's side of docs/hardware.md: the manager (or a validator) challenges, the node commits
+    to C = A·B with its key, then answers the probe once; what it signs checks out."""
+    server, _, keys, _ = worker
+    challenge = HardwareChallenge(challenge_id=secrets.token_hex(32), n=48, precision="bfloat16")
+
+    def post(path: str, body: HardwareChallenge | bytes, wallet: Wallet | None) -> httpx.Response:
+        content = body if isinstance(body, bytes) else body.model_dump_json().encode()
+        auth = SignedAuth(wallet) if wallet else None
+        return httpx.post(f"{server.url}/hardware/{path}", content=content, auth=auth,
+                          headers={"Content-Type": "application/json"}, timeout=30)  # fmt: skip
+
+    assert post("challenge", challenge, None).status_code == 401
+    assert post("challenge", challenge, Wallet.create()).status_code == 403
+    too_big = challenge.model_dump() | {"n": hardware.MAX_N + 1}
+    assert post("challenge", json.dumps(too_big).encode(), devnet.manager).status_code == 422
+    made = post("challenge", challenge, devnet.validator)
+    assert made.status_code == 200, made.text
+    commitment = HardwareCommitment.model_validate(made.json())
+    assert commitment.node_address == keys.node.address
+    said = commitment_text(challenge, keys.node.address, commitment.root)
+    assert verify_message(said, commitment.signature, keys.node.address)
+    secret = secrets.token_bytes(32)
+    reveal = {"challenge_id": challenge.challenge_id, "secret": secret.hex()}
+    other = post("reveal", json.dumps({**reveal, "challenge_id": "f" * 64}).encode(), devnet.manager)
+    assert other.status_code == 409 and "not the one held here" in other.json()["detail"]
+    answered = post("reveal", json.dumps(reveal).encode(), devnet.manager)
+    assert answered.status_code == 200, answered.text
+    answer = HardwareAnswer.model_validate(answered.json())
+    assert verify_message(answer_text(challenge.challenge_id, keys.node.address, answer.cr, answer.rows,
+                                      answer.proofs), answer.signature, keys.node.address)  # fmt: skip
+    a, b = hardware.matrices(challenge.challenge_id, keys.node.address, challenge.n, challenge.precision)
+    result = hardware.check(a, b, challenge.precision, commitment.root, hardware.probe(secret, challenge.n),
+                            answer.cr, answer.rows, answer.proofs)  # fmt: skip
+    assert result.ok, result.reasons
+    again = post("reveal", json.dumps(reveal).encode(), devnet.manager)  # a second probe would open more rows
+    assert again.status_code == 409
