@@ -21,6 +21,18 @@ from ledger.models import ONE_TOKEN
 MANIFEST_MAX_BYTES = 1 << 20  # a step manifest is a few kB (metrics and file hashes)
 
 
+
+def proven_text(hardware: dict | None) -> str | None:
+    """A node's latest hardware challenge in a cell: `12.3 GFLOP/s fp32, 0.8 ms` or why nothing was proven
+    (docs/hardware.md)."""
+    if not hardware:
+        return None
+    if hardware.get("outcome") != "proven":
+        return f"{hardware.get('outcome')}: {'; '.join(hardware.get('reasons') or [])}"[:200]
+    rtt = hardware.get("rtt_ms")
+    shown = f"{hardware['flops'] / 1e9:.1f} GFLOP/s {hardware['precision']} (n={hardware['n']})"
+    return shown + (f", rtt {rtt:.1f} ms" if rtt is not None else "")
+
 class Section(BaseModel):
     """One panel's data: rows of plain values, or why there are none."""
 
@@ -74,6 +86,7 @@ class OrchestratorSource:
                 "address": n["address"],
                 "state": n["state"],
                 "joined_via": n.get("joined_via"),
+                "proven": proven_text(n.get("hardware")),
                 "last_heartbeat": n.get("last_heartbeat_at"),
                 "task": (n.get("task") or {}).get("task_id"),
                 "task_state": (n.get("task") or {}).get("state"),

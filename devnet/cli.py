@@ -267,6 +267,13 @@ def _print_report(report: demo_mod.DemoReport) -> None:
         table.add_row(f"[red]honest file invalid[/red] ({vote['validator']})", f"{vote['node']}: {reasons}")
     for node, why in report.honest_out_of_pool.items():
         table.add_row("[red]honest node out of the pool[/red]", f"{node}: {why}")
+    for node, figures in report.hardware.items():
+        if figures["outcome"] == "proven":
+            rtt = f", round trip {figures['rtt_ms']:.1f} ms" if figures.get("rtt_ms") is not None else ""
+            shown = f"{figures['flops'] / 1e9:.1f} GFLOP/s {figures['precision']} (n={figures['n']}){rtt}"
+        else:
+            shown = f"{figures['outcome']}: {'; '.join(figures.get('reasons') or [])}"[:120]
+        table.add_row(f"proven hardware: {node[:10]}…", shown)
     for node, amount in report.claimable.items():
         locked = report.pending.get(node, 0)
         table.add_row(f"rewards: {node[:10]}…", f"{amount / 1e18:g} claimable, {locked / 1e18:g} locked")

@@ -127,6 +127,9 @@ class DemoReport:
     tokens_generated: int = 0
     claimable: dict[str, int] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)  # rewards still inside the lock
+    # Each node's latest hardware challenge as the orchestrator recorded it (docs/hardware.md): what
+    # placement went by, proven, never claimed.
+    hardware: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_seconds: float = 0.0  # the watch: from the task posted to the end of the run
     startup_seconds: float = 0.0  # before it: the chain, the services, the workers joined, the task posted
     steps_seconds: float = 0.0  # from the task posted to the trainer's last step
@@ -408,7 +411,20 @@ def watch(
             report.claimable[account.address] = ledger.claimable_rewards(account.address)
             report.pending[account.address] = ledger.pending_rewards(account.address)
     _collect_honest_exits(report, state, ledger)
+    _collect_hardware(report, state)
     return report
+
+
+def _collect_hardware(report: DemoReport, state: DevnetState) -> None:
+    nodes = {a.address.lower() for a in state.accounts if a.role.startswith("node-")}
+    try:
+        with _client(state) as client:
+            listing = client.nodes().nodes
+    except Exception:  # the report goes on without the figures
+        return
+    for record in listing:
+        if record.address.lower() in nodes and record.hardware is not None:
+            report.hardware[record.address] = record.hardware.model_dump(mode="json")
 
 
 def _collect_honest_exits(report: DemoReport, state: DevnetState, ledger: LedgerClient) -> None:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from intellect.client import OrchestratorClient, TaskApiError
 from intellect.logs import setup_logging
 from ledger import node_cli
 from ledger.audit_cli import audit
@@ -231,8 +232,14 @@ def blacklist_provider(
 def nodes(
     chain: Chain,
     pool_id: int,
+    orchestrator: Annotated[str | None, typer.Option(
+        envvar="INTELLECT_ORCHESTRATOR_URL", help="the pool's orchestrator: adds what each node PROVED of "
+        "its hardware (docs/hardware.md) to the table")] = None,
+    token: Annotated[str | None, typer.Option(
+        envvar="INTELLECT_ADMIN_TOKEN", help="the orchestrator's admin token (with --orchestrator)")] = None,
 ) -> None:
-    """List a pool's nodes with their on-chain status."""
+    """List a pool's nodes with their on-chain status (and, with --orchestrator, their proven hardware)."""
+    proven = proven_by_node(orchestrator, token) if orchestrator else {}
     c = chain.reader()
     rows: list[dict[str, Any]] = []
     for addr in c.pool_nodes(pool_id):
@@ -250,15 +257,44 @@ def nodes(
                 "claimable_rewards": c.claimable_rewards(addr),
             }
         )
+        if orchestrator:
+            rows[-1]["hardware"] = proven.get(addr)
     table = Table(title=f"pool {pool_id}: {len(rows)} node(s)")
-    for col in ("node", "provider", "units", "validated", "stake", "pending", "claimable"):
+    columns = ["node", "provider", "units", "validated", "stake", "pending", "claimable"]
+    for col in columns + (["proven", "when"] if orchestrator else []):
         table.add_column(col)
     for r in rows:
         amounts = (r["provider_stake"], r["pending_rewards"], r["claimable_rewards"])
         validated = "yes" if r["validated"] else "no"
         row = [r["node"], r["provider"] or "-", str(r["compute_units"]), validated]
-        table.add_row(*row, *(fmt_tokens(a) for a in amounts))
+        row += [fmt_tokens(a) for a in amounts]
+        if orchestrator:
+            row += proven_cells(r.get("hardware"))
+        table.add_row(*row)
     chain.emit(rows, table)
+
+
+def proven_by_node(url: str, token: str | None) -> dict[str, dict[str, Any]]:
+    """Each node's latest hardware challenge, as the orchestrator's /nodes reports it."""
+    if not token:
+        raise LedgerError("--orchestrator needs the admin token: --token or INTELLECT_ADMIN_TOKEN")
+    try:
+        with OrchestratorClient(url, token=token, retries=1) as client:
+            listing = client.nodes()
+    except TaskApiError as exc:
+        raise LedgerError(f"orchestrator {url}: {exc}") from None
+    return {n.address: n.hardware.model_dump(mode="json") for n in listing.nodes if n.hardware is not None}
+
+
+def proven_cells(hardware: dict[str, Any] | None) -> list[str]:
+    if not hardware:
+        return ["-", "-"]
+    if hardware["outcome"] != "proven":
+        return [hardware["outcome"], str(hardware["at"])[:19]]
+    shown = f"{hardware['flops'] / 1e9:.1f} GFLOP/s {hardware['precision']}"
+    if hardware.get("rtt_ms") is not None:
+        shown += f", rtt {hardware['rtt_ms']:.1f} ms"
+    return [shown, str(hardware["at"])[:19]]
 
 
 @command(app)

@@ -92,6 +92,10 @@ def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
         earned = {n: report["claimable"][n] + report["pending"][n] for n in honest}
         assert all(v > 0 for v in earned.values()), earned
         assert report["claimable"][cheater] + report["pending"][cheater] == 0  # dropped with the slash
+        # every worker proved its hardware before its invite (docs/hardware.md): what placement uses
+        for node in [*honest, cheater]:
+            figures = report["hardware"][node]
+            assert figures["outcome"] == "proven" and figures["flops"] > 0 and figures["rtt_ms"] > 0, figures
         policy = ledger.slashing.policy(state.pool_id)
         assert (policy.quorum, len(ledger.slashing.validators(state.pool_id))) == (2, 2)
         # the devnet's workers submit in batches: every file on chain came in a submitWorkBatch
