@@ -216,7 +216,7 @@ def honest_run(count: int, seed: int, max_n: int = 256) -> dict[str, Any]:
             worst_case = {"worst": result.worst, "n": n, "precision": precision}
     top = max(worst.values())
     return {"challenges": count, "tiny": tiny, "rejects": len(rejects), "reject_examples": rejects[:3],
-            "worst": top, "margin": 1 / top if top else math.inf, "worst_case": worst_case,
+            "worst": top, "margin": 1 / top if top else None, "worst_case": worst_case,
             "worst_by_precision": worst, "by_precision": counts, "seconds": time.perf_counter() - started,
             "os_threads": os_threads(), "blas_env": {k: os.environ.get(k) for k in BLAS_ENV}}  # fmt: skip
 
@@ -234,8 +234,10 @@ def honest_child(count: int, seed: int, threads: int) -> dict[str, Any]:
 # --- 3. liars -----------------------------------------------------------------------------------------
 
 
-Liar = Callable[[np.random.Generator, str, str, np.ndarray, np.ndarray, hardware.Probe],
-                tuple[str, list[float], list[list[float]], list[list[str]]]]  # fmt: skip
+Committed = tuple[str, list[float], list[list[float]], list[list[str]]]  # root, C·r, rows, proofs
+
+
+Liar = Callable[[np.random.Generator, str, str, np.ndarray, np.ndarray, hardware.Probe], Committed]
 
 
 def garbage(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> np.ndarray:
@@ -243,7 +245,7 @@ def garbage(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> np.ndar
     return (rng.standard_normal(shape) * math.sqrt(n / 9)).astype(np.float32)
 
 
-def consistent(c: np.ndarray, p: hardware.Probe) -> tuple[str, list[float], list[list[float]], list[list[str]]]:
+def consistent(c: np.ndarray, p: hardware.Probe) -> Committed:
     levels = hardware.merkle_levels(c)
     return (levels[-1][0].hex(), *hardware.answer(c, levels, p))
 
@@ -309,8 +311,14 @@ def lower_precision(precision: str) -> Liar:
     return liar
 
 
+REASONS = (("freivalds", "Freivalds"), ("Merkle proof", "Merkle"), ("its product with r", "row·r"),
+           ("times B", "row ≠ A·B"))  # fmt: skip
+
+
 def trial_run(liar: Liar, trials: int, rng: np.random.Generator, n: int = LIAR_N) -> dict[str, Any]:
-    caught = by_freivalds = 0
+    """How often `check` refuses the liar, and by which test (a trial counts once per test it fails)."""
+    caught = 0
+    by = {label: 0 for _, label in REASONS}
     least = math.inf
     for _ in range(trials):
         challenge_id, node, secret = ids(rng)
@@ -320,9 +328,11 @@ def trial_run(liar: Liar, trials: int, rng: np.random.Generator, n: int = LIAR_N
         result = hardware.check(a, b, "float32", root, p, cr, rows, proofs)
         if not result.ok:
             caught += 1
-            by_freivalds += any(r.startswith("freivalds") for r in result.reasons)
-            least = min(least, result.worst)
-    return {"trials": trials, "caught": caught, "by_freivalds": by_freivalds,
+            for key, label in REASONS:
+                by[label] += any(key in reason for reason in result.reasons)
+            if result.worst > 1.0:  # a refusal by a Merkle proof alone has no error ratio
+                least = min(least, result.worst)
+    return {"trials": trials, "caught": caught, "by": by,
             "least_worst_caught": None if math.isinf(least) else least}  # fmt: skip
 
 
@@ -364,7 +374,8 @@ def traffic(row: dict[str, Any]) -> dict[str, Any]:
                                     seconds=round(row["prover_ms"]["commit"] / 1e3, 6),
                                     signature=DUMMY_SIGNATURE)  # fmt: skip
     reveal = HardwareReveal(challenge_id=challenge_id, secret="ab" * 32)
-    answer = HardwareAnswer(challenge_id=challenge_id, cr=cr, rows=rows, proofs=proofs, signature=DUMMY_SIGNATURE)
+    answer = HardwareAnswer(challenge_id=challenge_id, cr=cr, rows=rows, proofs=proofs,
+                            signature=DUMMY_SIGNATURE)  # fmt: skip
     bodies = {name: len(model.model_dump_json().encode())
               for name, model in (("challenge", challenge), ("commitment", commitment), ("reveal", reveal),
                                   ("answer", answer))}  # fmt: skip
@@ -377,7 +388,8 @@ def traffic(row: dict[str, Any]) -> dict[str, Any]:
         "n": row["n"], "precision": row["precision"], "bodies_bytes": bodies, "signed_headers_bytes": headers,
         "bytes_per_challenge": per_challenge, "challenges_per_hour": per_hour,
         "bytes_per_node_hour": per_challenge * per_hour,
-        "prover_cpu_s_per_challenge": row["prover_cpu_s"], "verifier_cpu_s_per_challenge": row["verifier_cpu_s"],
+        "prover_cpu_s_per_challenge": row["prover_cpu_s"],
+        "verifier_cpu_s_per_challenge": row["verifier_cpu_s"],
         "prover_cpu_s_per_node_hour": row["prover_cpu_s"] * per_hour,
         "verifier_cpu_s_per_node_hour": row["verifier_cpu_s"] * per_hour,
     }  # fmt: skip
@@ -394,27 +406,30 @@ RELAY = ("f. relays to a faster helper: the helper computes the true product, so
 
 def report(f: dict[str, Any]) -> None:
     cfg = f["config"]
-    print(f"hardware challenge bench: {cfg['cpu_count']} CPUs, BLAS env {cfg['blas_env']}, seed {cfg['seed']}")
+    blas = {k: v for k, v in cfg["blas_env"].items() if v is not None} or "unset"
+    print(f"hardware challenge bench: {cfg['cpu_count']} CPUs, BLAS env {blas}, seed {cfg['seed']}")
     print("\n1. prover vs verifier per challenge (ms, best of 3)")
     print(f"  {'n':>5} {'precision':>9} | {'A,B':>7} {'A·B':>8} {'merkle':>7} {'answer':>7} {'prover':>8} | "
           f"{'A,B':>7} {'check':>7} {'verif.':>7} | {'p/check':>7} {'p/verif':>7} | {'GFLOP/s':>7} "
           f"{'cpu p/v s':>11} {'worst':>7}")
     for r in f["timing"]:
         p, v = r["prover_ms"], r["verifier_ms"]
-        print(f"  {r['n']:>5} {r['precision']:>9} | {p['matrices']:7.2f} {p['multiply']:8.2f} {p['merkle']:7.2f} "
-              f"{p['answer']:7.2f} {p['total']:8.2f} | {v['matrices']:7.2f} {v['check']:7.2f} {v['total']:7.2f} | "
-              f"{r['ratio_without_matrices']:7.1f} {r['ratio_with_matrices']:7.1f} | {r['multiply_gflops']:7.1f} "
+        print(f"  {r['n']:>5} {r['precision']:>9} | {p['matrices']:7.2f} {p['multiply']:8.2f} "
+              f"{p['merkle']:7.2f} {p['answer']:7.2f} {p['total']:8.2f} | {v['matrices']:7.2f} "
+              f"{v['check']:7.2f} {v['total']:7.2f} | {r['ratio_without_matrices']:7.1f} "
+              f"{r['ratio_with_matrices']:7.1f} | {r['multiply_gflops']:7.1f} "
               f"{r['prover_cpu_s']:5.3f}/{r['verifier_cpu_s']:5.3f} {r['worst']:7.4f}")
-    print("  (A,B on the verifier's side runs while the node computes; p/check leaves it out, p/verif counts it)")
+    print("  (the verifier's A,B runs while the node computes: p/check leaves it out, p/verif counts it)")
 
     print("\n2. honest answers beside busy neighbours "
           f"({cfg['spinners']} spinning processes; sizes 1..256, 1 in 5 in 1..8; every precision)")
     for h in f["honest"]:
         wp = ", ".join(f"{k} {v:.4f}" for k, v in h["worst_by_precision"].items())
         wc = h["worst_case"]
-        print(f"  BLAS threads {h['threads']:>11}: {h['rejects']} rejected of {h['challenges']} ({h['tiny']} "
-              f"tiny); worst {h['worst']:.4f} of the tolerance (margin {h['margin']:.1f}×, at n={wc.get('n')} "
-              f"{wc.get('precision')}); by precision: {wp}; {h['seconds']:.1f} s, {h['os_threads']} OS threads")
+        print(f"  BLAS threads {h['threads']}: {h['rejects']} rejected of {h['challenges']} ({h['tiny']} "
+              f"with n ≤ 8), {h['seconds']:.1f} s, {h['os_threads']} OS threads\n"
+              f"    worst {h['worst']:.4f} of the tolerance (margin {h['margin'] or math.inf:.1f}×, "
+              f"at n={wc.get('n')} {wc.get('precision')}); by precision: {wp}")
         for example in h["reject_examples"]:
             print(f"    REJECTED: {example}")
     if f["threads_note"]:
@@ -424,8 +439,10 @@ def report(f: dict[str, Any]) -> None:
     print(f"\n3. liars at n={li['n']} float32, caught / trials")
 
     def line(label: str, r: dict[str, Any]) -> None:
-        least = "" if r["least_worst_caught"] is None else f", least {r['least_worst_caught']:.3g}× the tolerance"
-        print(f"  {label:<62} {r['caught']:>4}/{r['trials']} (by Freivalds {r['by_freivalds']}{least})")
+        by = ", ".join(f"{k} {v}" for k, v in r["by"].items() if v)
+        least = r["least_worst_caught"]
+        least = "" if least is None else f"; least {least:.3g}× the tolerance"
+        print(f"  {label:<60} {r['caught']:>4}/{r['trials']}" + (f" ({by}{least})" if by else ""))
 
     line("a. one entry moved by 1e-2 of its scale", li["wrong_entry"])
     line("a. garbage C", li["garbage"])
@@ -441,8 +458,8 @@ def report(f: dict[str, Any]) -> None:
               f"{d['trials']} = {d['rate']:.4f}; bound {d['hypergeometric']:.4f} (hypergeometric), "
               f"f^8 {d['f8']:.4f}")
     print("  e. claims 10× its FLOP/s: the proven figure is 2n³ / (challenger's time − measured round trip)")
-    print(f"     {'n':>5} {'commit ms':>9} {'A·B alone':>9} | {'proven at rtt 0/10/50 ms, measured exactly':>42} | "
-          f"{'claimed':>8} | {'rtt 50 measured 1':>17}")
+    print(f"     {'n':>5} {'commit ms':>9} {'A·B alone':>9} | "
+          f"{'proven at rtt 0/10/50 ms, measured exactly':>42} | {'claimed':>8} | {'rtt 50 measured 1':>17}")
     for e in li["flops"]:
         proven = " / ".join(f"{v:.2f}" for v in e["proven_gflops"].values())
         print(f"     {e['n']:>5} {e['commit_ms']:9.2f} {e['multiply_gflops']:9.2f} | {proven:>42} | "
@@ -460,12 +477,13 @@ def report(f: dict[str, Any]) -> None:
 
     t = f["traffic"]
     b = t["bodies_bytes"]
-    print(f"\n4. traffic and CPU per node per hour (n={t['n']} {t['precision']}, {t['challenges_per_hour']:g} "
-          "challenge an hour on average, plus one at the invite)")
+    print(f"\n4. traffic and CPU per node per hour (n={t['n']} {t['precision']}, "
+          f"{t['challenges_per_hour']:g} challenge an hour on average, plus one at the invite)")
     print(f"  bodies: challenge {b['challenge']} B, commitment {b['commitment']} B, reveal {b['reveal']} B, "
           f"answer {b['answer']} B; signed headers {t['signed_headers_bytes']} B")
-    print(f"  per challenge {t['bytes_per_challenge'] / 1e3:.1f} kB; per node-hour {t['bytes_per_node_hour'] / 1e3:.1f} "
-          f"kB; node CPU {t['prover_cpu_s_per_node_hour']:.3f} s/h, challenger CPU "
+    print(f"  per challenge {t['bytes_per_challenge'] / 1e3:.1f} kB; per node-hour "
+          f"{t['bytes_per_node_hour'] / 1e3:.1f} kB; node CPU {t['prover_cpu_s_per_node_hour']:.3f} s/h, "
+          "challenger CPU "
           f"{t['verifier_cpu_s_per_node_hour']:.3f} s/h per node")
     print(f"\nruntime {f['seconds']:.1f} s")
 
