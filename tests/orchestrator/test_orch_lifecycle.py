@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 from lifecycle_world import Orchestrator, upload, wait_for
 from standin_worker import standin_worker
+from typer.testing import CliRunner
 
 from intellect import hardware
 from intellect.identity import Wallet
@@ -14,6 +16,7 @@ from intellect.signing import SignedAuth, sign_request
 from intellect.wire.hardware import HardwareChallenge, HardwareCommitment, commitment_text
 from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.tasks import TaskState
+from ledger.cli import app as pool_cli
 from orchestrator.hardware.challenger import judge
 from tests.support.testing import serve_in_thread
 from worker.proof import HardwareProver, _Held
@@ -252,6 +255,15 @@ def test_hardware_is_proven_before_the_invite_and_a_wrong_answer_is_refused(devn
         assert again and again[0].startswith("freivalds")
         # ... and would not convict the honest node for the same words under its own name
         assert "not signed by the node's key" in " ".join(judge(honest, challenge, *said))
+        # the pool owner's CLI shows the proven figure next to the on-chain record
+        deployment = devnet.deployment.save(tmp_path / "deployment.json")
+        argv = ["nodes", str(devnet.pool_id), "--orchestrator", orch.url, "--json",
+                "--deployment", str(deployment)]
+        env = {"INTELLECT_RPC_URL": devnet.rpc_url, "INTELLECT_ADMIN_TOKEN": orch.token}
+        shown = CliRunner().invoke(pool_cli, argv, env=env)
+        assert shown.exit_code == 0, shown.output
+        row = next(r for r in json.loads(shown.output) if r["node"] == honest)
+        assert row["hardware"]["outcome"] == "proven" and row["hardware"]["flops"] == figures["flops"]
         metrics = httpx.get(orch.url + "/metrics").text
         assert 'orchestrator_hardware_challenges_total{outcome="proven"}' in metrics
         assert 'orchestrator_hardware_challenges_total{outcome="wrong"}' in metrics
