@@ -6,9 +6,9 @@ simulated where said so).
 1. Verifier against prover, per challenge, at `--sizes` (256, 1024, 2048) in float32 and at the
    middle size in bfloat16: the prover's time is `matrices` + `multiply` (numpy on this CPU) +
    `merkle_levels` + `answer`; the verifier's is `matrices` (the challenger builds A and B too,
-   reported apart: it runs while the node computes) + `check` (with drawing the probe). Best of 3
-   (time.perf_counter), and the CPU seconds (time.process_time) of that best run. Ratio prover /
-   verifier without and with the verifier's matrices.
+   reported apart: it runs while the node computes) + `check` (with drawing the probe). Each part's
+   best of 3 runs (time.perf_counter), the totals their sums, and the CPU seconds (time.process_time)
+   of the fastest run. Ratio prover / verifier without and with the verifier's matrices.
 2. Honest false rejects on a busy machine: `os.cpu_count()` processes spin (`while True`) beside
    `--challenges` honest challenges, sizes drawn in [1, 256] (1 in 5 in 1..8), the precision drawn
    among `PRECISIONS`. Counts the rejects (the protocol needs 0) and the largest `worst` (error over
@@ -21,9 +21,9 @@ simulated where said so).
 3. Liars, `--trials` each at n = 128 float32 (caught = `check` refuses; every liar answers the probe
    consistently with what it committed to, its best play):
    a. wrong C: the honest C with one random entry moved by 1e-2 of that entry's scale
-      (Σₖ|Aᵢₖ||Bₖⱼ|, what the row check's tolerance is relative to), and a C of random garbage; plus a
-      sweep of the moved entry's size (1e-2 … 1e-6), showing where Freivalds stops seeing one entry
-      alone and only an opened row does;
+      (Σₖ|Aᵢₖ||Bₖⱼ|, the sum of its terms' sizes), and a C of random garbage; plus a sweep of the moved
+      entry's size (1e-3 … 1e-6), showing where Freivalds stops seeing one entry alone and only an
+      opened row does;
    b. replay: the product of another challenge's matrices (another id for this node, or this id for
       another node);
    c. cheap answer: commits to garbage, answers C·r with A·(B·r) (O(n²), right by Freivalds) and opens
@@ -36,8 +36,10 @@ simulated where said so).
       times of 1. and a simulated round trip of 0, 10, 50 ms measured exactly, the proven figure is
       the node's own (2n³ over its commit time: below its product's speed, since the time includes
       building A and B and hashing C); a round trip measured short (1 ms of a true 50) only lowers it.
-      The round trip is the shortest of three `/health` answers from the node itself, so a node that
-      delays those answers by D lengthens the measured round trip by D: printed too, as what it gains;
+      The round trip is the shortest of three TCP handshakes and three `/health` answers, all from the
+      node, so a node that delays all of them by D lengthens the measured round trip by D; the
+      challenger takes off at most half the challenge's time, so what that gains is at most 2×:
+      printed too;
    f. relays to a faster helper: the helper computes the true product, so no check can tell; only the
       time bound and the measured round trip limit what the relay gains. Stated, not measured;
    g. lower precision: A and B computed in bfloat16 (or float16), passed off as float32.
@@ -347,7 +349,8 @@ def flops_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     def proven(n: int, commit: float, true_rtt: float, measured_rtt: float) -> float:
         elapsed = commit + true_rtt  # the challenger's clock: the challenge's trip, the work, the answer's
-        return hardware.proven_flops(n, max(elapsed - measured_rtt, 1e-6)) / 1e9
+        # as orchestrator/hardware/challenger.py: at most half the elapsed time is taken off for the link
+        return hardware.proven_flops(n, elapsed - min(measured_rtt, elapsed / 2)) / 1e9
 
     table = []
     for row in rows:
@@ -466,8 +469,9 @@ def report(f: dict[str, Any]) -> None:
               f"{e['claimed_10x_gflops']:8.2f} | {e['rtt_measured_short_gflops']:17.2f}   (GFLOP/s)")
     print("     the claim (the commitment's own `seconds` ÷ 10) is ignored; a round trip measured exactly "
           "gives the\n     node's own speed over its commit time, one measured short only lowers it.")
-    print("     But the round trip is the shortest of 3 GET /health answered by the node itself: a node that")
-    print("     delays /health by D (here a share of its commit time, true rtt 10 ms) proves (GFLOP/s):")
+    print("     The round trip is the shortest of 3 TCP handshakes and 3 GET /health, all answered by the")
+    print("     node: one that delays them by D (a share of its commit time, true rtt 10 ms) proves")
+    print("     (GFLOP/s; at most half the challenge's time is taken off, so at most 2× its own figure):")
     for e in li["flops"]:
         delayed = ", ".join(f"D = {k}·t: {v:.3g}" for k, v in e["health_delayed_gflops"].items())
         print(f"     {e['n']:>5}: {delayed}")

@@ -7,6 +7,8 @@ Every call is signed with the manager key, has a timeout, and retries transport 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 import httpx
@@ -71,9 +73,27 @@ class SignedClient:
         return (await self.request("POST", f"{worker_url}/restart")).json()
 
     async def round_trip(self, worker_url: str, tries: int = 3) -> float:
-        """The shortest of `tries` round trips to the worker's `/health`, in seconds (no retries: a
-        retry's wait is not the link's)."""
+        """The shortest round trip to the worker, in seconds: of `tries` TCP handshakes (answered by
+        the node's kernel) and `tries` GET /health (no retries: a retry's wait is not the link's).
+
+        The node gains by making this LONGER (it is subtracted from its challenge's time), so the
+        shortest of both kinds is kept: to inflate it, a node must delay its kernel's handshakes and
+        its /health, and not its challenge answer. What it can gain that way is capped by the
+        challenger (at most half the challenge's time is taken off: orchestrator/hardware/)."""
+        url = httpx.URL(worker_url)
+        host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
         best = float("inf")
+        for _ in range(tries):
+            started = time.perf_counter()
+            try:
+                connecting = asyncio.open_connection(host, port)
+                _, writer = await asyncio.wait_for(connecting, self.http.timeout.connect or 10.0)
+            except (OSError, TimeoutError) as exc:
+                raise PeerUnreachable(worker_url, f"TCP connect: {type(exc).__name__} {exc}") from None
+            best = min(best, time.perf_counter() - started)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
         for _ in range(tries):
             started = time.perf_counter()
             try:
