@@ -11,6 +11,8 @@ logged and retried at the next tick, never fatal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +28,29 @@ from worker import __version__
 from worker.runtime.base import Runtime
 
 log = structlog.get_logger("intellect.worker.heartbeat")
+SUCCESSOR_METRIC = "worker_successor_rtt_ms"
+SUCCESSOR_PROBE_SECONDS = 30.0
+
+
+async def handshake_ms(address: str, tries: int = 3, timeout: float = 5.0) -> float | None:
+    """The shortest of `tries` TCP handshakes to `host:port` (its kernel answers: nothing the member's
+    program does can shorten it), in ms; None when it cannot be reached or is not host:port."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    best: float | None = None
+    for _ in range(tries):
+        started = time.perf_counter()
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout)
+        except (OSError, TimeoutError):
+            return best
+        elapsed = (time.perf_counter() - started) * 1000
+        best = elapsed if best is None else min(best, elapsed)
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return best
 
 
 @dataclass
@@ -57,6 +82,12 @@ class Heartbeater:
         self.stats = HeartbeatStats()
         self._client: httpx.AsyncClient | None = None
         self._applying: asyncio.Task[None] | None = None
+        # The round trip to the next member of this node's group (its peer inbox), measured here and
+        # sent with the beats as the metric `worker_successor_rtt_ms` (docs/hardware.md).
+        self.successor: str | None = None
+        self.successor_rtt_ms: float | None = None
+        self._probed_at = 0.0
+        self._probing: asyncio.Task[None] | None = None
 
     def _client_for(self, orchestrator_url: str) -> httpx.AsyncClient:
         """One keep-alive connection per orchestrator: a new TCP connection per beat costs the server."""
@@ -70,6 +101,8 @@ class Heartbeater:
         return self._client
 
     async def aclose(self) -> None:
+        if self._probing is not None and not self._probing.done():
+            self._probing.cancel()
         if self._applying is not None and not self._applying.done():
             await asyncio.wait({self._applying}, timeout=self.timeout)
         if self._client is not None:
@@ -77,8 +110,11 @@ class Heartbeater:
             self._client = None
 
     async def beat(self, orchestrator_url: str, *, leaving: bool = False) -> HeartbeatResponse:
-        request = HeartbeatRequest(task=self.status, metrics=self.runtime.metrics(),
-                                   worker_version=__version__, leaving=leaving)
+        metrics = dict(self.runtime.metrics())
+        if self.successor_rtt_ms is not None:
+            metrics[SUCCESSOR_METRIC] = round(self.successor_rtt_ms, 3)
+        request = HeartbeatRequest(task=self.status, metrics=metrics, worker_version=__version__,
+                                   leaving=leaving)  # fmt: skip
         body = request.model_dump_json().encode()
         client = self._client_for(orchestrator_url)
         response = await client.post("/heartbeat", content=body, headers={"Content-Type": "application/json"})
@@ -102,11 +138,31 @@ class Heartbeater:
             return None
         if self._applying is None or self._applying.done():
             self._applying = asyncio.create_task(self._apply_and_record(reply.current_task))
+        self._probe_successor(reply.current_task)
         # A quick reconcile (the usual case) is reported with the next beat, as before; a slow one
         # (an image pull, a big mount) goes on in the background and the beats go on meanwhile:
         # with a 15 s TTL a pull that held the loop would get a working node declared dead.
         await asyncio.wait({self._applying}, timeout=max(0.05, self.next_delay() / 2))
         return reply
+
+    def _probe_successor(self, desired: AssignedTask | None) -> None:
+        """Measure the round trip to the group's next member now and then, beside the beats."""
+        group = desired.group if desired is not None else None
+        successor = group.next_p2p_address if group is not None else None
+        if successor != self.successor:
+            self.successor, self.successor_rtt_ms, self._probed_at = successor, None, 0.0
+        if successor is None or (self._probing is not None and not self._probing.done()):
+            return
+        if time.monotonic() - self._probed_at < SUCCESSOR_PROBE_SECONDS:
+            return
+        self._probed_at = time.monotonic()
+
+        async def probe() -> None:
+            measured = await handshake_ms(successor)
+            if self.successor == successor:
+                self.successor_rtt_ms = measured
+
+        self._probing = asyncio.create_task(probe())
 
     async def _apply_and_record(self, desired: AssignedTask | None) -> None:
         status = await self.apply(desired)
