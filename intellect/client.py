@@ -39,7 +39,7 @@ from tenacity import (
 
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
-from intellect.wire.admin import NodeList
+from intellect.wire.admin import HardwareHistory, NodeList
 from intellect.wire.tasks import Task, TaskSpec, TaskState
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -201,6 +201,10 @@ class OrchestratorClient:
 
     def nodes(self) -> NodeList:
         return NodeList.model_validate(self._request("GET", "/nodes"))
+
+    def node_hardware(self, address: str) -> HardwareHistory:
+        """A node's hardware challenges, newest first, with the evidence of every wrong answer."""
+        return HardwareHistory.model_validate(self._request("GET", f"/nodes/{address}/hardware"))
 
     def status(self, task_id: str) -> TaskProgress:
         """The task and, per node currently reporting it, the state it reports."""

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from intellect.client import OrchestratorClient, TaskApiError
 from intellect.logs import setup_logging
 from ledger import node_cli
 from ledger.audit_cli import audit
@@ -34,6 +33,7 @@ from ledger.cli_common import (
 )
 from ledger.deploy import DeployParams, deploy_all
 from ledger.errors import LedgerError
+from ledger.hardware_cli import hardware_evidence, proven_by_node, proven_cells
 from ledger.invites import sign_invite
 from ledger.slashing_cli import app as slashing_app
 
@@ -274,29 +274,6 @@ def nodes(
     chain.emit(rows, table)
 
 
-def proven_by_node(url: str, token: str | None) -> dict[str, dict[str, Any]]:
-    """Each node's latest hardware challenge, as the orchestrator's /nodes reports it."""
-    if not token:
-        raise LedgerError("--orchestrator needs the admin token: --token or INTELLECT_ADMIN_TOKEN")
-    try:
-        with OrchestratorClient(url, token=token, retries=1) as client:
-            listing = client.nodes()
-    except TaskApiError as exc:
-        raise LedgerError(f"orchestrator {url}: {exc}") from None
-    return {n.address: n.hardware.model_dump(mode="json") for n in listing.nodes if n.hardware is not None}
-
-
-def proven_cells(hardware: dict[str, Any] | None) -> list[str]:
-    if not hardware:
-        return ["-", "-"]
-    if hardware["outcome"] != "proven":
-        return [hardware["outcome"], str(hardware["at"])[:19]]
-    shown = f"{hardware['flops'] / 1e9:.1f} GFLOP/s {hardware['precision']}"
-    if hardware.get("rtt_ms") is not None:
-        shown += f", rtt {hardware['rtt_ms']:.1f} ms"
-    return [shown, str(hardware["at"])[:19]]
-
-
 @command(app)
 def eject(
     chain: Chain,
@@ -458,6 +435,7 @@ def claim_rewards(
 
 app.add_typer(slashing_app, name="slashing")
 command(app, "audit", keystore=False)(audit)
+command(app, "hardware-evidence", keystore=False, deployment=False)(hardware_evidence)
 command(app, "join")(node_cli.join)
 command(app, "submit-work")(node_cli.submit_work)
 

@@ -19,14 +19,13 @@ import asyncio
 import secrets
 import time
 
-import numpy as np
 import structlog
 from pydantic import ValidationError
 
 from intellect import hardware
 from intellect.errors import PeerError
-from intellect.identity import verify_message
-from intellect.wire.hardware import HardwareChallenge, HardwareReveal, answer_text, commitment_text
+from intellect.hardware_evidence import judge
+from intellect.wire.hardware import HardwareChallenge, HardwareReveal
 from orchestrator.clients import SignedClient
 from orchestrator.store.hardware import PROVEN, UNANSWERED, WRONG, ProofRecord
 
@@ -79,28 +78,3 @@ async def challenge_node(peers: SignedClient, address: str, worker_url: str, n: 
              rtt_ms=round(rtt * 1000, 2))  # fmt: skip
     return ProofRecord(node_address=address, outcome=PROVEN, n=n, precision=precision, flops=flops,
                        rtt_ms=rtt * 1000, seconds=seconds)  # fmt: skip
-
-
-def judge(address: str, challenge: HardwareChallenge, commitment: dict, secret: bytes, answer: dict,
-          a: np.ndarray | None = None, b: np.ndarray | None = None) -> list[str]:  # fmt: skip
-    """Why the node's answer is wrong ([] when it is right), from the evidence alone: what the pool
-    owner (or anyone) re-runs on a recorded wrong answer."""
-    if a is None or b is None:
-        a, b = hardware.matrices(challenge.challenge_id, address, challenge.n, challenge.precision)
-    reasons = []
-    if {commitment["challenge_id"], answer["challenge_id"]} != {challenge.challenge_id}:
-        reasons.append("the commitment or the answer is for another challenge")
-    if commitment["node_address"].lower() != address.lower():
-        reasons.append(f"the commitment names node {commitment['node_address']}, not {address}")
-    said = commitment_text(challenge, address, commitment["root"])
-    if not verify_message(said, commitment["signature"], address):
-        reasons.append("the commitment is not signed by the node's key")
-    text = answer_text(challenge.challenge_id, address, answer["cr"], answer["rows"], answer["proofs"])
-    if not verify_message(text, answer["signature"], address):
-        reasons.append("the answer is not signed by the node's key")
-    if reasons:  # unsigned words are no evidence: judged, but nothing below would be the node's
-        return reasons
-    probe = hardware.probe(secret, challenge.n)
-    result = hardware.check(a, b, challenge.precision, commitment["root"], probe, answer["cr"],
-                            answer["rows"], answer["proofs"])  # fmt: skip
-    return result.reasons

@@ -11,13 +11,13 @@ from standin_worker import standin_worker
 from typer.testing import CliRunner
 
 from intellect import hardware
+from intellect.hardware_evidence import judge
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
 from intellect.wire.hardware import HardwareChallenge, HardwareCommitment, commitment_text
 from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.tasks import TaskState
 from ledger.cli import app as pool_cli
-from orchestrator.hardware.challenger import judge
 from tests.support.testing import serve_in_thread
 from worker.proof import HardwareProver, _Held
 
@@ -264,6 +264,19 @@ def test_hardware_is_proven_before_the_invite_and_a_wrong_answer_is_refused(devn
         assert shown.exit_code == 0, shown.output
         row = next(r for r in json.loads(shown.output) if r["node"] == honest)
         assert row["hardware"]["outcome"] == "proven" and row["hardware"]["flops"] == figures["flops"]
+        # ... and `intellect-pool hardware-evidence` re-runs it from the orchestrator or from a saved file
+        asked = ["hardware-evidence", liar, "--orchestrator", orch.url, "--json"]
+        judged = CliRunner().invoke(pool_cli, asked, env=env)
+        assert judged.exit_code == 0, judged.output
+        verdicts = json.loads(judged.output)
+        assert [v["verdict"] for v in verdicts] == ["wrong"] * len(history["evidence"])
+        assert verdicts[0]["reasons"][0].startswith("freivalds")
+        saved = tmp_path / "evidence.json"
+        saved.write_text(json.dumps(history))
+        framed = CliRunner().invoke(pool_cli, ["hardware-evidence", honest, "--file", str(saved), "--json"])
+        assert framed.exit_code == 0 and json.loads(framed.output)[0]["verdict"] == "unsigned", framed.output
+        neither = CliRunner().invoke(pool_cli, ["hardware-evidence", liar])
+        assert neither.exit_code == 1 and "--orchestrator URL" in neither.output
         metrics = httpx.get(orch.url + "/metrics").text
         assert 'orchestrator_hardware_challenges_total{outcome="proven"}' in metrics
         assert 'orchestrator_hardware_challenges_total{outcome="wrong"}' in metrics
