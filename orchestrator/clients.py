@@ -17,7 +17,13 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from intellect.errors import PeerRefused, PeerUnreachable
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
-from intellect.wire.hardware import HardwareAnswer, HardwareChallenge, HardwareCommitment, HardwareReveal
+from intellect.wire.hardware import (
+    MAX_ANSWER_BYTES,
+    HardwareAnswer,
+    HardwareChallenge,
+    HardwareCommitment,
+    HardwareReveal,
+)
 from intellect.wire.invites import InviteRequest, InviteResponse
 from intellect.wire.nodes import DiscoveredNode
 
@@ -106,26 +112,36 @@ class SignedClient:
             best = min(best, time.perf_counter() - started)
         return best
 
-    async def _once(self, url: str, body: str, timeout: float) -> httpx.Response:
-        """One signed POST, never retried: a hardware challenge is timed, and a retry would restart it."""
+    async def _once(self, url: str, body: str, timeout: float) -> bytes:
+        """One signed POST, never retried (a hardware challenge is timed, and a retry would restart
+        it); the reply read up to MAX_ANSWER_BYTES, refused past it before anything is parsed."""
         try:
-            response = await self.http.post(url, content=body, headers={"Content-Type": "application/json"},
-                                            timeout=timeout)  # fmt: skip
+            posting = self.http.stream("POST", url, content=body, timeout=timeout,
+                                       headers={"Content-Type": "application/json"})  # fmt: skip
+            async with posting as response:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_ANSWER_BYTES:
+                        raise PeerRefused(413, f"reply over {MAX_ANSWER_BYTES} bytes", url)
+                    chunks.append(chunk)
         except httpx.HTTPError as exc:
             raise PeerUnreachable(url, f"{type(exc).__name__} {exc}") from None
+        content = b"".join(chunks)
         if response.status_code >= 400:
-            raise PeerRefused.from_response(response, url)
-        return response
+            raise PeerRefused.from_response(httpx.Response(response.status_code, content=content), url)
+        return content
 
     async def hardware_challenge(self, worker_url: str, challenge: HardwareChallenge,
                                  timeout: float) -> HardwareCommitment:  # fmt: skip
-        response = await self._once(f"{worker_url}/hardware/challenge", challenge.model_dump_json(), timeout)
-        return HardwareCommitment.model_validate(response.json())
+        content = await self._once(f"{worker_url}/hardware/challenge", challenge.model_dump_json(), timeout)
+        return HardwareCommitment.model_validate_json(content)
 
     async def hardware_reveal(self, worker_url: str, reveal: HardwareReveal,
                               timeout: float) -> HardwareAnswer:  # fmt: skip
-        response = await self._once(f"{worker_url}/hardware/reveal", reveal.model_dump_json(), timeout)
-        return HardwareAnswer.model_validate(response.json())
+        content = await self._once(f"{worker_url}/hardware/reveal", reveal.model_dump_json(), timeout)
+        return HardwareAnswer.model_validate_json(content)
 
     async def aclose(self) -> None:
         await self.http.aclose()

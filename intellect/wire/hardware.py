@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Annotated
 
 from pydantic import Field
 
@@ -20,6 +21,10 @@ from intellect.hardware import MAX_N, PRECISIONS
 from intellect.wire.base import WireModel
 
 HEX32 = r"^[0-9a-f]{64}$"
+Row = Annotated[list[float], Field(max_length=MAX_N)]
+Proof = Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)]  # depth ≤ 13 at MAX_N
+# The largest honest answer: C·r and 8 rows of MAX_N numbers (~25 bytes each in JSON) and 8 proofs.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
 PRECISION_PATTERN = "^(" + "|".join(PRECISIONS) + ")$"
 
 
@@ -45,8 +50,8 @@ class HardwareReveal(WireModel):
 class HardwareAnswer(WireModel):
     challenge_id: str = Field(pattern=HEX32)
     cr: list[float] = Field(max_length=MAX_N, description="C·r")
-    rows: list[list[float]] = Field(max_length=64, description="the asked rows of C, in the probe's order")
-    proofs: list[list[str]] = Field(max_length=64, description="each row's Merkle proof, leaf first")
+    rows: list[Row] = Field(max_length=64, description="the asked rows of C, in the probe's order")
+    proofs: list[Proof] = Field(max_length=64, description="each row's Merkle proof, leaf first")
     signature: str = Field(pattern=r"^0x[0-9a-fA-F]{130}$", description="node key, over answer_text")
 
 

@@ -1,0 +1,89 @@
+"""The challenger against workers that do not play along (real HTTP on loopback, no chain): an answer
+too big to read is refused before it is parsed, a node nobody can reach costs a few seconds and proves
+nothing, and an unsigned answer is refused the invite but convicts nobody."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import FastAPI, Response
+
+from intellect.hardware_evidence import judge_evidence
+from intellect.identity import Wallet
+from intellect.net import free_port
+from intellect.wire.hardware import MAX_ANSWER_BYTES, HardwareChallenge, HardwareCommitment
+from orchestrator.clients import SignedClient
+from orchestrator.hardware.challenger import challenge_node
+from orchestrator.store.hardware import UNANSWERED, WRONG
+from tests.support.testing import serve_in_thread
+from worker.proof import HardwareProver
+
+NODE = Wallet.create()
+
+
+def worker(reveal_body: bytes | None = None, signer: Wallet = NODE) -> FastAPI:
+    """A node that commits honestly (signed by `signer`) and answers the reveal with `reveal_body`
+    (None: honestly)."""
+    prover = HardwareProver(NODE.address, signer.sign_message)
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/hardware/challenge")
+    async def challenge(body: HardwareChallenge) -> HardwareCommitment:
+        return prover.commit(body)
+
+    @app.post("/hardware/reveal")
+    async def reveal(body: dict) -> Response:
+        if reveal_body is not None:
+            return Response(reveal_body, media_type="application/json")
+        from intellect.wire.hardware import HardwareReveal
+
+        return Response(prover.reveal(HardwareReveal.model_validate(body)).model_dump_json(),
+                        media_type="application/json")
+
+    return app
+
+
+def run(url: str):  # noqa: ANN201
+    async def go():  # noqa: ANN202
+        peers = SignedClient(Wallet.create(), timeout=10, retries=1)
+        try:
+            return await challenge_node(peers, NODE.address, url, 32, "float32", timeout=30)
+        finally:
+            await peers.aclose()
+
+    return asyncio.run(go())
+
+
+def test_an_answer_too_big_to_read_is_refused_before_it_is_parsed() -> None:
+    huge = b'{"rows": [' + b"1.0," * (MAX_ANSWER_BYTES // 4) + b'1.0]}'
+    server = serve_in_thread(worker(reveal_body=huge))
+    try:
+        proof = run(server.url)
+    finally:
+        server.stop()
+    assert proof.outcome == UNANSWERED and f"over {MAX_ANSWER_BYTES} bytes" in proof.reasons[0]
+    assert proof.flops is None and proof.rtt_ms is not None
+
+
+def test_a_node_nobody_can_reach_proves_nothing_quickly() -> None:
+    started = time.monotonic()
+    proof = run(f"http://127.0.0.1:{free_port()}")
+    assert proof.outcome == UNANSWERED and proof.reasons[0].startswith("round trip")
+    assert time.monotonic() - started < 10
+
+
+def test_an_answer_signed_by_another_key_is_refused_and_convicts_nobody() -> None:
+    server = serve_in_thread(worker(signer=Wallet.create()))
+    try:
+        proof = run(server.url)
+    finally:
+        server.stop()
+    assert proof.outcome == WRONG and "not signed by the node's key" in " ".join(proof.reasons)
+    assert proof.evidence is not None
+    kind, _ = judge_evidence(NODE.address, proof.evidence)
+    assert kind == "unsigned"
