@@ -74,7 +74,7 @@ watchdog() {  # $1: this script's pid; pytest runs in the foreground (so Ctrl-C 
   kill -KILL "$pytest_pid" $(descendants "$pytest_pid") 2>/dev/null
 }
 
-watchdog $$ &
+watchdog $$ 2>/dev/null &  # its stderr: only bash's "Terminated" when its sleep is stopped below
 watchdog_pid=$!
 "$BIN/pytest" "${xdist[@]}" --profile "$PROFILE" --profile-top 25 "$@"
 rc=$?
