@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
+from intellect.wire.admin import hardware_summary
 from intellect.workloads import UNJUDGED
 from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
@@ -25,13 +26,7 @@ MANIFEST_MAX_BYTES = 1 << 20  # a step manifest is a few kB (metrics and file ha
 def proven_text(hardware: dict | None) -> str | None:
     """A node's latest hardware challenge in a cell: `12.3 GFLOP/s fp32, 0.8 ms` or why nothing was proven
     (docs/hardware.md)."""
-    if not hardware:
-        return None
-    if hardware.get("outcome") != "proven":
-        return f"{hardware.get('outcome')}: {'; '.join(hardware.get('reasons') or [])}"[:200]
-    rtt = hardware.get("rtt_ms")
-    shown = f"{hardware['flops'] / 1e9:.1f} GFLOP/s {hardware['precision']} (n={hardware['n']})"
-    return shown + (f", rtt {rtt:.1f} ms" if rtt is not None else "")
+    return hardware_summary(hardware) if hardware else None
 
 class Section(BaseModel):
     """One panel's data: rows of plain values, or why there are none."""

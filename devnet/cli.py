@@ -21,6 +21,7 @@ from devnet.options import DirOption
 from devnet.state import DevnetState
 from devnet.task_cli import app as task_app
 from intellect.cli import service_app
+from intellect.wire.admin import hardware_summary
 
 app = service_app("Intellect: decentralized compute for reinforcement learning.")
 
@@ -268,12 +269,7 @@ def _print_report(report: demo_mod.DemoReport) -> None:
     for node, why in report.honest_out_of_pool.items():
         table.add_row("[red]honest node out of the pool[/red]", f"{node}: {why}")
     for node, figures in report.hardware.items():
-        if figures["outcome"] == "proven":
-            rtt = f", round trip {figures['rtt_ms']:.1f} ms" if figures.get("rtt_ms") is not None else ""
-            shown = f"{figures['flops'] / 1e9:.1f} GFLOP/s {figures['precision']} (n={figures['n']}){rtt}"
-        else:
-            shown = f"{figures['outcome']}: {'; '.join(figures.get('reasons') or [])}"[:120]
-        table.add_row(f"proven hardware: {node[:10]}…", shown)
+        table.add_row(f"proven hardware: {node[:10]}…", hardware_summary(figures))
     for node, amount in report.claimable.items():
         locked = report.pending.get(node, 0)
         table.add_row(f"rewards: {node[:10]}…", f"{amount / 1e18:g} claimable, {locked / 1e18:g} locked")

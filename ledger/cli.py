@@ -33,7 +33,7 @@ from ledger.cli_common import (
 )
 from ledger.deploy import DeployParams, deploy_all
 from ledger.errors import LedgerError
-from ledger.hardware_cli import hardware_evidence, proven_by_node, proven_cells
+from ledger.hardware_cli import AdminToken, OrchestratorUrl, hardware_evidence, proven_by_node, proven_cells
 from ledger.invites import sign_invite
 from ledger.slashing_cli import app as slashing_app
 
@@ -232,11 +232,8 @@ def blacklist_provider(
 def nodes(
     chain: Chain,
     pool_id: int,
-    orchestrator: Annotated[str | None, typer.Option(
-        envvar="INTELLECT_ORCHESTRATOR_URL", help="the pool's orchestrator: adds what each node PROVED of "
-        "its hardware (docs/hardware.md) to the table")] = None,
-    token: Annotated[str | None, typer.Option(
-        envvar="INTELLECT_ADMIN_TOKEN", help="the orchestrator's admin token (with --orchestrator)")] = None,
+    orchestrator: OrchestratorUrl = None,
+    token: AdminToken = None,
 ) -> None:
     """List a pool's nodes with their on-chain status (and, with --orchestrator, their proven hardware)."""
     proven = proven_by_node(orchestrator, token) if orchestrator else {}

@@ -14,8 +14,16 @@ from rich.table import Table
 
 from intellect.client import OrchestratorClient, TaskApiError
 from intellect.hardware_evidence import judge_evidence
+from intellect.wire.admin import hardware_summary
 from ledger.cli_common import Chain, address
 from ledger.errors import LedgerError
+
+# Shared by `nodes` (the figures beside the chain's record) and `hardware-evidence` (where it is read).
+OrchestratorUrl = Annotated[str | None, typer.Option(
+    "--orchestrator", envvar="INTELLECT_ORCHESTRATOR_URL", help="the pool's orchestrator: what its nodes "
+    "PROVED of their hardware (docs/hardware.md)")]  # fmt: skip
+AdminToken = Annotated[str | None, typer.Option(
+    "--token", envvar="INTELLECT_ADMIN_TOKEN", help="the orchestrator's admin token")]  # fmt: skip
 
 
 def proven_by_node(url: str, token: str | None) -> dict[str, dict[str, Any]]:
@@ -33,22 +41,14 @@ def proven_by_node(url: str, token: str | None) -> dict[str, dict[str, Any]]:
 def proven_cells(hardware: dict[str, Any] | None) -> list[str]:
     if not hardware:
         return ["-", "-"]
-    if hardware["outcome"] != "proven":
-        return [hardware["outcome"], str(hardware["at"])[:19]]
-    shown = f"{hardware['flops'] / 1e9:.1f} GFLOP/s {hardware['precision']}"
-    if hardware.get("rtt_ms") is not None:
-        shown += f", rtt {hardware['rtt_ms']:.1f} ms"
-    return [shown, str(hardware["at"])[:19]]
+    return [hardware_summary(hardware), str(hardware["at"])[:19]]
 
 
 def hardware_evidence(
     chain: Chain,
     node: str,
-    orchestrator: Annotated[str | None, typer.Option(
-        envvar="INTELLECT_ORCHESTRATOR_URL", help="read the evidence from this orchestrator's "
-        "GET /nodes/{node}/hardware")] = None,
-    token: Annotated[str | None, typer.Option(
-        envvar="INTELLECT_ADMIN_TOKEN", help="the orchestrator's admin token")] = None,
+    orchestrator: OrchestratorUrl = None,
+    token: AdminToken = None,
     file: Annotated[Path | None, typer.Option(
         "--file", help="or from a file: that reply saved as JSON, or one piece of evidence")] = None,
 ) -> None:

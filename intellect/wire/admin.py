@@ -25,6 +25,17 @@ class HardwareFigures(WireModel):
     reasons: list[str] = Field(default_factory=list, description="why nothing was proven")
 
 
+def hardware_summary(figures: dict[str, Any]) -> str:
+    """One line for a node's latest challenge, as `/nodes` returns it (JSON): `76.5 GFLOP/s float32
+    (n=1024), rtt 0.8 ms`, or the outcome and why nothing was proven. The CLI, the dashboard and the
+    demo report all show it this way."""
+    if figures.get("outcome") != "proven":
+        return f"{figures.get('outcome')}: {'; '.join(figures.get('reasons') or [])}"[:200]
+    shown = f"{figures['flops'] / 1e9:.1f} GFLOP/s {figures['precision']} (n={figures['n']})"
+    rtt = figures.get("rtt_ms")
+    return shown + (f", rtt {rtt:.1f} ms" if rtt is not None else "")
+
+
 class HardwareHistory(WireModel):
     node_address: str
     proofs: list[HardwareFigures]
