@@ -5,6 +5,8 @@ owner re-runs it on what the orchestrator recorded (`intellect-pool hardware-evi
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import numpy as np
@@ -14,9 +16,11 @@ from intellect.identity import verify_message
 from intellect.wire.hardware import HardwareChallenge, answer_text, commitment_text
 
 
-def unsigned(address: str, challenge: HardwareChallenge, commitment: dict[str, Any],
+def unsigned(address: str, challenge: HardwareChallenge, commitment: dict[str, Any], secret: bytes,
              answer: dict[str, Any]) -> list[str]:  # fmt: skip
-    """Why the commitment and the answer are not `address`'s own words for `challenge` ([]: they are)."""
+    """Why the commitment and the answer are not `address`'s own words for `challenge` and `secret`
+    ([]: they are). An answer signed for another secret is not evidence for this one: it was right
+    or wrong for its own probe, and another probe says nothing of it."""
     reasons = []
     if {commitment["challenge_id"], answer["challenge_id"]} != {challenge.challenge_id}:
         reasons.append("the commitment or the answer is for another challenge")
@@ -25,9 +29,10 @@ def unsigned(address: str, challenge: HardwareChallenge, commitment: dict[str, A
     said = commitment_text(challenge, address, commitment["root"])
     if not verify_message(said, commitment["signature"], address):
         reasons.append("the commitment is not signed by the node's key")
-    text = answer_text(challenge.challenge_id, address, answer["cr"], answer["rows"], answer["proofs"])
+    text = answer_text(challenge.challenge_id, address, secret.hex(), answer["cr"], answer["rows"],
+                       answer["proofs"])
     if not verify_message(text, answer["signature"], address):
-        reasons.append("the answer is not signed by the node's key")
+        reasons.append("the answer is not signed by the node's key for this secret")
     return reasons
 
 
@@ -38,7 +43,7 @@ def judge(address: str, challenge: HardwareChallenge, commitment: dict[str, Any]
     owner (or anyone) re-runs on a recorded wrong answer."""
     if a is None or b is None:
         a, b = hardware.matrices(challenge.challenge_id, address, challenge.n, challenge.precision)
-    reasons = unsigned(address, challenge, commitment, answer)
+    reasons = unsigned(address, challenge, commitment, secret, answer)
     if reasons:  # unsigned words are no evidence: judged, but nothing below would be the node's
         return reasons
     probe = hardware.probe(secret, challenge.n)
@@ -63,8 +68,22 @@ def judge_evidence(address: str, evidence: dict[str, Any]) -> tuple[str, list[st
             answer[key]  # noqa: B018
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not a hardware challenge's evidence: {type(exc).__name__} {exc}") from None
-    not_its_own = unsigned(address, challenge, commitment, answer)
+    not_its_own = unsigned(address, challenge, commitment, secret, answer)
     if not_its_own:
         return "unsigned", not_its_own
     reasons = judge(address, challenge, commitment, secret, answer)
     return ("wrong", reasons) if reasons else ("right", [])
+
+
+EVIDENCE_KEYS = ("challenge", "commitment", "secret", "answer")
+
+
+def evidence_digest(evidence: dict[str, Any]) -> bytes:
+    """sha256 of the evidence's canonical JSON (its four parts, keys sorted): what a slash vote names on
+    chain (`intellect-pool slashing hardware`), so that anyone holding the evidence can find the vote
+    and anyone reading the vote can ask for exactly that evidence."""
+    try:
+        parts = {key: evidence[key] for key in EVIDENCE_KEYS}
+    except KeyError as exc:
+        raise ValueError(f"not a hardware challenge's evidence: no {exc}") from None
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).digest()

@@ -6,6 +6,7 @@ intellect-pool slashing validators add 1 0xVALIDATOR      (add | remove | list)
 intellect-pool slashing vote 1 0xWORKKEY [--soft]         (as a validator)
 intellect-pool slashing verdicts 1 [--validator-url URL]  (votes on chain, reasons from validators)
 intellect-pool slashing pardon 1 0xWORKKEY                (owner: reverse a soft invalidation)
+intellect-pool slashing hardware 1 0xNODE --orchestrator URL (a wrong hardware answer, judged first)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ledger.cli_common import (
     tokens,
 )
 from ledger.errors import LedgerError
+from ledger.hardware_cli import slash_hardware
 
 app = typer.Typer(
     help="Slashing by quorum: policy, validators, votes, verdicts, pardons.", no_args_is_help=True
@@ -205,3 +207,6 @@ def verdicts(
             )
         )
     chain.emit(rows, table)
+
+
+command(app, "hardware")(slash_hardware)

@@ -75,6 +75,7 @@ class HardwareProver:
             self._held = None  # one reveal per challenge: a second probe would open more rows
         probe = hardware.probe(bytes.fromhex(reveal.secret), held.challenge.n)
         cr, rows, proofs = hardware.answer(held.product, held.levels, probe)
-        signature = self.sign(answer_text(reveal.challenge_id, self.node_address, cr, rows, proofs))
+        said = answer_text(reveal.challenge_id, self.node_address, reveal.secret, cr, rows, proofs)
+        signature = self.sign(said)
         return HardwareAnswer(challenge_id=reveal.challenge_id, cr=cr, rows=rows, proofs=proofs,
                               signature=signature)  # fmt: skip

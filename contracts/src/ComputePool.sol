@@ -158,6 +158,7 @@ contract ComputePool is AccessControl {
     // alone). Seats are given once per pool and never reused, so a removed validator's bit stays its own.
     mapping(uint256 => mapping(bytes32 => uint256)) private _tally;
     mapping(uint256 => mapping(address => uint256)) private _seat;
+    mapping(uint256 => mapping(bytes32 => bool)) private _hardwareDecided; // keccak256(node, evidence)
     mapping(uint256 => uint256) private _seats;
     uint256 private constant MAX_SEATS = 239;
     mapping(uint256 => mapping(bytes32 => uint256)) private _softDropped;
@@ -200,6 +201,10 @@ contract ComputePool is AccessControl {
         uint256 indexed poolId, bytes32 indexed workKey, address indexed validator, bool soft, uint256 votes
     );
     event WorkPardoned(uint256 indexed poolId, address indexed node, bytes32 workKey);
+    event HardwareSlashVoted(uint256 indexed poolId, address indexed node, bytes32 evidence, address validator, uint256 votes);
+    event NodeSlashedForHardware(
+        uint256 indexed poolId, address indexed provider, address indexed node, bytes32 evidence, uint256 slashed, uint256 dropped
+    );
     event RewardsClaimed(address indexed node, address indexed provider, uint256 amount);
     event ParametersUpdated(uint256 rewardPerUnit, uint256 rewardLockPeriod, uint256 invalidationWindow, uint256 slashPenalty);
     event WhitelistRequiredUpdated(bool required);
@@ -511,6 +516,31 @@ contract ComputePool is AccessControl {
         emit WorkPardoned(poolId, e.node, workKey);
     }
 
+    /// @notice One validator's vote that `node` signed a wrong answer to a hardware challenge: `evidence`
+    /// is the sha256 of that evidence (the challenge, the node's signed commitment and answer, the
+    /// challenger's secret: docs/hardware.md), which each validator re-checks off chain before voting.
+    /// The pool's quorum decides, as for work; the deciding vote slashes the policy's amount, drops the
+    /// node's locked rewards, ejects and blacklists it. Votes are tallied under
+    /// keccak256(node, evidence) (`workVotes` reads them); the node must be in the pool at the first
+    /// vote, and leaving afterwards does not escape the verdict.
+    function voteSlashHardware(uint256 poolId, address node, bytes32 evidence) external {
+        Pool storage p = _pool(poolId);
+        SlashingPolicy memory policy = _policyFor(poolId);
+        bytes32 key = keccak256(abi.encodePacked(node, evidence));
+        if (_hardwareDecided[poolId][key]) return;
+        if (_tally[poolId][key] == 0 && !_poolNodes[poolId].contains(node)) revert NodeNotInPool(poolId, node);
+        (uint256 votes,) = _cast(poolId, key, false);
+        emit HardwareSlashVoted(poolId, node, evidence, msg.sender, votes);
+        if (votes < policy.quorum) return;
+        _hardwareDecided[poolId][key] = true;
+        address provider = _providerOf(node);
+        uint256 slashed = registry.slashUpTo(provider, policy.amount);
+        uint256 dropped = _dropLockedRewards(node);
+        if (_poolNodes[poolId].contains(node)) _eject(p, node, provider);
+        _blacklist(poolId, node);
+        emit NodeSlashedForHardware(poolId, provider, node, evidence, slashed, dropped);
+    }
+
     function workVotes(uint256 poolId, bytes32 workKey, address validator) external view returns (uint256 votes, bool voted) {
         uint256 t = _tally[poolId][workKey];
         return (t & 0xff, t & (1 << (16 + _seat[poolId][validator])) != 0);
@@ -534,6 +564,16 @@ contract ComputePool is AccessControl {
 
     function _votable(uint256 poolId, bytes32 workKey) private view returns (Entry memory e, SlashingPolicy memory policy) {
         e = _entry(poolId, workKey);
+        policy = _policyFor(poolId);
+        uint256 deadline = uint256(e.timestamp) + policy.window;
+        if (e.status == WorkStatus.SUBMITTED && block.timestamp > deadline) {
+            revert VoteWindowClosed(poolId, workKey, deadline);
+        }
+    }
+
+    /// @dev The pool's policy once the sender is one of its voters: a named validator of a pool with a
+    /// policy, else a global validator deciding alone with the default penalty and window.
+    function _policyFor(uint256 poolId) private view returns (SlashingPolicy memory policy) {
         policy = slashingPolicies[poolId];
         if (policy.quorum == 0) {
             if (!hasRole(VALIDATOR_ROLE, msg.sender)) revert NotPoolValidator(poolId, msg.sender);
@@ -541,9 +581,12 @@ contract ComputePool is AccessControl {
         } else if (!_poolValidators[poolId].contains(msg.sender)) {
             revert NotPoolValidator(poolId, msg.sender);
         }
-        uint256 deadline = uint256(e.timestamp) + policy.window;
-        if (e.status == WorkStatus.SUBMITTED && block.timestamp > deadline) {
-            revert VoteWindowClosed(poolId, workKey, deadline);
+    }
+
+    function _blacklist(uint256 poolId, address node) private {
+        if (!nodeBlacklisted[poolId][node]) {
+            nodeBlacklisted[poolId][node] = true;
+            emit NodeBlacklisted(poolId, node);
         }
     }
 
@@ -554,10 +597,7 @@ contract ComputePool is AccessControl {
         if (_poolNodes[p.id].contains(e.node)) _eject(p, e.node, e.provider); // a node in a pool keeps its provider
         // A node caught cheating never rejoins this pool (an orchestrator would otherwise re-invite
         // it as soon as it shows up in discovery again).
-        if (!nodeBlacklisted[p.id][e.node]) {
-            nodeBlacklisted[p.id][e.node] = true;
-            emit NodeBlacklisted(p.id, e.node);
-        }
+        _blacklist(p.id, e.node);
         emit WorkInvalidated(p.id, e.provider, e.node, e.workKey, slashed, dropped);
     }
 

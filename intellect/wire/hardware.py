@@ -60,9 +60,13 @@ def commitment_text(challenge: HardwareChallenge, node_address: str, root: str) 
             f"precision={challenge.precision} node={node_address.lower()} root={root}")  # fmt: skip
 
 
-def answer_text(challenge_id: str, node_address: str, cr: list[float], rows: list[list[float]],
+def answer_text(challenge_id: str, node_address: str, secret: str, cr: list[float], rows: list[list[float]],
                 proofs: list[list[str]]) -> str:  # fmt: skip
-    """What the node signs for its reveal: the digest of the answer's canonical JSON."""
+    """What the node signs for its reveal: the secret it answers (the probe's seed) and the digest of the
+    answer's canonical JSON. The secret is in the signed words so that nobody holding an honest
+    answer can pair it with another secret (another probe, which the answer would fail) and present
+    that as the node's wrong answer: evidence that takes stake must be the node's words, all of it."""
     body = json.dumps({"cr": cr, "rows": rows, "proofs": proofs}, separators=(",", ":"))
     digest = hashlib.sha256(body.encode()).hexdigest()
-    return f"intellect-hardware/1 answer {challenge_id} node={node_address.lower()} sha256={digest}"
+    return (f"intellect-hardware/2 answer {challenge_id} node={node_address.lower()} "
+            f"secret={secret.lower()} sha256={digest}")  # fmt: skip

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from eth_utils import to_checksum_address
 from pydantic import BaseModel
+from web3 import Web3
 
 from ledger.errors import LedgerError
 from ledger.models import TxResult
@@ -79,6 +80,12 @@ class Slashing:
         key = work_key_bytes(work_key)
         return self.client._tx(self.pools, "voteSoftInvalidate", pool_id, key, min_gas=VOTE_GAS)
 
+    def vote_slash_hardware(self, pool_id: int, node: str, evidence: bytes) -> TxResult:
+        """Vote that `node` signed a wrong hardware answer; `evidence` is its 32-byte digest
+        (`intellect.hardware_evidence.evidence_digest`), re-checked by the voter first."""
+        return self.client._tx(self.pools, "voteSlashHardware", pool_id, to_checksum_address(node),
+                               work_key_bytes(evidence), min_gas=VOTE_GAS)  # fmt: skip
+
     def pardon(self, pool_id: int, work_key: bytes | str) -> TxResult:
         return self.client._tx(self.pools, "pardon", pool_id, work_key_bytes(work_key))
 
@@ -87,3 +94,8 @@ class Slashing:
             self.pools, "workVotes", pool_id, work_key_bytes(work_key), to_checksum_address(validator)
         )
         return WorkVotes(votes=votes, voted=voted)
+
+
+def hardware_vote_key(node: str, evidence: bytes) -> bytes:
+    """The key a hardware slash vote is tallied under (read it with `votes`): keccak256(node, evidence)."""
+    return bytes(Web3.solidity_keccak(["address", "bytes32"], [to_checksum_address(node), evidence]))

@@ -3,7 +3,8 @@ is in the pool, at moments it cannot foresee (each pass challenges each Healthy 
 pass interval / `hardware_recheck_seconds`: exponentially distributed gaps of that mean). A node that
 swapped its GPU for a slower one after proving it is placed by the new figure; a wrong answer from a
 pool member is recorded with its evidence (`/nodes/{address}/hardware`) and logged for the pool owner,
-who decides (`intellect-pool`); the node is not moved by the orchestrator, which holds no stake.
+who decides (`intellect-pool slashing hardware`, a validator's vote); the node is not moved by the
+orchestrator, which holds no stake.
 """
 
 from __future__ import annotations

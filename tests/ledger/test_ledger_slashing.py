@@ -241,3 +241,41 @@ def test_no_reward_unlocks_before_its_work_can_no_longer_be_invalidated(world: W
     v1.slashing.vote_invalidate(world.pool_id, key(40))  # still inside the window: the vote lands
     assert world.admin.get_work(world.pool_id, key(40)).status is WorkStatus.INVALIDATED  # type: ignore[union-attr]
     assert world.admin.pending_rewards(world.node.address) == 0
+
+
+def test_a_hardware_slash_takes_the_quorum_and_leaving_does_not_escape_it(world: World) -> None:
+    """`voteSlashHardware`: votes on (node, evidence digest) count like work votes; the deciding one
+    slashes the policy's amount, drops the locked rewards, blacklists; the node's leaving after the
+    first vote changes nothing; a node never in the pool and a voter who is not a validator are refused."""
+    from ledger.contracts.slashing import hardware_vote_key
+
+    owner, (v1, v2, v3) = three_validators(world)
+    owner.slashing.set_policy(world.pool_id, 2, SLASH, DAY)
+    world.onboard(world.provider, world.node, stake=1000 * ONE_TOKEN)
+    world.provider.submit_work(world.pool_id, world.node.address, key(40), 3)
+    stake = world.admin.get_provider(world.provider.address).stake
+    evidence = hashlib.sha256(b"a wrong answer the node signed").digest()
+    node = world.node.address
+
+    first = v1.slashing.vote_slash_hardware(world.pool_id, node, evidence)
+    assert first.event("HardwareSlashVoted").args["votes"] == 1  # type: ignore[union-attr]
+    assert first.event("NodeSlashedForHardware") is None
+    assert world.admin.slashing.votes(world.pool_id, hardware_vote_key(node, evidence), v1.address).voted
+    with reverts("AlreadyVoted"):
+        v1.slashing.vote_slash_hardware(world.pool_id, node, evidence)
+    with reverts("NotPoolValidator"):
+        world.provider.slashing.vote_slash_hardware(world.pool_id, node, evidence)
+    world.provider.leave_pool(world.pool_id, node)  # too late: the first vote was cast in the pool
+
+    second = v2.slashing.vote_slash_hardware(world.pool_id, node, evidence)
+    ev = second.event("NodeSlashedForHardware")
+    assert ev is not None and ev.args["slashed"] == SLASH and ev.args["dropped"] == 3 * ONE_TOKEN
+    assert ev.args["evidence"] == "0x" + evidence.hex()
+    assert world.admin.get_provider(world.provider.address).stake == stake - SLASH
+    assert world.admin.is_node_blacklisted(world.pool_id, node)
+    assert world.admin.pending_rewards(node) == 0
+    late = v3.slashing.vote_slash_hardware(world.pool_id, node, evidence)  # decided: a no-op
+    assert late.event("HardwareSlashVoted") is None and late.event("NodeSlashedForHardware") is None
+    assert world.admin.get_provider(world.provider.address).stake == stake - SLASH
+    with reverts("NodeNotInPool"):  # other evidence against a node that is not in the pool
+        v1.slashing.vote_slash_hardware(world.pool_id, node, hashlib.sha256(b"other").digest())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -17,7 +18,13 @@ from intellect import hardware
 from intellect.hardware_evidence import judge
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth, sign_request
-from intellect.wire.hardware import HardwareChallenge, HardwareCommitment, commitment_text
+from intellect.wire.hardware import (
+    HardwareChallenge,
+    HardwareCommitment,
+    HardwareReveal,
+    answer_text,
+    commitment_text,
+)
 from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.tasks import TaskState
 from tests.support.testing import serve_in_thread
@@ -222,6 +229,21 @@ class ReplayingProver(HardwareProver):
                                   root=root, seconds=0.0, signature=signature)
 
 
+def signed_wrong_answer(node: Wallet) -> dict:
+    """Evidence of a wrong answer in `node`'s own signed words: an honest round whose C·r it then
+    changed and signed again (a member that stopped computing after it joined)."""
+    prover = HardwareProver(node.address, node.sign_message)
+    challenge = HardwareChallenge(challenge_id=secrets.token_hex(32), n=32, precision="float32")
+    commitment = prover.commit(challenge)
+    secret = secrets.token_hex(32)
+    answer = prover.reveal(HardwareReveal(challenge_id=challenge.challenge_id, secret=secret)).model_dump()
+    answer["cr"] = [x + 1000.0 for x in answer["cr"]]
+    answer["signature"] = node.sign_message(answer_text(challenge.challenge_id, node.address, secret,
+                                                        answer["cr"], answer["rows"], answer["proofs"]))
+    return {"challenge": challenge.model_dump(), "commitment": commitment.model_dump(), "secret": secret,
+            "answer": answer}
+
+
 def test_hardware_is_proven_before_the_invite_and_a_wrong_answer_is_refused(devnet, redis_url, discovery,
                                                                             tmp_path):  # fmt: skip
     orch = Orchestrator(devnet, redis_url, discovery, tmp_path / "orch", hardware_n=96,
@@ -236,7 +258,7 @@ def test_hardware_is_proven_before_the_invite_and_a_wrong_answer_is_refused(devn
             app, invites = standin_worker(devnet, provider, node, prover)
             servers.append(serve_in_thread(app))
             upload(discovery, node, provider, servers[-1].url)
-            nodes[kind] = (node, invites)
+            nodes[kind] = (node, invites, provider)
         honest, liar = nodes["honest"][0].address, nodes["liar"][0].address
         wait_for(lambda: orch.node(honest).get("state") == "WaitingForHeartbeat", what="the honest invited")
         figures = orch.node(honest)["hardware"]
@@ -284,6 +306,24 @@ def test_hardware_is_proven_before_the_invite_and_a_wrong_answer_is_refused(devn
         assert framed.returncode == 0 and json.loads(framed.stdout)[0]["verdict"] == "unsigned", framed.stderr
         neither = pool("hardware-evidence", liar)
         assert neither.returncode == 1 and "--orchestrator URL" in neither.stderr + neither.stdout
+        # A validator's slash vote (`intellect-pool slashing hardware`) judges the evidence first
+        validator = devnet.new_provider()
+        devnet.client(devnet.owner).grant_validator(validator.address)
+        env["INTELLECT_PRIVATE_KEY"] = validator.private_key_hex()
+        where = ("--deployment", str(deployment), "--json")
+        refused = pool("slashing", "hardware", str(devnet.pool_id), honest, "--file", str(saved), *where)
+        assert refused.returncode == 1 and "nothing here convicts" in refused.stderr + refused.stdout
+        outside = pool("slashing", "hardware", str(devnet.pool_id), liar, "--orchestrator", orch.url, *where)
+        assert outside.returncode == 1 and "NodeNotInPool" in outside.stderr + outside.stdout  # never invited
+        # a member that answers a later (re)challenge wrongly, in its own signed words, is slashed
+        wait_for(lambda: devnet.client().is_node_in_pool(devnet.pool_id, honest), what="the honest joined")
+        turned = tmp_path / "turned.json"
+        turned.write_text(json.dumps(signed_wrong_answer(nodes["honest"][0])))
+        stake = devnet.client().get_provider(nodes["honest"][2].address).stake
+        slashed = pool("slashing", "hardware", str(devnet.pool_id), honest, "--file", str(turned), *where)
+        assert slashed.returncode == 0 and "decided: slashed" in slashed.stdout, slashed.stderr
+        assert devnet.client().get_provider(nodes["honest"][2].address).stake < stake
+        assert devnet.client().is_node_blacklisted(devnet.pool_id, honest)
         metrics = httpx.get(orch.url + "/metrics").text
         assert 'orchestrator_hardware_challenges_total{outcome="proven"}' in metrics
         assert 'orchestrator_hardware_challenges_total{outcome="wrong"}' in metrics

@@ -237,8 +237,9 @@ def test_hardware_challenges_are_answered_for_the_pool_only_and_once(worker, dev
     answered = post("reveal", json.dumps(reveal).encode(), devnet.manager)
     assert answered.status_code == 200, answered.text
     answer = HardwareAnswer.model_validate(answered.json())
-    assert verify_message(answer_text(challenge.challenge_id, keys.node.address, answer.cr, answer.rows,
-                                      answer.proofs), answer.signature, keys.node.address)  # fmt: skip
+    said = answer_text(challenge.challenge_id, keys.node.address, secret.hex(), answer.cr, answer.rows,
+                       answer.proofs)  # fmt: skip
+    assert verify_message(said, answer.signature, keys.node.address)
     a, b = hardware.matrices(challenge.challenge_id, keys.node.address, challenge.n, challenge.precision)
     result = hardware.check(a, b, challenge.precision, commitment.root, hardware.probe(secret, challenge.n),
                             answer.cr, answer.rows, answer.proofs)  # fmt: skip
