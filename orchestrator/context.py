@@ -17,6 +17,7 @@ from orchestrator.scheduling import PlanCache
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store.hardware import HardwareBook
 from orchestrator.store.nodes import NodeBook
+from orchestrator.store.round_trips import RoundTripBook
 from orchestrator.store.tasks import TaskStore
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -69,3 +70,4 @@ class Context:
     peers: SignedClient
     metrics: Metrics
     hardware: HardwareBook
+    round_trips: RoundTripBook

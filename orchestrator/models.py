@@ -147,3 +147,16 @@ class HardwareProofRow(Base):
     seconds: Mapped[float | None] = mapped_column(Float)  # challenge → commitment, less the round trip
     reasons: Mapped[list[str] | None] = mapped_column(JSON)
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # wrong answers only
+
+
+class RoundTripRow(Base):
+    """What `reporter` measured to `target`'s peer inbox (the shortest of a few TCP handshakes, ms; None:
+    it could not be reached), latest only. A link counts for placement only when both of its ends
+    measured it, and at the larger of their figures (orchestrator/store/round_trips.py)."""
+
+    __tablename__ = "round_trips"
+
+    reporter: Mapped[str] = mapped_column(String(42), primary_key=True)
+    target: Mapped[str] = mapped_column(String(42), primary_key=True)
+    ms: Mapped[float | None] = mapped_column(Float)
+    at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

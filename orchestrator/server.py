@@ -37,6 +37,7 @@ from orchestrator.context import Context, Metrics
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
 from orchestrator.hardware.rechecks import recheck_loop
+from orchestrator.hardware.round_trips import round_trip_loop
 from orchestrator.heartbeat import HeartbeatHandler, OrchestratorApp
 from orchestrator.invites import invite_loop
 from orchestrator.live import LeaderLease, LiveStore
@@ -46,6 +47,7 @@ from orchestrator.settings import OrchestratorSettings
 from orchestrator.storage import LocalDiskStorage, storage_router
 from orchestrator.store.hardware import HardwareBook
 from orchestrator.store.nodes import NodeBook
+from orchestrator.store.round_trips import RoundTripBook
 from orchestrator.store.tasks import TaskStore
 from orchestrator.uploads import UploadService, make_storage, storage_secret
 
@@ -120,7 +122,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                       book=NodeBook(sessions, live), tasks=TaskStore(sessions, TaskChanges(live, keeper)),
                       plans=PlanCache(scheduler, sessions), chain=pool_chain,
                       peers=SignedClient(key, settings.http_timeout_seconds, settings.http_retries),
-                      metrics=Metrics(), hardware=HardwareBook(sessions))
+                      metrics=Metrics(), hardware=HardwareBook(sessions),
+                      round_trips=RoundTripBook(sessions))
         resources.push_async_callback(ctx.peers.aclose)
         state.ctx = ctx
         state.heartbeat = HeartbeatHandler(ctx)
@@ -136,6 +139,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                      asyncio.create_task(keeper.loop(lease.hold), name="groups")]
             if settings.hardware_challenge and settings.hardware_recheck_seconds > 0:
                 loops.append(asyncio.create_task(recheck_loop(ctx, lease.hold), name="hardware"))
+            if settings.round_trip_seconds > 0:
+                loops.append(asyncio.create_task(round_trip_loop(ctx, lease.hold), name="round-trips"))
         log.info("orchestrator started", pool=settings.pool_id, manager=key.address,
                  database=settings.effective_database_url.split("@")[-1], redis=url)
         try:

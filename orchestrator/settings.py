@@ -54,6 +54,10 @@ class OrchestratorSettings(IntellectSettings):
         default=3600.0, ge=0, description="mean time between random re-challenges of a pool member "
         "(exponentially distributed, so no node knows when; 0: only before the invite)",
     )  # fmt: skip
+    round_trip_seconds: float = Field(
+        default=300.0, ge=0, description="how often each node measures its round trips to up to 16 other "
+        "nodes' peer inboxes (what groups are placed by, docs/hardware.md); 0: never",
+    )  # fmt: skip
     # Dead (no work, its group dissolved) comes at most `dead_within_seconds` after the last beat; the
     # on-chain ejection waits longer, so a link that drops for a minute costs an honest node nothing
     # on chain (a Dead node that heartbeats again is Healthy at the next check). docs/orchestrator.md.

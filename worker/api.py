@@ -1,5 +1,5 @@
 """The worker's small HTTP API: `POST /invite`, `GET /logs`, `POST /restart`, `POST /hardware/challenge`,
-`POST /hardware/reveal`, `GET /health`, `GET /metrics`.
+`POST /hardware/reveal`, `POST /hardware/round-trips`, `GET /health`, `GET /metrics`.
 
 Every route but `/health` and `/metrics` takes only requests signed (intellect.signing) by the pool's
 manager key or, for logs and restart, by an address with the validator role; both read on chain. Invites must
@@ -9,6 +9,7 @@ strangers from making the worker spend gas.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,9 +23,17 @@ from pydantic import BaseModel
 
 from intellect.auth import MemoryNonceStore, RequestVerifier
 from intellect.http_guard import guard
-from intellect.wire.hardware import HardwareAnswer, HardwareChallenge, HardwareCommitment, HardwareReveal
+from intellect.wire.hardware import (
+    HardwareAnswer,
+    HardwareChallenge,
+    HardwareCommitment,
+    HardwareReveal,
+    RoundTripReport,
+    RoundTripRequest,
+)
 from intellect.wire.invites import InviteRequest, InviteResponse
 from worker import __version__
+from worker.heartbeat import handshake_ms
 from worker.proof import HardwareProver, UnknownChallenge
 from worker.runtime.base import Runtime
 
@@ -177,6 +186,13 @@ async def hardware_reveal(body: HardwareReveal, _: tuple[str, Role] = Depends(ca
         return await run_in_threadpool(prover.reveal, body)
     except UnknownChallenge as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+@hardware_router.post("/round-trips", response_model=RoundTripReport)
+async def round_trips(body: RoundTripRequest, _: tuple[str, Role] = Depends(caller_role)) -> RoundTripReport:
+    """The round trip from here to each named peer inbox (the shortest of 3 TCP handshakes, 2 s each):
+    what the pool places groups by (docs/hardware.md). The manager or a validator; at most 16 peers."""
+    return RoundTripReport(ms=list(await asyncio.gather(*(handshake_ms(p, timeout=2.0) for p in body.peers))))
 
 
 @health_router.get("/metrics")

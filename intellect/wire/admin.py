@@ -43,6 +43,10 @@ class HardwareHistory(WireModel):
         default_factory=list, description="the signed evidence of each wrong answer, newest first: "
         "challenge, commitment, secret and answer (anyone can check it again)",
     )  # fmt: skip
+    round_trips: dict[str, float] = Field(
+        default_factory=dict, description="ms to each node both ends measured (the larger of their figures): "
+        "what groups are placed by",
+    )  # fmt: skip
 
 
 class NodeRecord(WireModel):

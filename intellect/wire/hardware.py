@@ -70,3 +70,18 @@ def answer_text(challenge_id: str, node_address: str, secret: str, cr: list[floa
     digest = hashlib.sha256(body.encode()).hexdigest()
     return (f"intellect-hardware/2 answer {challenge_id} node={node_address.lower()} "
             f"secret={secret.lower()} sha256={digest}")  # fmt: skip
+
+
+MAX_PEERS = 16  # peer inboxes measured per request: a few seconds of handshakes at most
+
+
+class RoundTripRequest(WireModel):
+    """Peer inboxes (host:port) of other pool members to measure, from the manager (or a validator)."""
+
+    peers: list[Annotated[str, Field(min_length=3, max_length=255)]] = Field(
+        min_length=1, max_length=MAX_PEERS)
+
+
+class RoundTripReport(WireModel):
+    ms: list[float | None] = Field(max_length=MAX_PEERS, description="the shortest of 3 TCP handshakes to "
+                                   "each peer, in the request's order; null: not reached")  # fmt: skip

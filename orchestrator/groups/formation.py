@@ -3,10 +3,17 @@
 A group runs at its slowest member's pace (one batch's stages run one after another), so the fastest
 free node seeds each group and is joined by nodes of similar proven throughput (within
 `SIMILAR_SPEED` of it), nearest first; then by the next fastest; nodes with no proven figure come
-last, nearest first (the old rule). Throughput is what the node PROVED: the FLOP/s lower bound of its
-latest hardware challenge (a matrix product checked by Freivalds' algorithm, docs/hardware.md), never
-the figure its worker reports of itself (`worker/benchmark.py`, shown but not used here): a node can
-prove less than it has, never more.
+last, nearest first. Throughput is what the node PROVED: the FLOP/s lower bound of its latest
+hardware challenge (a matrix product checked by Freivalds' algorithm, docs/hardware.md), never the
+figure its worker reports of itself (`worker/benchmark.py`, shown but not used here): a node can prove
+less than it has, never more.
+
+"Nearest" is measured, not declared: the round trip between the two nodes as both of them measured it
+(the larger figure, orchestrator/store/round_trips.py); where that link is not measured yet, the sum
+of the orchestrator's own round trips to each (a bound on the link by the triangle inequality, taken
+with the hardware proof); the location a node reports of itself only where neither exists (a pool
+that challenges no hardware). Ties are broken by a draw nobody in the group controls (sha256 of the
+pass's random `draw` and the address), not by address order, which a node picks.
 
 No I/O here: the scheduler feeds candidates in and persists what comes out, so this is easy to test.
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from intellect.wire.nodes import ComputeSpecs, Location
@@ -30,6 +38,7 @@ class Candidate:
     location: Location | None = None
     p2p_address: str | None = None
     throughput: float | None = None  # proven FLOP/s (None: nothing proven)
+    rtt_ms: float | None = None  # the orchestrator's measured round trip to it (with its proof)
     reachable: bool = True  # False: behind NAT (the pool could not call it; it fetched its invite)
 
 
@@ -40,12 +49,33 @@ def _speed(c: Candidate) -> float:
     return c.throughput if c.throughput is not None and c.throughput > 0 else -1.0
 
 
-def _joining_order(seed: Candidate, c: Candidate) -> tuple[int, float, str]:
+Links = Mapping[frozenset[str], float]
+
+
+def nearness(seed: Candidate, c: Candidate, links: Links) -> tuple[int, float]:
+    """How near `c` is to `seed`, smaller first: (0, the measured link), (1, the sum of the
+    orchestrator's round trips), (2, km between declared locations), in that order of trust."""
+    measured = links.get(frozenset((seed.address, c.address)))
+    if measured is not None:
+        return (0, measured)
+    if seed.rtt_ms is not None and c.rtt_ms is not None:
+        return (1, seed.rtt_ms + c.rtt_ms)
+    return (2, distance_km(seed.location, c.location))
+
+
+def _tie(c: Candidate, draw: str | None) -> str:
+    if draw is None:
+        return c.address
+    return hashlib.sha256(f"intellect-formation:{draw}:{c.address.lower()}".encode()).hexdigest()
+
+
+def _joining_order(seed: Candidate, c: Candidate, links: Links,
+                   draw: str | None) -> tuple[int, tuple[int, float] | float, str]:  # fmt: skip
     if seed.throughput is None or c.throughput is None:
-        return (2, distance_km(seed.location, c.location), c.address)
+        return (2, nearness(seed, c, links), _tie(c, draw))
     if _speed(c) >= SIMILAR_SPEED * _speed(seed):
-        return (0, distance_km(seed.location, c.location), c.address)
-    return (1, -_speed(c), c.address)
+        return (0, nearness(seed, c, links), _tie(c, draw))
+    return (1, -_speed(c), _tie(c, draw))
 
 
 @dataclass
@@ -63,11 +93,14 @@ def distance_km(a: Location | None, b: Location | None) -> float:
     return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))
 
 
-def form_groups(candidates: list[Candidate], topologies: list[Topology]) -> list[ProposedGroup]:
-    """Greedy: for each topology in order, seed with the fastest free node (address order among equals)
-    and add free nodes of similar speed, nearest first, then the next fastest, up to max_size; keep the
-    group only if it reaches min_size."""
-    free = sorted(candidates, key=lambda c: (-_speed(c), c.address.lower()))
+def form_groups(candidates: list[Candidate], topologies: list[Topology], links: Links | None = None,
+                draw: str | None = None) -> list[ProposedGroup]:  # fmt: skip
+    """Greedy: for each topology in order, seed with the fastest free node (the draw's order among
+    equals; address order without one) and add free nodes of similar speed, nearest first (`links`:
+    measured round trips by pair), then the next fastest, up to max_size; keep the group only if it
+    reaches min_size."""
+    measured: Links = links or {}
+    free = sorted(candidates, key=lambda c: (-_speed(c), _tie(c, draw).lower()))
     groups: list[ProposedGroup] = []
     for topology in topologies:
         while True:
@@ -75,7 +108,7 @@ def form_groups(candidates: list[Candidate], topologies: list[Topology]) -> list
             if len(fitting) < topology.min_size:
                 break
             seed = fitting[0]
-            others = sorted(fitting[1:], key=lambda c: _joining_order(seed, c))
+            others = sorted(fitting[1:], key=lambda c: _joining_order(seed, c, measured, draw))
             members = _callable_ring([seed, *others], topology.max_size)
             if len(members) < topology.min_size:  # the seed is behind NAT and too few can be called
                 free = [c for c in free if c.address != seed.address]

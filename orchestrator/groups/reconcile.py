@@ -27,8 +27,9 @@ from orchestrator.groups.failures import (
 from orchestrator.groups.formation import Candidate, form_groups, merge_candidates, ring_order
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
-from orchestrator.store.hardware import proven_flops
+from orchestrator.store.hardware import PROVEN, latest_proofs
 from orchestrator.store.nodes import audit
+from orchestrator.store.round_trips import links
 
 log = structlog.get_logger("intellect.orchestrator.groups")
 
@@ -64,21 +65,31 @@ class Changes:
         return bool(self.dissolved or self.formed or self.merged or self.assigned)
 
 
-def candidate(row: NodeRow, proven: dict[str, float] | None = None) -> Candidate:
-    """The node as formation sees it. Its speed is what it proved (`proven`: FLOP/s of its latest
-    hardware challenge, orchestrator/store/hardware.py), never the throughput it reports of itself."""
-    meta = None
-    if row.node_metadata:
-        try:
-            meta = NodeMetadata.model_validate(row.node_metadata)
-        except ValidationError:
-            meta = None
-    # The peer inbox the node advertised (`p2p_port`), else its API port, at the address the pool uses.
+def _metadata(row: NodeRow) -> NodeMetadata | None:
+    if not row.node_metadata:
+        return None
+    try:
+        return NodeMetadata.model_validate(row.node_metadata)
+    except ValidationError:
+        return None
+
+
+def peer_inbox(row: NodeRow) -> str | None:
+    """The peer inbox the node advertised (`p2p_port`), else its API port, at the address the pool uses."""
+    meta = _metadata(row)
     port = meta.p2p_port if meta is not None and meta.p2p_port is not None else row.port
-    p2p = f"{row.ip_address}:{port}" if row.ip_address and port else None
+    return f"{row.ip_address}:{port}" if row.ip_address and port else None
+
+
+def candidate(row: NodeRow, proven: dict[str, float] | None = None,
+              rtt: dict[str, float] | None = None) -> Candidate:  # fmt: skip
+    """The node as formation sees it. Its speed is what it proved (`proven`: FLOP/s of its latest
+    hardware challenge, orchestrator/store/hardware.py), never the throughput it reports of itself;
+    `rtt`: the orchestrator's measured round trip to it (ms, with that proof)."""
+    meta = _metadata(row)
     return Candidate(address=row.address, specs=meta.compute_specs if meta else NO_SPECS,
-                     location=meta.location if meta else None, p2p_address=p2p,
-                     throughput=(proven or {}).get(row.address),
+                     location=meta.location if meta else None, p2p_address=peer_inbox(row),
+                     throughput=(proven or {}).get(row.address), rtt_ms=(rtt or {}).get(row.address),
                      # its API could not be called when it was invited (it fetched the invite itself):
                      # nobody can open a connection to it, its peers included
                      reachable=row.joined_via != "pull")
@@ -127,7 +138,9 @@ def reconcile(session: Session, configured: dict[str, Topology],
         # was ~0.9 s of CPU per pass at 25,000 nodes in pools that use no groups at all.
         return changes
     nodes = {row.address: row for row in session.scalars(select(NodeRow))}
-    proven = proven_flops(session)
+    latest = latest_proofs(session)
+    proven = {a: p.flops for a, p in latest.items() if p.outcome == PROVEN and p.flops is not None}
+    rtt = {a: p.rtt_ms for a, p in latest.items() if p.rtt_ms is not None}
     members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
     for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
         members.setdefault(member.group_id, []).append(member)
@@ -186,13 +199,14 @@ def reconcile(session: Session, configured: dict[str, Topology],
         wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
     sitting_out = recently_failed(failed, failed_cooldown_seconds, utcnow())
     grouped = {m.node_address for ms in members.values() for m in ms}
-    free = [candidate(row, proven) for row in nodes.values()
+    free = [candidate(row, proven, rtt) for row in nodes.values()
             if row.state == NodeState.HEALTHY.value and row.address not in grouped]
     addresses = {gid: {m.node_address for m in ms} for gid, ms in members.items()}
     for topology in wanted:
         users = [tid for tid, tops in allowed.items() if topology.name in {t.name for t in tops}]
         eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
-        for proposal in form_groups(eligible, [topology]):
+        measured = links(session, [c.address for c in eligible]) if len(eligible) > 1 else {}
+        for proposal in form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex):
             formed = _create(session, proposal.topology.name, proposal.members, None)
             gid = formed.id
             groups[gid] = formed

@@ -89,3 +89,24 @@ def test_the_ring_order_is_drawn_and_no_claim_places_a_member_before_another() -
             before[m].add(ring[(j + 1) % len(ring)])
     assert firsts == {"liar", "victim", "c"}
     assert all(len(after) == 2 for after in before.values())  # each one's successor varies with the draw
+
+
+def test_measured_links_come_before_the_orchestrators_round_trips_and_both_before_declared_places() -> None:
+    seed = Candidate(address="seed", specs=SPECS, location=BERLIN, throughput=1100, rtt_ms=5.0)
+    paris = Candidate(address="paris", specs=SPECS, location=PARIS, throughput=1000, rtt_ms=40.0)
+    tokyo = Candidate(address="tokyo", specs=SPECS, location=TOKYO, throughput=1000, rtt_ms=1.0)
+    two = [parse_topology_name("2x0GB")]
+    # no pair measured: the orchestrator's round trips (5 + 1 < 5 + 40) beat the declared places
+    assert members(form_groups([seed, paris, tokyo], two))[0] == ["seed", "tokyo"]
+    # Paris–seed measured by both ends: a measured link comes first, whatever the sums say
+    assert members(form_groups([seed, paris, tokyo], two, {frozenset(("seed", "paris")): 30.0}))[0] == \
+        ["seed", "paris"]  # fmt: skip
+    # without any round trip, the declared places as before
+    bare = [node("seed", 1100, BERLIN), node("tokyo", 1000, TOKYO), node("paris", 1000, PARIS)]
+    assert members(form_groups(bare, two))[0] == ["seed", "paris"]
+
+
+def test_ties_are_broken_by_the_draw_not_by_the_address_a_node_picks() -> None:
+    equal = [node(f"n{i}", 1000) for i in range(6)]
+    seeds = {members(form_groups(equal, [parse_topology_name("2x0GB")], draw=d))[0][0] for d in "abcdefgh"}
+    assert len(seeds) > 1  # over draws, different nodes seed: nobody wins by picking a low address

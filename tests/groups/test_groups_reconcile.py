@@ -235,3 +235,35 @@ def test_groups_are_placed_by_proven_figures_never_claimed_ones(tmp_path) -> Non
         plan = GroupScheduler().plan(s)
     group_of = {a: plan.task_for(a).group.group_id for a in (claimer, fast, slow, also_fast)}
     assert group_of[fast] == group_of[also_fast] != group_of[claimer] == group_of[slow]
+
+
+def test_groups_are_placed_by_round_trips_both_ends_measured_not_by_declared_places(tmp_path) -> None:
+    """Berlin and Paris declare themselves near, Tokyo and Osaka near; the links both ends measured say
+    Berlin–Tokyo and Paris–Osaka are the short ones (say, the declared places are lies): groups follow
+    the measurements. A link only one end reports, however short, does not count."""
+    from orchestrator.store.round_trips import RoundTripBook
+
+    make = sessions(tmp_path)
+    with make() as s, s.begin():
+        berlin, tokyo = add_node(s, "berlin", 80_000, port=1), add_node(s, "tokyo", 80_000, port=2)
+        paris, osaka = add_node(s, "paris", 80_000, port=3), add_node(s, "osaka", 80_000, port=4)
+        add_task(s, ["2x64GB"])
+    book = RoundTripBook(make)
+    everyone = [berlin, tokyo, paris, osaka]
+    near = {frozenset((berlin, tokyo)): 2.0, frozenset((paris, osaka)): 3.0}
+    for a in everyone:
+        book.record(a, {b: near.get(frozenset((a, b)), 80.0) for b in everyone if b != a})
+    book.record(paris, {berlin: 0.1})  # one end's claim: Berlin measured 80 ms to Paris, which wins
+    links = book.links()
+    assert links[frozenset((berlin, tokyo))] == 2.0 and links[frozenset((paris, berlin))] == 80.0
+    assert book.of(berlin)[tokyo] == 2.0
+    book.record(osaka, {tokyo: None})  # unreachable from one end: that link has no figure
+    assert frozenset((osaka, tokyo)) not in book.links()
+    with make() as s, s.begin():
+        changes = reconcile(s, {})
+    assert len(changes.formed) == 2
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    together = {a: plan.task_for(a).group.group_id for a in everyone}
+    assert together[berlin] == together[tokyo] and together[paris] == together[osaka]
+    assert together[berlin] != together[paris]

@@ -87,3 +87,50 @@ def test_an_answer_signed_by_another_key_is_refused_and_convicts_nobody() -> Non
     assert proof.evidence is not None
     kind, _ = judge_evidence(NODE.address, proof.evidence)
     assert kind == "unsigned"
+
+
+def test_a_round_trip_pass_records_links_both_ends_measured(tmp_path) -> None:
+    """`round_trip_pass` over real HTTP on loopback: each callable Healthy node measures the others'
+    peer inboxes through its own worker route; a link counts once both ends measured it, and a node
+    behind NAT (never called) leaves its links unmeasured."""
+    from types import SimpleNamespace
+
+    from orchestrator.db import make_engine, migrate, session_factory
+    from orchestrator.hardware.round_trips import round_trip_pass
+    from orchestrator.models import NodeRow, utcnow
+    from orchestrator.store.round_trips import RoundTripBook
+    from worker.api import caller_role, hardware_router
+
+    def member() -> FastAPI:
+        app = FastAPI()
+        app.include_router(hardware_router)
+        app.dependency_overrides[caller_role] = lambda: ("0xmanager", "manager")
+        return app
+
+    servers = [serve_in_thread(member()) for _ in range(2)]
+    try:
+        rows = []
+        for i, server in enumerate([*servers, None]):
+            port = int(server.url.rsplit(":", 1)[1]) if server else free_port()
+            rows.append(NodeRow(address=f"0x{i:040x}", state="Healthy", ip_address="127.0.0.1", port=port,
+                                joined_via="push" if server else "pull", created_at=utcnow()))  # fmt: skip
+        engine = make_engine(f"sqlite:///{tmp_path / 'o.db'}")
+        migrate(engine)
+        book = RoundTripBook(session_factory(engine))
+        ctx = SimpleNamespace(book=SimpleNamespace(all=lambda states: rows), round_trips=book,
+                              peers=SignedClient(Wallet.create(), timeout=10, retries=1))  # fmt: skip
+
+        async def go() -> int:
+            try:
+                return await round_trip_pass(ctx)  # type: ignore[arg-type]
+            finally:
+                await ctx.peers.aclose()
+
+        assert asyncio.run(go()) == 2
+    finally:
+        for server in servers:
+            server.stop()
+    a, b, behind_nat = (r.address for r in rows)
+    links = book.links()
+    assert list(links) == [frozenset((a, b))] and 0 < links[frozenset((a, b))] < 1000
+    assert book.measured_at(a).keys() == {b, behind_nat}  # measured (unreachable: no figure), not a link

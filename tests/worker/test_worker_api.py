@@ -246,3 +246,28 @@ def test_hardware_challenges_are_answered_for_the_pool_only_and_once(worker, dev
     assert result.ok, result.reasons
     again = post("reveal", json.dumps(reveal).encode(), devnet.manager)  # a second probe would open more rows
     assert again.status_code == 409
+
+
+def test_round_trips_are_measured_for_the_pool_only_and_bounded(worker, devnet: Devnet) -> None:
+    """`POST /hardware/round-trips`: the manager (or a validator) names peer inboxes, the worker answers
+    the shortest TCP handshake to each (null for one nobody answers); strangers and long lists refused."""
+    from intellect.net import free_port
+    from intellect.wire.hardware import MAX_PEERS
+
+    server, *_ = worker
+    own = server.url.removeprefix("http://")
+    body = json.dumps({"peers": [own, f"127.0.0.1:{free_port()}", "not-an-address"]}).encode()
+
+    def post(content: bytes, wallet: Wallet | None) -> httpx.Response:
+        return httpx.post(f"{server.url}/hardware/round-trips", content=content,
+                          auth=SignedAuth(wallet) if wallet else None,
+                          headers={"Content-Type": "application/json"}, timeout=30)  # fmt: skip
+
+    assert post(body, None).status_code == 401
+    assert post(body, Wallet.create()).status_code == 403
+    many = json.dumps({"peers": [own] * (MAX_PEERS + 1)}).encode()
+    assert post(many, devnet.manager).status_code == 422
+    measured = post(body, devnet.manager)
+    assert measured.status_code == 200, measured.text
+    ms = measured.json()["ms"]
+    assert len(ms) == 3 and 0 < ms[0] < 1000 and ms[1] is None and ms[2] is None

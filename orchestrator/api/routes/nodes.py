@@ -76,8 +76,10 @@ async def node_hardware(address: str, ctx: ContextDep) -> HardwareHistory:
     """The node's hardware challenges, newest first, with the signed evidence of every wrong answer."""
     row = await node_row(ctx, address)
     proofs = await run_in_threadpool(ctx.hardware.history, row.address)
+    links = await run_in_threadpool(ctx.round_trips.of, row.address)
     return HardwareHistory(node_address=row.address, proofs=[figures(p) for p in proofs],
-                           evidence=[p.evidence for p in proofs if p.evidence])  # fmt: skip
+                           evidence=[p.evidence for p in proofs if p.evidence],
+                           round_trips={a: round(ms, 3) for a, ms in sorted(links.items())})  # fmt: skip
 
 
 @router.get("/nodes/{address}/metrics", response_model=dict[str, float])

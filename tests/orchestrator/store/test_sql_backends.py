@@ -43,7 +43,7 @@ def test_migrations_build_every_table_and_are_idempotent(engine) -> None:
     assert set(inspect(engine).get_table_names()) >= TABLES
     migrate(engine)  # a second start on an up-to-date database changes nothing
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0004"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0005"
     assert "joined_via" in {c["name"] for c in inspect(engine).get_columns("nodes")}
 
 

@@ -1,0 +1,69 @@
+"""Measured round trips between nodes (`round_trips`): the round-trip loop (orchestrator/hardware/
+round_trips.py) records what each node measured to others' peer inboxes through `RoundTripBook`, its
+only writer; group formation reads `links`.
+
+Why both ends, at the larger figure: a node reports its own measurement, so it could report a short
+round trip to a node it wants to sit next to. The kernel of the measured node answers a TCP handshake,
+so an honest end's figure is never shorter than the network allows; a link counts only when both ends
+measured it, and at the larger of the two, so a liar can make its links look slower, never faster than
+its honest partner saw. What this cannot tell apart: a peer inbox that is a relay near the victim
+(the handshake is the relay's); docs/hardware.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.models import RoundTripRow, utcnow
+
+FRESH = timedelta(hours=6)  # older figures are not used (a node may have moved)
+
+
+def links(session: Session, addresses: Collection[str] | None = None) -> dict[frozenset[str], float]:
+    """Each pair measured from both ends within `FRESH`: the larger figure, in ms (a pair one end could
+    not reach is left out: no figure, as if unmeasured)."""
+    query = select(RoundTripRow).where(RoundTripRow.at >= utcnow() - FRESH, RoundTripRow.ms.is_not(None))
+    if addresses is not None:
+        query = query.where(RoundTripRow.reporter.in_(list(addresses)))
+    seen: dict[tuple[str, str], float] = {(r.reporter, r.target): float(r.ms or 0.0)
+                                          for r in session.scalars(query)}  # fmt: skip
+    pairs: dict[frozenset[str], float] = {}
+    for (a, b), ms in seen.items():
+        other = seen.get((b, a))
+        if other is not None and a != b:
+            pairs[frozenset((a, b))] = max(ms, other)
+    return pairs
+
+
+class RoundTripBook:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    def record(self, reporter: str, measured: dict[str, float | None]) -> None:
+        """`reporter`'s latest figure to each target (replacing its earlier one)."""
+        if not measured:
+            return
+        with self.sessions() as session, session.begin():
+            session.execute(delete(RoundTripRow).where(RoundTripRow.reporter == reporter,
+                                                       RoundTripRow.target.in_(list(measured))))  # fmt: skip
+            now = utcnow()
+            session.add_all(RoundTripRow(reporter=reporter, target=target, ms=ms, at=now)
+                            for target, ms in measured.items())  # fmt: skip
+
+    def measured_at(self, reporter: str) -> dict[str, float]:
+        """When `reporter` last measured each target (epoch seconds): the loop measures the oldest first."""
+        with self.sessions() as session:
+            rows = session.scalars(select(RoundTripRow).where(RoundTripRow.reporter == reporter))
+            return {r.target: r.at.timestamp() for r in rows}
+
+    def links(self, addresses: Collection[str] | None = None) -> dict[frozenset[str], float]:
+        with self.sessions() as session:
+            return links(session, addresses)
+
+    def of(self, address: str) -> dict[str, float]:
+        """The node's links (both ends measured), by the other end."""
+        return {next(iter(pair - {address})): ms for pair, ms in self.links().items() if address in pair}
