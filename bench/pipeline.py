@@ -10,6 +10,7 @@ is what splitting costs, in time and bytes, for a model one machine could not ho
 
     .venv/bin/python bench/pipeline.py                     # tiny (4 layers) and small (512 x 8 layers)
     .venv/bin/python bench/pipeline.py --size tiny --rows 8 --tokens 64 --json
+    .venv/bin/python bench/pipeline.py --size tiny --delays 10,50,100   # naive groups over slow hops
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from intellect.links import LinkShape  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import proofs_for  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
@@ -53,7 +55,7 @@ def small_model(folder: Path) -> Path:
     return folder
 
 
-def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path) -> dict:
+def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path, delays: list[float]) -> dict:
     tok = load_tokenizer(model_dir)
     model = load_model(model_dir)
     eos = -1  # fixed-length outputs: every row decodes `tokens` tokens
@@ -102,6 +104,19 @@ def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path) -> d
             "blamed": blamed.blamed,
             "validate_vs_generate": driver.seconds / (a1 - a0),
         }
+        # the same group with every hop held `d` ms one way by a delay relay (intellect/links.py)
+        delayed = {}
+        for d in delays:
+            slow = run_local_group(members, req, work / f"{label}-{members}-{d:g}ms", model=model_dir,
+                                   timeout=120 + 4 * tokens * members * d / 1000, eos=eos,
+                                   link=LinkShape(d / 1000))  # fmt: skip
+            if not slow.ok:
+                raise SystemExit(f"{members}-member group at {d:g} ms failed: {slow.errors}")
+            if slow.outputs[0].tokens != driver.tokens:
+                raise SystemExit(f"{members}-member group at {d:g} ms drew other tokens")
+            tok_s = sum(len(t) for t in slow.outputs[0].tokens) / slow.outputs[0].seconds
+            delayed[f"{d:g}"] = {"tok_s": tok_s, "vs_loopback": tok_s / result[f"group{members}"]["tok_s"]}
+        result[f"group{members}"]["delayed"] = delayed
     return result
 
 
@@ -110,14 +125,17 @@ def main() -> None:
     parser.add_argument("--size", action="append", choices=["tiny", "small"], help="model (repeat)")
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--delays", default="", help="one-way ms per hop to run the groups at too, e.g. "
+                        "10,50,100 (a delay relay on every hop)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    delays = [float(d) for d in args.delays.split(",") if d.strip()]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for size in args.size or ["tiny", "small"]:
             model_dir = str(TINY_MODEL_DIR) if size == "tiny" else str(small_model(work / "small"))
-            results.append(measure(model_dir, size, args.rows, args.tokens, work))
+            results.append(measure(model_dir, size, args.rows, args.tokens, work, delays))
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -132,6 +150,13 @@ def main() -> None:
             print(f"{r['model']:6s} {members:>7d} {g['tok_s']:>8.0f} {g['vs_one_node']:>8.2f}× "
                   f"{g['wire_bytes_per_token']:>12.0f} {shares:>24s} {g['validate_accept_s']:>8.3f} "
                   f"{g['validate_blame_s']:>8.3f} {g['validate_vs_generate']:>9.1f}×")  # fmt: skip
+    if delays:
+        print("\nnaive groups over delayed hops (one way, every hop): tok/s and the share of loopback's")
+        for r in results:
+            for members in (2, 3):
+                cells = "  ".join(f"{d}: {v['tok_s']:.0f} ({v['vs_loopback']:.2f}×)"
+                                  for d, v in r[f"group{members}"]["delayed"].items())  # fmt: skip
+                print(f"{r['model']:6s} {members} members  {cells}")
 
 
 if __name__ == "__main__":

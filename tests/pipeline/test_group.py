@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from intellect.links import LinkShape
 from workloads.inference.generate import proofs_for
 from workloads.model.backends import TorchBackend
 from workloads.model.loading import load_model, load_tokenizer
@@ -44,11 +45,14 @@ def judge(tiny, run: GroupRun, members: int) -> GroupVerdict:  # noqa: ANN001
 @pytest.mark.parametrize(("members", "threads"), [(2, False), (3, True)])
 def test_a_group_draws_the_tokens_and_proofs_one_node_draws(tiny, members: int, threads: bool,  # noqa: ANN001
                                                              tmp_path: Path) -> None:  # fmt: skip
-    """Members as processes (2) and as threads of one process (3): the same protocol either way."""
+    """Members as processes (2, over delayed links: a relay holds every hop 5-7 ms) and as threads of
+    one process (3): the same protocol either way, and the same tokens and proofs whatever the links."""
     tok, model, req = tiny
     one = TorchBackend(model, int(tok.eos_token_id), int(tok.pad_token_id)).generate(
         req.prompts, req.seeds, max_new_tokens=req.max_new_tokens, temperature=req.temperature)
-    run = run_thread_group(members, req) if threads else run_local_group(members, req, tmp_path, timeout=20)
+    slow = LinkShape(0.005, jitter=0.002)
+    run = run_thread_group(members, req) if threads else run_local_group(members, req, tmp_path, timeout=20,
+                                                                         link=slow)  # fmt: skip
     assert run.ok, run.errors
     assert run.outputs[0].tokens == run.outputs[members - 1].tokens == [c.tokens for c in one]
     assert run.outputs[members - 1].proofs == proofs_for(one)  # the last stage proves what one node proves

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol, cast
 
 from intellect.identity import Wallet
+from intellect.links import DelayRelay, LinkShape
 from intellect.net import stable_port
 from workloads.pipeline.__main__ import SECRET_ENV, output_from_json
 from workloads.pipeline.commit import KEY_ENV, KeySigner
@@ -64,11 +65,12 @@ def run_local_group(
     members: int, request: BatchRequest | list[BatchRequest], folder: Path, *, model: str = "tiny",
     weights: Path | None = None, cheats: dict[int, str] | None = None, timeout: float = 30.0,
     eos: int | None = None, hosts: list[Host] | None = None, behind_nat: set[int] | None = None,
-    signed: bool = True,
+    signed: bool = True, link: LinkShape | None = None,
 ) -> GroupRun:  # fmt: skip
     """Start `members` member processes on 127.0.0.1 (or member i on `hosts[i]`), run the batch (or each
     batch of a list) through them, collect what each member made. Members in `behind_nat` open both of
-    their links themselves (`--dial-prev`; their predecessor `--listen-next`)."""
+    their links themselves (`--dial-prev`; their predecessor `--listen-next`). `link`: every hop goes
+    through a delay relay of that shape (intellect/links.py), in front of each member's inbox."""
     folder.mkdir(parents=True, exist_ok=True)
     ports = [stable_port() for _ in range(members)]
     outports = [stable_port() for _ in range(members)]
@@ -80,6 +82,12 @@ def run_local_group(
     (folder / "request.json").write_text(json.dumps(body))
     env = {**os.environ, SECRET_ENV: secrets.token_hex(32), "PYTHONPATH": str(REPO)}
     procs = []
+    relays: list[DelayRelay] = []
+    if link is not None:
+        if hosts or nat:
+            raise ValueError("delayed links are built for members on 127.0.0.1 that bind their inboxes")
+        relays = [DelayRelay(("127.0.0.1", port), link).start() for port in ports]
+    inbox = [r.port for r in relays] if relays else ports  # where the previous member sends
     keys = [Wallet.create() for _ in range(members)] if signed else []
     for i in range(members):
         j, h = (i + 1) % members, (i - 1) % members
@@ -88,7 +96,7 @@ def run_local_group(
                 *(["--dial-prev", f"tcp://{address[h]}:{outports[h]}"] if i in nat
                   else ["--bind", f"tcp://{listen}:{ports[i]}"]),
                 *(["--listen-next", f"tcp://{listen}:{outports[i]}"] if j in nat
-                  else ["--next", f"tcp://{address[j]}:{ports[j]}"])]  # fmt: skip
+                  else ["--next", f"tcp://{address[j]}:{inbox[j]}"])]  # fmt: skip
         if weights is not None:
             argv += ["--weights", str(weights)]
         if eos is not None:
@@ -108,15 +116,20 @@ def run_local_group(
         log = (folder / f"member-{i}.log").open("wb")
         procs.append(subprocess.Popen(argv, env=member_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
     run = GroupRun(keys=keys)
-    for i, proc in enumerate(procs):
-        try:
-            proc.wait(timeout=timeout * 4 + 120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    try:
+        for proc in procs:
+            try:
+                proc.wait(timeout=timeout * 4 + 120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    finally:
+        for relay in relays:
+            relay.stop()
+    for i in range(members):
         out = folder / f"member-{i}.json"
         if not out.exists():
-            run.errors[i] = {"error": f"exited {proc.returncode}: {_tail(folder / f'member-{i}.log')}",
+            run.errors[i] = {"error": f"exited {procs[i].returncode}: {_tail(folder / f'member-{i}.log')}",
                              "member": i}  # fmt: skip
             continue
         data = json.loads(out.read_text())
