@@ -44,13 +44,16 @@ class RoundTripBook:
         self.sessions = sessions
 
     def record(self, reporter: str, measured: dict[str, float | None]) -> None:
-        """`reporter`'s latest figure to each target (replacing its earlier one)."""
+        """`reporter`'s latest figure to each target (replacing its earlier one); its figures older than
+        `FRESH` go (no longer used: a reporter keeps at most what it measures in `FRESH`)."""
         if not measured:
             return
+        now = utcnow()
         with self.sessions() as session, session.begin():
             session.execute(delete(RoundTripRow).where(RoundTripRow.reporter == reporter,
                                                        RoundTripRow.target.in_(list(measured))))  # fmt: skip
-            now = utcnow()
+            session.execute(delete(RoundTripRow).where(RoundTripRow.reporter == reporter,
+                                                       RoundTripRow.at < now - FRESH))  # fmt: skip
             session.add_all(RoundTripRow(reporter=reporter, target=target, ms=ms, at=now)
                             for target, ms in measured.items())  # fmt: skip
 
