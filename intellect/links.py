@@ -194,3 +194,35 @@ class DelayRelay:
             sink.close()  # the other side went away: so does this one (the other direction ends too)
         finally:
             feeding.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m intellect.links --listen HOST:PORT --target HOST:PORT --delay 50ms [--jitter 5ms]
+    [--loss 0.01]`: one relay in the foreground (in a host's namespace, in front of a peer inbox) until
+    interrupted."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m intellect.links", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", required=True, help="HOST:PORT the relay listens on")
+    parser.add_argument("--target", required=True, help="HOST:PORT it forwards to")
+    parser.add_argument("--delay", required=True, help="one-way delay, e.g. 50ms")
+    parser.add_argument("--jitter", default="0", help="up to this much more, e.g. 5ms")
+    parser.add_argument("--loss", type=float, default=0.0, help="probability a chunk is held one RTO more")
+    args = parser.parse_args(argv)
+    try:
+        shape = LinkShape.parse(args.delay, args.jitter, args.loss)
+        (lhost, _, lport), (thost, _, tport) = args.listen.rpartition(":"), args.target.rpartition(":")
+        relay = DelayRelay((thost, int(tport)), shape, listen=(lhost, int(lport)))
+    except ValueError as exc:
+        parser.error(str(exc))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with relay:
+        print(f"relaying {relay.address} → {args.target}, {shape} each way", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -83,3 +83,26 @@ def test_shapes_and_durations_are_checked() -> None:
         parse_duration("fast")
     with pytest.raises(ValueError, match="loss < 1"):
         LinkShape(0.01, loss=1.0)
+
+
+def test_the_relay_runs_as_a_program_and_stops_on_sigterm() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    server, port = echo_server()
+    listen = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "intellect.links", "--listen", f"127.0.0.1:{listen}",
+                             "--target", f"127.0.0.1:{port}", "--delay", "20ms"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and "20 ms each way" in proc.stdout.readline()
+        echoed, took = round_trip(listen, b"hello")
+        assert echoed == b"hello" and took >= 0.04
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        server.close()
+    bad = subprocess.run([sys.executable, "-m", "intellect.links", "--listen", "127.0.0.1:1", "--target",
+                          "127.0.0.1:2", "--delay", "soon"], capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
