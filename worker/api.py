@@ -103,11 +103,13 @@ async def caller_role(request: Request, ctx: ApiContext = Depends(get_ctx)) -> t
 
 
 async def manager_only(request: Request, ctx: ApiContext = Depends(get_ctx)) -> str:
-    """The signed caller if it is the pool's manager (the only one who may invite); else 401/403."""
+    """The signed caller if it is the pool's manager (the only one who may invite, or have this node
+    open connections for it); else 401/403."""
     caller, role = await _signed_role(request, ctx)
     if role != "manager":
         what = "a validator" if role == "validator" else "not the manager"
-        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may invite; {caller} is {what}")
+        action = "invite" if request.url.path.endswith("/invite") else f"call {request.url.path}"
+        raise HTTPException(403, f"only pool {ctx.pool_id}'s manager may {action}; {caller} is {what}")
     return caller
 
 
@@ -189,9 +191,10 @@ async def hardware_reveal(body: HardwareReveal, _: tuple[str, Role] = Depends(ca
 
 
 @hardware_router.post("/round-trips", response_model=RoundTripReport)
-async def round_trips(body: RoundTripRequest, _: tuple[str, Role] = Depends(caller_role)) -> RoundTripReport:
+async def round_trips(body: RoundTripRequest, _: str = Depends(manager_only)) -> RoundTripReport:
     """The round trip from here to each named peer inbox (the shortest of 3 TCP handshakes, 2 s each):
-    what the pool places groups by (docs/hardware.md). The manager or a validator; at most 16 peers."""
+    what the pool places groups by (docs/hardware.md). The manager only (it already decides what this
+    node runs): anyone else could use the node to probe its own network; at most 16 peers."""
     return RoundTripReport(ms=list(await asyncio.gather(*(handshake_ms(p, timeout=2.0) for p in body.peers))))
 
 

@@ -76,7 +76,7 @@ MAX_PEERS = 16  # peer inboxes measured per request: a few seconds of handshakes
 
 
 class RoundTripRequest(WireModel):
-    """Peer inboxes (host:port) of other pool members to measure, from the manager (or a validator)."""
+    """Peer inboxes (host:port) of other pool members to measure, from the pool's manager."""
 
     peers: list[Annotated[str, Field(min_length=3, max_length=255)]] = Field(
         min_length=1, max_length=MAX_PEERS)

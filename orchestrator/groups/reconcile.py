@@ -202,10 +202,10 @@ def reconcile(session: Session, configured: dict[str, Topology],
     free = [candidate(row, proven, rtt) for row in nodes.values()
             if row.state == NodeState.HEALTHY.value and row.address not in grouped]
     addresses = {gid: {m.node_address for m in ms} for gid, ms in members.items()}
+    measured = links(session, [c.address for c in free]) if wanted and len(free) > 1 else {}
     for topology in wanted:
         users = [tid for tid, tops in allowed.items() if topology.name in {t.name for t in tops}]
         eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
-        measured = links(session, [c.address for c in eligible]) if len(eligible) > 1 else {}
         for proposal in form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex):
             formed = _create(session, proposal.topology.name, proposal.members, None)
             gid = formed.id

@@ -38,10 +38,11 @@ async def round_trip_pass(ctx: Context) -> int:
     callers = [r for r in rows if r.worker_url and r.joined_via != "pull" and r.address in inboxes]
     limit = asyncio.Semaphore(MAX_CONCURRENT)
     reported = 0
+    measured = await run_in_threadpool(ctx.round_trips.measured_at)
 
     async def one(address: str, url: str) -> None:
         nonlocal reported
-        seen = await run_in_threadpool(ctx.round_trips.measured_at, address)
+        seen = measured.get(address, {})
         others = sorted((a for a in inboxes if a != address), key=lambda a: (seen.get(a, 0.0), a))[:MAX_PEERS]
         if not others:
             return

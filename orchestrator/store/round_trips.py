@@ -57,11 +57,15 @@ class RoundTripBook:
             session.add_all(RoundTripRow(reporter=reporter, target=target, ms=ms, at=now)
                             for target, ms in measured.items())  # fmt: skip
 
-    def measured_at(self, reporter: str) -> dict[str, float]:
-        """When `reporter` last measured each target (epoch seconds): the loop measures the oldest first."""
+    def measured_at(self) -> dict[str, dict[str, float]]:
+        """When each reporter last measured each target (epoch seconds), in one query per pass: the
+        loop measures the oldest first."""
+        seen: dict[str, dict[str, float]] = {}
         with self.sessions() as session:
-            rows = session.scalars(select(RoundTripRow).where(RoundTripRow.reporter == reporter))
-            return {r.target: r.at.timestamp() for r in rows}
+            for reporter, target, at in session.execute(
+                    select(RoundTripRow.reporter, RoundTripRow.target, RoundTripRow.at)):
+                seen.setdefault(reporter, {})[target] = at.timestamp()
+        return seen
 
     def links(self, addresses: Collection[str] | None = None) -> dict[frozenset[str], float]:
         with self.sessions() as session:
@@ -69,4 +73,7 @@ class RoundTripBook:
 
     def of(self, address: str) -> dict[str, float]:
         """The node's links (both ends measured), by the other end."""
-        return {next(iter(pair - {address})): ms for pair, ms in self.links().items() if address in pair}
+        with self.sessions() as session:
+            peers = list(session.scalars(select(RoundTripRow.target).where(RoundTripRow.reporter == address)))
+            pairs = links(session, [address, *peers])
+        return {next(iter(pair - {address})): ms for pair, ms in pairs.items() if address in pair}

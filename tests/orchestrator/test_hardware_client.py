@@ -99,12 +99,12 @@ def test_a_round_trip_pass_records_links_both_ends_measured(tmp_path) -> None:
     from orchestrator.hardware.round_trips import round_trip_pass
     from orchestrator.models import NodeRow, utcnow
     from orchestrator.store.round_trips import RoundTripBook
-    from worker.api import caller_role, hardware_router
+    from worker.api import hardware_router, manager_only
 
     def member() -> FastAPI:
         app = FastAPI()
         app.include_router(hardware_router)
-        app.dependency_overrides[caller_role] = lambda: ("0xmanager", "manager")
+        app.dependency_overrides[manager_only] = lambda: "0xmanager"
         return app
 
     servers = [serve_in_thread(member()) for _ in range(2)]
@@ -133,4 +133,4 @@ def test_a_round_trip_pass_records_links_both_ends_measured(tmp_path) -> None:
     a, b, behind_nat = (r.address for r in rows)
     links = book.links()
     assert list(links) == [frozenset((a, b))] and 0 < links[frozenset((a, b))] < 1000
-    assert book.measured_at(a).keys() == {b, behind_nat}  # measured (unreachable: no figure), not a link
+    assert book.measured_at()[a].keys() == {b, behind_nat}  # measured (unreachable: no figure), not a link

@@ -249,7 +249,7 @@ def test_hardware_challenges_are_answered_for_the_pool_only_and_once(worker, dev
 
 
 def test_round_trips_are_measured_for_the_pool_only_and_bounded(worker, devnet: Devnet) -> None:
-    """`POST /hardware/round-trips`: the manager (or a validator) names peer inboxes, the worker answers
+    """`POST /hardware/round-trips`: the manager names peer inboxes, the worker answers
     the shortest TCP handshake to each (null for one nobody answers); strangers and long lists refused."""
     from intellect.net import free_port
     from intellect.wire.hardware import MAX_PEERS
@@ -265,6 +265,8 @@ def test_round_trips_are_measured_for_the_pool_only_and_bounded(worker, devnet: 
 
     assert post(body, None).status_code == 401
     assert post(body, Wallet.create()).status_code == 403
+    refused = post(body, devnet.validator)  # a validator may challenge, not make the node open connections
+    assert refused.status_code == 403 and "manager may call /hardware/round-trips" in refused.json()["detail"]
     many = json.dumps({"peers": [own] * (MAX_PEERS + 1)}).encode()
     assert post(many, devnet.manager).status_code == 422
     measured = post(body, devnet.manager)
