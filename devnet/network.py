@@ -103,8 +103,8 @@ def _chain_up(
     progress("starting anvil")
     chain = Anvil.start(
         port, accounts=len(ROLES), state_path=directory / "anvil-state.json",
-        log_path=directory / "anvil.log", host=placement.bind(host), address=placement.address(host),
-        wrap=placement.wrap(host, []),
+        cache_path=directory / "anvil-cache", log_path=directory / "anvil.log", host=placement.bind(host),
+        address=placement.address(host), wrap=placement.wrap(host, []),
     )  # fmt: skip
     try:
         wallets = {role: Wallet.from_key(chain.dev_keys[i]) for i, role in enumerate(ROLES)}
@@ -139,8 +139,8 @@ def _resume(directory: Path, state: DevnetState, progress: Progress, placement: 
     host = placement.host("chain")
     chain = Anvil.start(
         port, accounts=len(ROLES), state_path=directory / "anvil-state.json",
-        log_path=directory / "anvil.log", host=placement.bind(host), address=placement.address(host),
-        wrap=placement.wrap(host, []),
+        cache_path=directory / "anvil-cache", log_path=directory / "anvil.log", host=placement.bind(host),
+        address=placement.address(host), wrap=placement.wrap(host, []),
     )  # fmt: skip
     client = LedgerClient(chain.rpc_url, Path(state.deployment_path), check=False)
     try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -18,6 +20,11 @@ from ledger.errors import LedgerError
 ANVIL_BIN = PROJECT_ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEFAULT_ACCOUNTS = 10
+# Anvil moves old block states out of memory into a cache folder (by default under ~/.foundry/anvil/tmp,
+# shared by every anvil of the machine, and left behind by one that is killed): over the test
+# sessions of one machine that reached 67 GB and filled the disk. Each anvil here gets a cache of its
+# own, removed when it stops, and keeps at most this many states there.
+MAX_PERSISTED_STATES = 256
 
 
 def dev_keys(count: int = DEFAULT_ACCOUNTS, mnemonic: str = DEV_MNEMONIC) -> list[str]:
@@ -33,8 +40,9 @@ class Anvil:
     """A running anvil process. Use `Anvil.start()` (or `with Anvil.start() as chain:`)."""
 
     def __init__(self, process: subprocess.Popen[bytes], port: int, accounts: int, log_path: Path | None,
-                 address: str = "127.0.0.1"):  # fmt: skip
+                 address: str = "127.0.0.1", cache: Path | None = None):  # fmt: skip
         self.process = process
+        self._cache = cache  # this anvil's own state cache, removed by `stop` (None: not ours to remove)
         self.port = port
         self.rpc_url = f"http://{address}:{port}"
         self.dev_keys: list[str] = dev_keys(accounts)
@@ -63,6 +71,7 @@ class Anvil:
         accounts: int = DEFAULT_ACCOUNTS,
         block_time: float | None = None,
         state_path: Path | None = None,
+        cache_path: Path | None = None,
         log_path: Path | None = None,
         timeout: float = 20.0,
         host: str = "127.0.0.1",
@@ -70,7 +79,8 @@ class Anvil:
         wrap: list[str] | None = None,
     ) -> Anvil:
         """`host`: the bind address; `address`: where clients reach it (default `host`); `wrap`: a
-        command prefix it runs under (a network namespace of the multi-host devnet)."""
+        command prefix it runs under (a network namespace of the multi-host devnet); `cache_path`: where
+        it keeps old states (the devnet's own folder; default a temporary folder `stop` removes)."""
         if not ANVIL_BIN.exists():
             raise LedgerError(f"anvil not found at {ANVIL_BIN}: run `make install` (npm ci)")
         attempts = 1 if port is not None else 3  # a random free port can be taken between probe and bind
@@ -94,13 +104,16 @@ class Anvil:
             ]
             if block_time:
                 cmd += ["--block-time", str(block_time)]
+            cache = None if cache_path else Path(tempfile.mkdtemp(prefix="intellect-anvil-"))
+            cmd += ["--cache-path", str(cache_path or cache),
+                    "--max-persisted-states", str(MAX_PERSISTED_STATES)]
             if state_path:
                 # Loaded at start, dumped on exit and every second: a kill -9 loses at most the last
                 # second of blocks (the window the devnet documents and its fault test measures).
                 cmd += ["--state", str(state_path), "--state-interval", "1"]
             out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            chain = cls(proc, chosen, accounts, log_path, address or host)
+            chain = cls(proc, chosen, accounts, log_path, address or host, cache)
             if chain._wait_ready(timeout):
                 return chain
             last_error = f"exit code {proc.poll()}"
@@ -152,6 +165,8 @@ class Anvil:
                 os.kill(self.process.pid, 9)
                 self.process.wait(timeout=5)
         self._http.close()
+        if self._cache is not None:
+            shutil.rmtree(self._cache, ignore_errors=True)
 
     def __enter__(self) -> Anvil:
         return self
