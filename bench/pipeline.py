@@ -10,7 +10,10 @@ is what splitting costs, in time and bytes, for a model one machine could not ho
 
     .venv/bin/python bench/pipeline.py                     # tiny (4 layers) and small (512 x 8 layers)
     .venv/bin/python bench/pipeline.py --size tiny --rows 8 --tokens 64 --json
-    .venv/bin/python bench/pipeline.py --size tiny --delays 10,50,100   # naive groups over slow hops
+    .venv/bin/python bench/pipeline.py --size tiny --delays 10,50,100   # groups over slow hops
+
+Over slow hops (`--delays`, and loopback) each group runs naive (one batch at a time) and with
+`--in-flight` batches moving at once (workloads/pipeline/flight.py), side by side.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def small_model(folder: Path) -> Path:
     return folder
 
 
-def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path, delays: list[float]) -> dict:
+def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path, delays: list[float],
+            batches: int, in_flight: int) -> dict:  # fmt: skip
     tok = load_tokenizer(model_dir)
     model = load_model(model_dir)
     eos = -1  # fixed-length outputs: every row decodes `tokens` tokens
@@ -104,20 +108,46 @@ def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path, dela
             "blamed": blamed.blamed,
             "validate_vs_generate": driver.seconds / (a1 - a0),
         }
-        # the same group with every hop held `d` ms one way by a delay relay (intellect/links.py)
-        delayed = {}
-        for d in delays:
-            slow = run_local_group(members, req, work / f"{label}-{members}-{d:g}ms", model=model_dir,
-                                   timeout=120 + 4 * tokens * members * d / 1000, eos=eos,
-                                   link=LinkShape(d / 1000))  # fmt: skip
-            if not slow.ok:
-                raise SystemExit(f"{members}-member group at {d:g} ms failed: {slow.errors}")
-            if slow.outputs[0].tokens != driver.tokens:
-                raise SystemExit(f"{members}-member group at {d:g} ms drew other tokens")
-            tok_s = sum(len(t) for t in slow.outputs[0].tokens) / slow.outputs[0].seconds
-            delayed[f"{d:g}"] = {"tok_s": tok_s, "vs_loopback": tok_s / result[f"group{members}"]["tok_s"]}
-        result[f"group{members}"]["delayed"] = delayed
+        result[f"group{members}"]["links"] = over_links(model_dir, label, members, prompts, tokens, eos, work,
+                                                        [0.0, *delays], batches, in_flight)  # fmt: skip
     return result
+
+
+def over_links(model_dir: str, label: str, members: int, prompts: list, tokens: int, eos: int, work: Path,
+               delays: list[float], batches: int, in_flight: int) -> dict:  # fmt: skip
+    """The group with every hop held `d` ms one way by a delay relay (intellect/links.py), naive (one
+    batch at a time) and with `in_flight` batches moving at once: tokens/s over the whole run, from the
+    first batch's start to the last one's end at the driver. The naive group runs 2 of the batches (it
+    makes them one after another, so more would only take longer), the flying group all of them."""
+    rows = len(prompts)
+    requests = [BatchRequest(prompts, [b * rows + r for r in range(rows)], tokens, 1.0, batch=b + 1)
+                for b in range(batches)]  # fmt: skip
+    cells: dict = {}
+    for d in delays:
+        cell: dict = {}
+        for mode, k, some in (("naive", 1, requests[:2]), ("flight", in_flight, requests)):
+            run = run_local_group(members, some, work / f"{label}-{members}-{d:g}ms-{mode}", model=model_dir,
+                                  timeout=120 + 4 * tokens * members * d / 1000, eos=eos, in_flight=k,
+                                  link=LinkShape(d / 1000) if d else None)  # fmt: skip
+            if not run.ok:
+                raise SystemExit(f"{members}-member {mode} group at {d:g} ms failed: {run.errors}")
+            driver = [b[0] for b in run.batches]
+            made = sum(len(t) for out in driver for t in out.tokens)
+            wall = max(o.started + o.seconds for o in driver) - min(o.started for o in driver)
+            sent = sum(o.bytes_sent for b in run.batches for o in b.values())
+            cell[mode] = {"tok_s": made / wall, "batches": len(some), "in_flight": k,
+                          "wire_bytes_per_token": sent / made,
+                          "tokens": [o.tokens for o in driver]}  # fmt: skip
+        if cell["flight"]["tokens"][:2] != cell["naive"]["tokens"]:
+            raise SystemExit(f"{members}-member group at {d:g} ms: in flight it drew other tokens")
+        for mode in cell.values():
+            del mode["tokens"]
+        cells[f"{d:g}"] = cell
+    loopback = cells["0"]["naive"]["tok_s"]
+    for cell in cells.values():
+        for mode in cell.values():
+            mode["vs_loopback_naive"] = mode["tok_s"] / loopback
+    return cells
 
 
 def main() -> None:
@@ -127,6 +157,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--delays", default="", help="one-way ms per hop to run the groups at too, e.g. "
                         "10,50,100 (a delay relay on every hop)")
+    parser.add_argument("--batches", type=int, default=16, help="batches per run over the links (default 16)")
+    parser.add_argument("--in-flight", type=int, default=16, help="batches moving at once (default 16)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     delays = [float(d) for d in args.delays.split(",") if d.strip()]
@@ -135,7 +167,8 @@ def main() -> None:
         work = Path(tmp)
         for size in args.size or ["tiny", "small"]:
             model_dir = str(TINY_MODEL_DIR) if size == "tiny" else str(small_model(work / "small"))
-            results.append(measure(model_dir, size, args.rows, args.tokens, work, delays))
+            results.append(measure(model_dir, size, args.rows, args.tokens, work, delays, args.batches,
+                                   args.in_flight))  # fmt: skip
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -150,13 +183,17 @@ def main() -> None:
             print(f"{r['model']:6s} {members:>7d} {g['tok_s']:>8.0f} {g['vs_one_node']:>8.2f}× "
                   f"{g['wire_bytes_per_token']:>12.0f} {shares:>24s} {g['validate_accept_s']:>8.3f} "
                   f"{g['validate_blame_s']:>8.3f} {g['validate_vs_generate']:>9.1f}×")  # fmt: skip
-    if delays:
-        print("\nnaive groups over delayed hops (one way, every hop): tok/s and the share of loopback's")
-        for r in results:
-            for members in (2, 3):
-                cells = "  ".join(f"{d}: {v['tok_s']:.0f} ({v['vs_loopback']:.2f}×)"
-                                  for d, v in r[f"group{members}"]["delayed"].items())  # fmt: skip
-                print(f"{r['model']:6s} {members} members  {cells}")
+    print(f"\ngroups over delayed hops (one way, every hop), {args.batches} batches of {args.rows} rows x "
+          f"{args.tokens} tokens; tok/s (share of the naive group on loopback)")  # fmt: skip
+    print(f"{'model':6s} {'members':>7s} {'ms/hop':>6s} {'naive':>15s} {'in flight':>15s} {'B/token':>8s}")
+    for r in results:
+        for members in (2, 3):
+            for d, cell in r[f"group{members}"]["links"].items():
+                naive, flight = cell["naive"], cell["flight"]
+                print(f"{r['model']:6s} {members:>7d} {d:>6s} {naive['tok_s']:>7.0f} "
+                      f"({naive['vs_loopback_naive']:.2f}×) {flight['tok_s']:>7.0f} "
+                      f"({flight['vs_loopback_naive']:.2f}×) "
+                      f"{flight['wire_bytes_per_token']:>8.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -10,7 +10,16 @@ import torch
 import zmq
 
 from intellect.net import stable_port
-from workloads.pipeline.transport import MemberLink, MemberMisbehaved, MemberTimeout, member_keys
+from workloads.pipeline.transport import (
+    RING,
+    ROUTE_BYTES,
+    MemberLink,
+    MemberMisbehaved,
+    MemberTimeout,
+    member_keys,
+)
+
+ROUTE = RING.to_bytes(ROUTE_BYTES, "big")  # frames outside any batch travel on route 0
 
 
 def ring(members: int, secret: bytes, max_frame_bytes: int = 1 << 20) -> list[MemberLink]:
@@ -49,7 +58,7 @@ def test_a_stranger_and_a_member_out_of_turn_cannot_feed_an_inbox() -> None:
             push.curve_serverkey = member_keys(secret, 1)[0]
             push.setsockopt(zmq.LINGER, 0)
             push.connect(links[1].bound)
-            push.send_multipart([b'{"kind": "act", "step": 0}'], copy=True)
+            push.send_multipart([ROUTE, b'{"kind": "act", "step": 0}'], copy=True)
             with pytest.raises(MemberTimeout, match="member 0: sent nothing"):
                 links[1].recv("act", timeout=1.0)  # member 1 hears only member 0
             push.close()
@@ -66,12 +75,15 @@ def test_an_oversized_frame_never_arrives_and_a_malformed_one_is_refused() -> No
         with pytest.raises(MemberTimeout):
             links[1].recv("act", timeout=1.0)  # dropped by the inbox's MAXMSGSIZE
         links[0].outbox.send_multipart([b"not json"])
+        with pytest.raises(MemberMisbehaved, match="a frame without its route"):
+            links[1].recv("act")
+        links[0].outbox.send_multipart([ROUTE, b"not json"])
         with pytest.raises(MemberMisbehaved, match="not JSON"):
             links[1].recv("act")
         links[0].send({"kind": "tok", "step": 0})
         with pytest.raises(MemberMisbehaved, match="expected a 'act' frame"):
             links[1].recv("act")
-        links[0].outbox.send_multipart([b'{"kind": "act", "shape": [4], "dtype": "bfloat16"}', b"123"])
+        links[0].outbox.send_multipart([ROUTE, b'{"kind": "act", "shape": [4], "dtype": "bfloat16"}', b"123"])
         with pytest.raises(MemberMisbehaved, match="3 bytes for a torch.bfloat16 tensor"):
             links[1].recv("act")
     finally:

@@ -7,7 +7,8 @@ A member behind NAT replaces `--bind` by `--dial-prev` (its predecessor, which t
 `--listen-next` instead of `--next`): every link is opened by whichever end can make the call.
 
 Stage 0 also takes `--request` (a JSON file: prompts, seeds, max_new_tokens, temperature; or a list
-of them, one batch each, the others then given `--batches N`). Each member writes what it made (its
+of them, one batch each, the others then given `--batches N`; `--in-flight K` keeps up to K of them
+moving at once, `flight.py`). Each member writes what it made (its
 proofs; stage 0 and the last also the tokens) to `--out` as JSON (a list for several batches), or,
 when a peer failed, `{"error": ..., "member": <index of the member at fault>}` and exits 3. With its
 node key in `INTELLECT_PIPELINE_NODE_KEY` (and its address in `--address`) a member signs its link
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen-next", help="instead of --next, listen here for a next member behind NAT")
     parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
     parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
+    parser.add_argument("--in-flight", type=int, default=1, help="stage 0: batches moving at once (1-64)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--address", default="", help="this member's node address (named in the bundle)")
     parser.add_argument("--cheat", choices=CHEATS, default="none", help="tests and demos only")
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.bind is None) == (args.dial_prev is None) or (args.next is None) == (args.listen_next is None):
         print("error: give one of --bind and --dial-prev, and one of --next and --listen-next",
               file=sys.stderr)
+        return 2
+    if not 1 <= args.in_flight <= 64:
+        print(f"error: --in-flight {args.in_flight}: between 1 and 64 batches", file=sys.stderr)
         return 2
     if (args.index == 0) != (args.request is not None):
         print("error: --request is for stage 0 (the driver) and only for it", file=sys.stderr)
@@ -118,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address,
                     signer=signer_from_env())  # fmt: skip
-    outputs = []
+    outputs: list[dict] = []
     try:
         member.introduce()
-        for i in range(len(requests) if requests else args.batches):
-            outputs.append(output_json(member.run_batch(requests[i] if requests else None)))
+        made = member.serve(requests or None, in_flight=args.in_flight,
+                            batches=None if requests else args.batches)  # fmt: skip
+        outputs = [output_json(out) for out in sorted(made, key=lambda o: o.started)]
     except MemberError as exc:
         args.out.write_text(json.dumps({"error": str(exc), "member": exc.member, "from": args.index}))
         return 3

@@ -92,6 +92,7 @@ class StageOutput:
     logprobs: list[list[float]] = field(default_factory=list)
     finished: list[bool] = field(default_factory=list)
     seconds: float = 0.0
+    started: float = 0.0  # wall clock at the batch's start here (batches in flight overlap)
     proof_seconds: float = 0.0  # of `seconds`: building its proofs and checking the sender's
     bytes_sent: int = 0
     bundle: GroupBundle | None = None

@@ -65,12 +65,14 @@ def run_local_group(
     members: int, request: BatchRequest | list[BatchRequest], folder: Path, *, model: str = "tiny",
     weights: Path | None = None, cheats: dict[int, str] | None = None, timeout: float = 30.0,
     eos: int | None = None, hosts: list[Host] | None = None, behind_nat: set[int] | None = None,
-    signed: bool = True, link: LinkShape | None = None,
+    signed: bool = True, link: LinkShape | None = None, in_flight: int = 1, keys: list[Wallet] | None = None,
 ) -> GroupRun:  # fmt: skip
     """Start `members` member processes on 127.0.0.1 (or member i on `hosts[i]`), run the batch (or each
     batch of a list) through them, collect what each member made. Members in `behind_nat` open both of
     their links themselves (`--dial-prev`; their predecessor `--listen-next`). `link`: every hop goes
-    through a delay relay of that shape (intellect/links.py), in front of each member's inbox."""
+    through a delay relay of that shape (intellect/links.py), in front of each member's inbox. `in_flight`:
+    batches the driver keeps moving at once (`flight.py`). `keys`: the members' node keys (default new
+    ones; the same keys make the same signatures, so two runs' files can be compared byte for byte)."""
     folder.mkdir(parents=True, exist_ok=True)
     ports = [stable_port() for _ in range(members)]
     outports = [stable_port() for _ in range(members)]
@@ -88,7 +90,7 @@ def run_local_group(
             raise ValueError("delayed links are built for members on 127.0.0.1 that bind their inboxes")
         relays = [DelayRelay(("127.0.0.1", port), link).start() for port in ports]
     inbox = [r.port for r in relays] if relays else ports  # where the previous member sends
-    keys = [Wallet.create() for _ in range(members)] if signed else []
+    keys = (keys or [Wallet.create() for _ in range(members)]) if signed else []
     for i in range(members):
         j, h = (i + 1) % members, (i - 1) % members
         argv = [sys.executable, "-m", "workloads.pipeline", "--index", str(i), "--members", str(members),
@@ -102,7 +104,7 @@ def run_local_group(
         if eos is not None:
             argv += ["--eos", str(eos)]
         if i == 0:
-            argv += ["--request", str(folder / "request.json")]
+            argv += ["--request", str(folder / "request.json"), "--in-flight", str(in_flight)]
         elif isinstance(request, list):
             argv += ["--batches", str(len(request))]
         if cheats and i in cheats:
@@ -147,10 +149,10 @@ def _tail(path: Path, lines: int = 5) -> str:
 def run_thread_group(
     members: int, request: BatchRequest | list[BatchRequest], *, model: str = "tiny",
     cheats: dict[int, str] | None = None, timeout: float = 20.0, signed: bool = True,
-    task_id: str = "local", group_id: str = "local",
+    task_id: str = "local", group_id: str = "local", in_flight: int = 1, keys: list[Wallet] | None = None,
 ) -> GroupRun:  # fmt: skip
     """`run_local_group` with each member a thread of this process: real links on loopback, each member
-    its own stage (only its layers), node key and cheat."""
+    its own stage (only its layers), node key and cheat, `in_flight` batches moving at once."""
     import threading
 
     import torch
@@ -165,7 +167,7 @@ def run_thread_group(
     tok = load_tokenizer(model)
     secret = secrets.token_bytes(32)
     ports = [stable_port() for _ in range(members)]
-    keys = [Wallet.create() for _ in range(members)] if signed else []
+    keys = (keys or [Wallet.create() for _ in range(members)]) if signed else []
     run = GroupRun(keys=keys)
     plans = plan_stages(model, members)
     # Loaded here, one after another: building a model sets torch's process-wide default dtype for a
@@ -187,7 +189,8 @@ def run_thread_group(
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
                        task_id=task_id, group_id=group_id)  # fmt: skip
             m.introduce()
-            made[i] = [m.run_batch(r if i == 0 else None) for r in requests]
+            served = m.serve(requests if i == 0 else None, in_flight=in_flight, batches=len(requests))
+            made[i] = sorted(served, key=lambda o: o.started)
         except MemberError as exc:
             run.errors[i] = {"error": str(exc), "member": exc.member, "from": i}
         finally:

@@ -27,13 +27,16 @@ the sender's (the address the hello round named), countersigns, and passes the r
 member puts them in the bundle. Each member keeps the exact frames it received and sent (`StageOutput.
 received_frames`, `sent_frames`) for its file, so a validator replays its stage from what it really
 received and compares with what it really sent.
+
+Batches in flight (`flight.py`): `serve` keeps up to `in_flight` batches moving at once, each a
+generator of this protocol waiting on its own route; `run_batch` is one batch alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -42,12 +45,14 @@ from workloads.model import sampler
 from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
 from workloads.pipeline.cheats import perturb_stage, tamper
 from workloads.pipeline.commit import LinkClaim, LinkRecord, LinkSigner, signed_by
+from workloads.pipeline.flight import Closed, Flight, InFlight, Steps, Want
+from workloads.pipeline.options import Cheat
+from workloads.pipeline.positions import SeenRows, grow, mask_positions
+from workloads.pipeline.stages import Stage
+from workloads.pipeline.transport import Frame, MemberLink, MemberMisbehaved
+from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
 __all__ = ["BatchRequest", "GroupBundle", "Member", "Policy", "StageOutput", "perturb_stage"]
-from workloads.pipeline.options import Cheat
-from workloads.pipeline.stages import Stage
-from workloads.pipeline.transport import MemberLink, MemberMisbehaved
-from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
 
 class Member:
@@ -65,14 +70,13 @@ class Member:
         # A follower told of a batch's policy (step-0 header) gets its stage for it from here (the task
         # loads that checkpoint's layers); None: the stage it has serves every batch.
         self.on_policy = on_policy
-        self.policy = Policy()
+        self.policy = Policy()  # the newest batch's; each batch in flight keeps its own (`InFlight`)
         self.address = address  # this member's node address, named in the bundle
         self.members: list[str] = []  # every member's address, stage order (`introduce`)
-        self._batch = 1
+        self._route = 0  # the driver's last batch route
         self.eos, self.pad = eos_token_id, pad_token_id
         self.cheat = cheat
         self.plan = stage.plan
-        self._proof_seconds = 0.0
         if cheat == "weights":
             perturb_stage(stage)
 
@@ -104,28 +108,72 @@ class Member:
         return members
 
     def run_batch(self, request: BatchRequest | None = None) -> StageOutput:
-        started = time.perf_counter()
-        self._proof_seconds = 0.0
-        if self.link is not None:
-            self.link.begin_batch()
-        if self.plan.first:
-            if request is None:
-                raise ValueError("stage 0 drives the batch: it needs the request")
-            self._batch = request.batch
-            out = self._drive(request)
-        else:
-            out = self._follow()
-        out.seconds = time.perf_counter() - started
-        out.proof_seconds = self._proof_seconds
-        out.bytes_sent = self.link.bytes_sent if self.link else 0
-        if self.link is not None:
-            out.received_frames = self.link.received_log.frames
-            out.sent_frames = self.link.sent_log.frames
-        return out
+        """One batch, alone: stage 0 drives `request`, a follower serves the next batch that arrives."""
+        if self.plan.first and request is None:
+            raise ValueError("stage 0 drives the batch: it needs the request")
+        return next(self.serve([request] if request is not None else None, batches=1))
+
+    def serve(self, requests: Iterable[BatchRequest] | None = None, *, in_flight: int = 1,
+              batches: int | None = None, close: bool = False) -> Iterator[StageOutput]:  # fmt: skip
+        """What this member made of each batch, as each ends (not always in order). Stage 0 drives
+        `requests` (taken one at a time, as a slot frees), keeping up to `in_flight` in flight, and
+        with `close` tells the ring there are no more; a follower serves whatever batches arrive, until
+        `batches` have ended or the driver closes the ring."""
+        if self.plan.first and requests is None:
+            raise ValueError("stage 0 drives the batches: it needs the requests")
+        if not 1 <= in_flight <= 64:
+            raise ValueError(f"in_flight {in_flight}: between 1 and 64 batches")
+        flight = Flight(self.link)
+        pending = iter(requests) if self.plan.first and requests is not None else None
+        made = 0
+        while True:
+            while pending is not None and len(flight.waiting) < in_flight:
+                request = next(pending, None)
+                if request is None:
+                    pending = None
+                    break
+                self._route += 1
+                batch = InFlight(self._route, self.stage, request.policy, request.batch)
+                self.policy = request.policy
+                out = flight.start(batch, self._drive(batch, request))
+                if out is not None:  # a group of one
+                    made += 1
+                    yield out
+            if not flight.waiting and (pending is None if self.plan.first
+                                       else batches is not None and made >= batches):  # fmt: skip
+                break
+            try:
+                out = flight.deliver(None if self.plan.first else self._open_following)
+            except Closed:
+                if self.plan.first:
+                    raise MemberMisbehaved(self._link.prev, "a close frame at the driver") from None
+                if not self.plan.last:
+                    self._link.send({"kind": "close"})
+                return
+            if out is not None:
+                made += 1
+                yield out
+        if close and self.link is not None and self.plan.first:
+            self.link.send({"kind": "close"})
+
+    @property
+    def _link(self) -> MemberLink:
+        if self.link is None:
+            raise RuntimeError("a group of one has no link")
+        return self.link
+
+    def _open_following(self, route: int) -> tuple[InFlight, Steps]:
+        batch = InFlight(route, self.stage, self.policy)
+        return batch, self._follow(batch)
+
+    def _send(self, batch: InFlight, header: dict[str, Any], tensor: torch.Tensor | None = None, *,
+              log: bool = True) -> None:  # fmt: skip
+        kept = batch.sent if log else None
+        batch.bytes_sent += self._link.send(header, tensor, route=batch.route, log=kept)
 
     # ---- stage 0 ------------------------------------------------------------------------------
 
-    def _drive(self, req: BatchRequest) -> StageOutput:
+    def _drive(self, b: InFlight, req: BatchRequest) -> Steps:
         batch, width = len(req.prompts), max(map(len, req.prompts))
         ids = torch.full((batch, width), self.pad, dtype=torch.long)
         for i, p in enumerate(req.prompts):
@@ -136,33 +184,31 @@ class Member:
             "temperature": req.temperature, "prompts": [list(p) for p in req.prompts],
             "members": self.members or [self.address], "batch": req.batch, "policy": req.policy.header(),
         }  # fmt: skip
-        self.policy = req.policy
-        mask, pos = _mask_positions(lengths, width)
+        mask, pos = mask_positions(lengths, width)
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         done = [False] * batch
-        sent = _Sent(lengths, width)
+        sent = SeenRows(lengths, width)
         cache: Any = None
         x = ids
         for step in range(req.max_new_tokens):
-            out, cache = self._forward(x, mask, pos, cache)
+            out, cache = self._forward(b, x, mask, pos, cache)
             if self.plan.last:  # a group of one
                 sent.add(step, out)
-                tok, lp = self._sample(out[:, -1], req.seeds, step, req.temperature)
+                tok, lp = self._sample(b, out[:, -1], req.seeds, step, req.temperature)
             else:
                 payload = self._tamper(out)
                 sent.add(step, payload if self.cheat != "noise-unproven" else out)
-                assert self.link is not None
-                self.link.send({"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
-                frame = self.link.recv("tok")
+                self._send(b, {"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
+                frame = yield Want("tok")
                 if frame.header["kind"] == "end" or frame.header.get("step") != step:
                     raise MemberMisbehaved(
-                        self.link.prev, f"tokens of step {frame.header.get('step')} at {step}"
+                        self._link.prev, f"tokens of step {frame.header.get('step')} at {step}"
                     )
                 tok = torch.tensor(frame.header["tokens"], dtype=torch.long)
                 lp = torch.tensor(frame.header["logprobs"], dtype=torch.float32)
                 if tok.shape != (batch,) or lp.shape != (batch,):
-                    raise MemberMisbehaved(self.link.prev, f"{tuple(tok.shape)} tokens for {batch} rows")
+                    raise MemberMisbehaved(self._link.prev, f"{tuple(tok.shape)} tokens for {batch} rows")
             for i in range(batch):
                 if not done[i]:
                     tokens[i].append(int(tok[i]))
@@ -171,28 +217,26 @@ class Member:
             if all(done) or step == req.max_new_tokens - 1:
                 break
             x = torch.where(torch.tensor(done), torch.tensor(self.pad), tok).view(-1, 1)
-            mask, pos = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1), pos[:, -1:] + 1
+            mask, pos = grow(mask, pos)
         out_lengths = [len(t) for t in tokens]
         if self.plan.last:
-            proofs = self._prove(sent.final(out_lengths)) if sent.rows else []
+            proofs = self._prove(b, sent.final(out_lengths)) if sent.rows else []
             bundle = GroupBundle(self.members or [self.address], [list(p) for p in req.prompts],
                                  tokens, logprobs, list(req.seeds), req.temperature, [proofs],
                                  req.policy)  # fmt: skip
         else:
-            assert self.link is not None
-            proofs = self._prove(sent.rows_for(out_lengths))
-            self.link.send({"kind": "end", "lengths": out_lengths})
-            self.link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
-            seal = self._seal([])
-            bundle = self._take_bundle(proofs, tokens, links=[], seal=seal)
-        return self._output(proofs, tokens, logprobs, bundle)
+            proofs = self._prove(b, sent.rows_for(out_lengths))
+            self._send(b, {"kind": "end", "lengths": out_lengths})
+            self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
+            seal = self._seal(b, [])
+            bundle = yield from self._take_bundle(b, proofs, tokens, links=[], seal=seal)
+        return self._output(b, proofs, tokens, logprobs, bundle)
 
     # ---- stages 1..n-1 ------------------------------------------------------------------------
 
-    def _follow(self) -> StageOutput:
-        assert self.link is not None
-        link = self.link
-        first = link.recv("act")
+    def _follow(self, b: InFlight) -> Steps:
+        link = self._link
+        first = yield Want("act")
         if first.header["kind"] != "act" or first.header.get("step") != 0 or first.tensor is None:
             raise MemberMisbehaved(link.prev, "a batch must start with step 0's activations")
         try:
@@ -207,20 +251,21 @@ class Member:
             self.stage = self.on_policy(policy)  # that checkpoint's layers, before the batch's first step
             if self.cheat == "weights":
                 perturb_stage(self.stage)
-        self.policy = policy
+        self.policy = b.policy = policy
+        b.stage = self.stage
         lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
         prompts, members = shape["prompts"], list(shape["members"])
         if not isinstance(shape["batch"], int) or shape["batch"] < 1:
             raise MemberMisbehaved(link.prev, f"a step-0 header with batch {shape['batch']!r}")
-        self._batch = shape["batch"]
+        b.number = shape["batch"]
         if (not isinstance(prompts, list) or [len(p) for p in prompts] != lengths
                 or len(members) != self.plan.members or members[self.plan.index] != self.address):
             raise MemberMisbehaved(link.prev, "a step-0 header whose prompts or members do not fit the batch")
         batch, width = len(lengths), int(first.tensor.shape[1])
-        if first.tensor.shape != (batch, width, self.stage.hidden_size) or len(seeds) != batch:
+        if first.tensor.shape != (batch, width, b.stage.hidden_size) or len(seeds) != batch:
             raise MemberMisbehaved(link.prev, f"activations of shape {tuple(first.tensor.shape)}")
-        mask, pos = _mask_positions(lengths, width)
-        received, sent = _Sent(lengths, width), _Sent(lengths, width)
+        mask, pos = mask_positions(lengths, width)
+        received, sent = SeenRows(lengths, width), SeenRows(lengths, width)
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         done = [False] * batch
@@ -233,78 +278,76 @@ class Member:
                     link.prev, f"activations of step {frame.header.get('step')} at step {step}"
                 )
             received.add(step, x)
-            out, cache = self._forward(x, mask, pos, cache)
+            out, cache = self._forward(b, x, mask, pos, cache)
             if self.plan.last:
                 sent.add(step, out)
-                tok, lp = self._sample(out[:, -1], seeds, step, float(shape["temperature"]))
+                tok, lp = self._sample(b, out[:, -1], seeds, step, float(shape["temperature"]))
                 for i in range(batch):
                     if not done[i]:
                         tokens[i].append(int(tok[i]))
                         logprobs[i].append(float(lp[i]))
                         done[i] = int(tok[i]) == self.eos
-                link.send({"kind": "tok", "step": step, "tokens": tok.tolist(), "logprobs": lp.tolist()})
+                self._send(b, {"kind": "tok", "step": step, "tokens": tok.tolist(), "logprobs": lp.tolist()})
             else:
                 payload = self._tamper(out)
                 sent.add(step, payload if self.cheat != "noise-unproven" else out)
-                link.send({"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
-            frame = link.recv("act")
+                self._send(b, {"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
+            frame = yield Want("act")
             step += 1
-            mask, pos = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1), pos[:, -1:] + 1
+            mask, pos = grow(mask, pos)
         out_lengths = list(frame.header.get("lengths") or [])
         if len(out_lengths) != batch or not all(isinstance(n, int) and 1 <= n <= step for n in out_lengths):
             raise MemberMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
-        claimed = link.recv("proofs")
+        claimed = yield Want("proofs")
         try:
             theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
             earlier = [[bytes.fromhex(p) for p in stage] for stage in claimed.header.get("earlier", [])]
         except (TypeError, ValueError):
             raise MemberMisbehaved(link.prev, "a proofs frame that is not hex") from None
-        if theirs != self._prove(received.rows_for(out_lengths)):
+        if theirs != self._prove(b, received.rows_for(out_lengths)):
             raise MemberMisbehaved(link.prev, "its proofs are not those of the activations it sent")
         if len(earlier) != self.plan.index - 1:
             raise MemberMisbehaved(link.prev, f"proofs of {len(earlier)} earlier stages at {self.plan.index}")
-        links = self._countersign(members)
+        links = yield from self._countersign(b, members)
         if self.plan.last:
-            proofs = self._prove(sent.final(out_lengths))
+            proofs = self._prove(b, sent.final(out_lengths))
             bundle = GroupBundle(shape["members"], [list(p) for p in prompts], tokens, logprobs, seeds,
                                  float(shape["temperature"]), [*earlier, theirs, proofs], policy,
                                  links)  # fmt: skip
-            link.send(bundle.header(), log=False)
+            self._send(b, bundle.header(), log=False)
         else:
-            proofs = self._prove(sent.rows_for(out_lengths))
-            link.send({"kind": "end", "lengths": out_lengths})
-            link.send({"kind": "proofs", "proofs": [p.hex() for p in proofs],
-                       "earlier": [[p.hex() for p in stage] for stage in [*earlier, theirs]]})  # fmt: skip
-            seal = self._seal(links)
-            bundle = self._take_bundle(proofs, None, [*earlier, theirs], links=links, seal=seal)
-        return self._output(proofs, tokens, logprobs, bundle)
+            proofs = self._prove(b, sent.rows_for(out_lengths))
+            self._send(b, {"kind": "end", "lengths": out_lengths})
+            passed_on = [[p.hex() for p in stage] for stage in [*earlier, theirs]]
+            self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": passed_on})
+            seal = self._seal(b, links)
+            bundle = yield from self._take_bundle(b, proofs, None, [*earlier, theirs], links=links, seal=seal)
+        return self._output(b, proofs, tokens, logprobs, bundle)
 
-    def _output(self, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
+    def _output(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
                 bundle: GroupBundle) -> StageOutput:  # fmt: skip
         finished = [bool(t and t[-1] == self.eos) for t in tokens]
         layers = (self.plan.layers.start, self.plan.layers.stop)
         return StageOutput(self.plan.index, layers, proofs, tokens, logprobs, finished, bundle=bundle,
-                           batch=self._batch)
+                           batch=b.number)
 
-    def _claim(self, sender: int, role: str, sha256: str) -> LinkClaim:
-        return LinkClaim(self.task_id, self.group_id, self._batch, sender, sender + 1, role, sha256)
+    def _claim(self, b: InFlight, sender: int, role: str, sha256: str) -> LinkClaim:
+        return LinkClaim(self.task_id, self.group_id, b.number, sender, sender + 1, role, sha256)
 
-    def _seal(self, links: list[LinkRecord]) -> LinkRecord:
+    def _seal(self, b: InFlight, links: list[LinkRecord]) -> LinkRecord:
         """After this member's proofs frame: the digest of every frame it sent in the batch, signed, with
         the records of the links before it (for the last member's bundle)."""
-        assert self.link is not None
-        digest = self.link.sent_log.digest()
-        signature = self.signer.sign(self._claim(self.plan.index, "sent", digest)) if self.signer else ""
-        self.link.send({"kind": "seal", "sha256": digest, "signature": signature,
-                        "links": [r.header() for r in links]}, log=False)  # fmt: skip
+        digest = b.sent.digest()
+        signature = self.signer.sign(self._claim(b, self.plan.index, "sent", digest)) if self.signer else ""
+        self._send(b, {"kind": "seal", "sha256": digest, "signature": signature,
+                       "links": [r.header() for r in links]}, log=False)  # fmt: skip
         return LinkRecord(self.plan.index, digest, signature)
 
-    def _countersign(self, members: list[str]) -> list[LinkRecord]:
+    def _countersign(self, b: InFlight, members: list[str]) -> Generator[Want, Frame, list[LinkRecord]]:
         """The predecessor's seal: its digest must be that of the frames received, its signature its node
         key's; countersigned, it joins the records of the links before it."""
-        assert self.link is not None
-        link, prev = self.link, self.link.prev
-        frame = link.recv("seal", log=False)
+        prev = self._link.prev
+        frame = yield Want("seal", log=False)
         digest, signature = frame.header.get("sha256"), frame.header.get("signature")
         records = frame.header.get("links")
         try:
@@ -317,61 +360,61 @@ class Member:
             raise MemberMisbehaved(prev, "a batch without its seal (the digest of what it sent, signed)")
         if len(earlier) != prev or [r.sender for r in earlier] != list(range(prev)):
             raise MemberMisbehaved(prev, f"a seal carrying {len(earlier)} link records at link {prev}")
-        got = link.received_log.digest()
+        got = b.received.digest()
         if self.cheat == "false-accuse" or digest != got:
             raise MemberMisbehaved(prev, f"its seal says it sent {digest[:12]}…, the frames received hash "
                                          f"to {got[:12]}…")  # fmt: skip
-        claim = self._claim(prev, "sent", digest)
+        claim = self._claim(b, prev, "sent", digest)
         if self.signer is not None and not signed_by(claim, signature, members[prev]):
             raise MemberMisbehaved(prev, f"its seal is not signed by its node key ({members[prev]})")
         if self.cheat == "forge-received":  # countersigns frames it did not receive
             got = hashlib.sha256(got.encode()).hexdigest()
-        counter = self.signer.sign(self._claim(prev, "received", got)) if self.signer else ""
+        counter = self.signer.sign(self._claim(b, prev, "received", got)) if self.signer else ""
         return [*earlier, LinkRecord(prev, digest, signature, got, counter)]
 
-    def _take_bundle(self, proofs: list[bytes], tokens: list[list[int]] | None,
+    def _take_bundle(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]] | None,
                      before: list[list[bytes]] | None = None, *, links: list[LinkRecord],
-                     seal: LinkRecord) -> GroupBundle:  # fmt: skip
+                     seal: LinkRecord) -> Generator[Want, Frame, GroupBundle]:  # fmt: skip
         """A non-last member: the batch's bundle, come round the ring from the last member. It must hold
         this member's own proofs (and, at stage 0, its tokens and address) and the earlier stages'
         proofs as they reached it (`before`): otherwise a last member colluding with an earlier liar
         could hand this member a bundle where the liar's proofs look honest, and the replay would
         blame this member for what it was fed. Members before the last but one pass it on."""
-        assert self.link is not None
-        frame = self.link.recv("bundle", log=False)
+        prev = self._link.prev
+        frame = yield Want("bundle", log=False)
         try:
             bundle = GroupBundle.from_header(frame.header)
         except (KeyError, TypeError, ValueError):
-            raise MemberMisbehaved(self.link.prev, "a bundle frame that does not parse") from None
+            raise MemberMisbehaved(prev, "a bundle frame that does not parse") from None
         index = self.plan.index
         if (len(bundle.stage_proofs) != self.plan.members or bundle.stage_proofs[index] != proofs
                 or len(bundle.members) != self.plan.members or bundle.members[index] != self.address
-                or (tokens is not None and bundle.outputs != tokens) or bundle.policy != self.policy
+                or (tokens is not None and bundle.outputs != tokens) or bundle.policy != b.policy
                 or (before is not None and bundle.stage_proofs[:index] != before)):
-            raise MemberMisbehaved(self.link.prev, "a bundle that misstates this member's part of the batch")
+            raise MemberMisbehaved(prev, "a bundle that misstates this member's part of the batch")
         mine = bundle.links[index] if len(bundle.links) == self.plan.members - 1 else None
         if (bundle.links[:index] != links or mine is None or mine.sha256 != seal.sha256
                 or mine.signature != seal.signature):
-            raise MemberMisbehaved(self.link.prev, "a bundle that misstates what this member's links carried")
+            raise MemberMisbehaved(prev, "a bundle that misstates what this member's links carried")
         if index + 2 < self.plan.members:
-            self.link.send(bundle.header(), log=False)
+            self._send(b, bundle.header(), log=False)
         return bundle
 
-    def _prove(self, hiddens: list[torch.Tensor]) -> list[bytes]:
+    def _prove(self, b: InFlight, hiddens: list[torch.Tensor]) -> list[bytes]:
         t0 = time.perf_counter()
         try:
             return _build_proofs(hiddens)
         finally:
-            self._proof_seconds += time.perf_counter() - t0
+            b.proof_seconds += time.perf_counter() - t0
 
     # ---- sampling and cheats -------------------------------------------------------------------
 
     def _forward(
-        self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+        self, b: InFlight, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
     ) -> tuple[torch.Tensor, Any]:
-        out, cache = self.stage.forward(x, mask, pos, cache)
+        out, cache = b.stage.forward(x, mask, pos, cache)
         if self.cheat == "skip":  # its layers skipped: what came in goes out (embedded / normed)
-            decoder = self.stage.model.model
+            decoder = b.stage.model.model
             with torch.inference_mode():
                 if self.plan.first:
                     out = decoder.embed_tokens(x)
@@ -381,9 +424,9 @@ class Member:
                     out = x
         return out, cache
 
-    def _sample(self, hidden_last: torch.Tensor, seeds: list[int], step: int, temperature: float
+    def _sample(self, b: InFlight, hidden_last: torch.Tensor, seeds: list[int], step: int, temperature: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        logits = self.stage.logits(hidden_last)
+        logits = b.stage.logits(hidden_last)
         if self.cheat == "forge-token":  # greedy instead of the seed's Gumbel draw
             tok = logits.float().argmax(dim=-1)
             return tok, sampler.token_logprobs(logits, tok, temperature)
@@ -391,45 +434,3 @@ class Member:
 
     def _tamper(self, out: torch.Tensor) -> torch.Tensor:
         return tamper(self.cheat, out)
-
-
-class _Sent:
-    """Activations one side of a link saw, kept per row at the positions proofs commit to."""
-
-    def __init__(self, lengths: list[int], width: int) -> None:
-        self.lengths, self.width = lengths, width
-        self.prompt: torch.Tensor | None = None  # [B, W, H] of step 0
-        self.steps: list[torch.Tensor] = []  # [B, H] of steps 1..
-
-    @property
-    def rows(self) -> bool:
-        return self.prompt is not None
-
-    def add(self, step: int, tensor: torch.Tensor) -> None:
-        if step == 0:
-            self.prompt = tensor.detach().clone()
-        else:
-            self.steps.append(tensor[:, -1].detach().clone())
-
-    def _decode(self, i: int, count: int) -> torch.Tensor:
-        assert self.prompt is not None
-        if count <= 0:
-            return self.prompt.new_zeros((0, self.prompt.shape[-1]))
-        return torch.stack([s[i] for s in self.steps[:count]])
-
-    def rows_for(self, out_lengths: list[int]) -> list[torch.Tensor]:
-        """Per row: every real prompt position, then the positions of its fed output tokens."""
-        assert self.prompt is not None
-        return [torch.cat([self.prompt[i, self.width - n :], self._decode(i, m - 1)])
-                for i, (n, m) in enumerate(zip(self.lengths, out_lengths, strict=True))]  # fmt: skip
-
-    def final(self, out_lengths: list[int]) -> list[torch.Tensor]:
-        """Per row: the decode positions only (a single node's TOPLOC proof)."""
-        return [self._decode(i, m - 1) for i, m in enumerate(out_lengths)]
-
-
-def _mask_positions(lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    mask = torch.zeros((len(lengths), width), dtype=torch.long)
-    for i, n in enumerate(lengths):
-        mask[i, width - n :] = 1
-    return mask, (mask.cumsum(-1) - 1).clamp_min(0)

@@ -73,6 +73,7 @@ class PipelineSettings(BaseModel):
     target_lengths: list[int] = Field([8], min_length=1, max_length=64)
     length_penalty: float = Field(0.0, ge=0)
     timeout_seconds: float = Field(60.0, gt=0, le=3600)
+    in_flight: int = Field(1, ge=1, le=64, description="batches the group keeps moving at once (slow links)")
     # Following a trainer (an RL run): see task.py and policy.py.
     step_url: str | None = Field(None, max_length=2000)
     checkpoint_source: str | None = Field(None, max_length=4000)

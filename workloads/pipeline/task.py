@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -55,6 +56,8 @@ class PipelineTaskSettings(IntellectSettings):
                                          "batch (must stay below timeout_seconds: the members wait too)")
     checkpoint_cache: Path = Path(".checkpoints")
     timeout_seconds: float = Field(60.0, gt=0, description="how long a peer may stay silent")
+    in_flight: int = Field(1, ge=1, le=64, description="batches the driver keeps moving at once: over slow "
+                           "links the members work on one while another's frames cross the wire")
     cheat: str = Field("none", description="demos and tests only: the cheat of the member at cheat_stage")
     cheat_stage: int = Field(-1, ge=-1, description="the stage that cheats (-1: whichever this member "
                              "holds: the demo's cheating operator sets the cheat on its own worker)")
@@ -146,35 +149,38 @@ def run(s: PipelineTaskSettings) -> int:
     s.output_dir.mkdir(parents=True, exist_ok=True)
     records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file
     paced_step, paced = -1, 0  # the trainer step of the driver's last batches, and how many it made
+    members: list[str] = []
+
+    def requests() -> Iterator[BatchRequest]:
+        """The driver's batches, each made when a slot in flight frees (its policy chosen then)."""
+        nonlocal paced_step, paced
+        for batch in range(1, s.batches + 1):
+            if (s.output_dir / file_name(batch, s.group_index)).exists():
+                continue  # made before a restart: the driver goes on from the first batch it lacks
+            if s.files_per_step and paced >= s.files_per_step:
+                policy = policies.after(paced_step, s.step_patience_seconds)
+            else:
+                policy = policies.choose()
+            if policy.step != paced_step:
+                paced_step, paced = policy.step, 0
+            paced += 1
+            if policy.weights != member.policy.weights:
+                member.stage = policies.stage(plan, policy)
+                if cheat == "weights":
+                    perturb_stage(member.stage)
+            batch_plan = plan_group_batch(s.task_id, s.group_id, members, batch, len(records),
+                                          s.batch_size, s.n, s.target_lengths)  # fmt: skip
+            prompts = [list(tok(records[i].prompt)["input_ids"]) for i in batch_plan.indexes
+                       for _ in range(s.n)]  # fmt: skip
+            seeds = batch_plan.seeds
+            if cheat == "wrong-plan":  # tests: a driver that picks its own seeds
+                seeds = [seed + 1 for seed in seeds]
+            yield BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch, policy=policy)
+
     try:
         members = member.introduce()
-        for batch in range(1, s.batches + 1):
-            path = s.output_dir / file_name(batch, s.group_index)
-            if plan.first and path.exists():
-                continue  # made before a restart: the driver goes on from the first batch it lacks
-            request = None
-            if plan.first:
-                if s.files_per_step and paced >= s.files_per_step:
-                    policy = policies.after(paced_step, s.step_patience_seconds)
-                else:
-                    policy = policies.choose()
-                if policy.step != paced_step:
-                    paced_step, paced = policy.step, 0
-                paced += 1
-                if policy.weights != member.policy.weights:
-                    member.stage = policies.stage(plan, policy)
-                    if cheat == "weights":
-                        perturb_stage(member.stage)
-                batch_plan = plan_group_batch(s.task_id, s.group_id, members, batch, len(records),
-                                              s.batch_size, s.n, s.target_lengths)  # fmt: skip
-                prompts = [list(tok(records[i].prompt)["input_ids"]) for i in batch_plan.indexes
-                           for _ in range(s.n)]  # fmt: skip
-                seeds = batch_plan.seeds
-                if cheat == "wrong-plan":  # tests: a driver that picks its own seeds
-                    seeds = [seed + 1 for seed in seeds]
-                request = BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch,
-                                       policy=policy)  # fmt: skip
-            out = member.run_batch(request)
+        # Followers serve until the driver closes the ring after its last batch.
+        for out in member.serve(requests() if plan.first else None, in_flight=s.in_flight, close=True):
             assert out.bundle is not None
             number = out.batch
             path = s.output_dir / file_name(number, s.group_index)
@@ -206,8 +212,6 @@ def run(s: PipelineTaskSettings) -> int:
                              max_new_tokens=s.max_new_tokens, bundle=bundle, n=s.n, scores=scores,
                              received_frames=out.received_frames, sent_frames=out.sent_frames)  # fmt: skip
             _announce(path, stage_layers_total(s.model))
-            if number >= s.batches:
-                break
     except MemberError as exc:  # a peer died, stalled or misbehaved: this batch is dropped, nothing written
         print(f"error: {exc} (member {exc.member}); the batch is redone when the group runs again",
               file=sys.stderr)  # fmt: skip

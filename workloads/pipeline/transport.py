@@ -23,6 +23,12 @@ received and a running sha256 over them (`frames_digest`). At the end of a batch
 digest of what it sent with its own node key and the receiver countersigns the digest of what it got
 (`member.py`, `commit.py`): CURVE keys derive from the group secret every member holds, so only the
 node keys can say who sent what. Frames outside a batch (hello, seal, bundle) are not logged.
+
+Routes: a group keeps several batches in flight on the same links (`flight.py`), so every frame
+travels behind a route part, the 8-byte number of the batch it belongs to (0: the ring's own frames,
+hello and close). The route is not logged: a batch's logged frames are byte for byte those of the
+same batch run alone, and the seals commit to them. A member that mislabels a frame only puts it in
+another batch's log, whose seal then does not match (nobody paid, nobody judged).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from zmq.utils import z85
 # before it is parsed (a quarter of the link's frame limit, at least this); only the group's members
 # can send one at all.
 MIN_HEADER_BYTES = 64 * 1024
+RING = 0  # the route of frames that belong to no batch (hello, close)
+ROUTE_BYTES = 8
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
@@ -171,11 +179,6 @@ class MemberLink:
         self.outbox_bind = outbox_bind
         self.bytes_sent = 0
         self.bytes_received = 0
-        self.sent_log, self.received_log = LinkLog(), LinkLog()
-
-    def begin_batch(self) -> None:
-        """Start logging a new batch's frames (both directions) from here."""
-        self.sent_log, self.received_log = LinkLog(), LinkLog()
 
     def connect(self, next_address: str | None = None) -> None:
         """Open the outbox: dial the next member's inbox, or listen for it (`outbox_bind`)."""
@@ -187,23 +190,26 @@ class MemberLink:
             raise ValueError("the outbox has no next member's address to dial")
         self.outbox.connect(target)
 
-    def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None, *, log: bool = True) -> None:
+    def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None, *, route: int = RING,
+             log: LinkLog | None = None) -> int:
+        """Send one frame on `route`, kept in `log` (a batch's frames) when given; returns the bytes sent."""
         head = json.dumps(header | ({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix(
             "torch.")} if tensor is not None else {})).encode()  # fmt: skip
         parts = [head]
         if tensor is not None:
             parts.append(tensor.contiguous().view(torch.uint8).numpy().tobytes())
         try:
-            self.outbox.send_multipart(parts, copy=False)
+            self.outbox.send_multipart([route.to_bytes(ROUTE_BYTES, "big"), *parts], copy=False)
         except zmq.Again:
             raise MemberTimeout(self.next, f"did not take a frame within {self.timeout:.0f} s") from None
-        self.bytes_sent += sum(len(p) for p in parts)
-        if log:
-            self.sent_log.add(parts)
+        size = ROUTE_BYTES + sum(len(p) for p in parts)
+        self.bytes_sent += size
+        if log is not None:
+            log.add(parts)
+        return size
 
-    def recv(self, kind: str, timeout: float | None = None, *, log: bool = True) -> Frame:
-        """The next frame, which must be of `kind` (or `end`, which ends a batch); logged unless `log`
-        is False (frames outside a batch)."""
+    def recv_routed(self, timeout: float | None = None) -> tuple[int, list[bytes]]:
+        """The next frame off the inbox: its route and its parts, not yet parsed."""
         wait = timeout or self.timeout
         deadline = time.monotonic() + wait
         while True:
@@ -216,11 +222,28 @@ class MemberLink:
             except zmq.Again:
                 time.sleep(0.01)
         self.bytes_received += sum(len(p) for p in parts)
+        if len(parts) < 2 or len(parts[0]) != ROUTE_BYTES:
+            raise MemberMisbehaved(self.prev, "a frame without its route (the batch it belongs to)")
+        return int.from_bytes(parts[0], "big"), parts[1:]
+
+    def parse(self, parts: list[bytes], kind: str) -> Frame:
+        """A frame's parts as this member expects them: of `kind` (or `end`, which ends a batch)."""
         frame = parse_frame(self.prev, parts, self.max_header_bytes)
         if frame.header.get("kind") not in (kind, "end"):
             raise MemberMisbehaved(self.prev, f"expected a {kind!r} frame, got {str(frame.header)[:100]}")
-        if log:
-            self.received_log.add(parts)
+        return frame
+
+    def recv(self, kind: str, timeout: float | None = None, *, route: int = RING,
+             log: LinkLog | None = None) -> Frame:
+        """The next frame, which must be on `route` and of `kind` (or `end`); kept in `log` when given.
+        For a member with one thing to wait for (the hello round, tests); batches in flight are
+        demultiplexed by `flight.py`."""
+        got, parts = self.recv_routed(timeout)
+        if got != route:
+            raise MemberMisbehaved(self.prev, f"a frame for batch {got} while waiting on {route}")
+        frame = self.parse(parts, kind)
+        if log is not None:
+            log.add(parts)
         return frame
 
     def close(self) -> None:
