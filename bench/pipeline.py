@@ -110,7 +110,38 @@ def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path, dela
         }
         result[f"group{members}"]["links"] = over_links(model_dir, label, members, prompts, tokens, eos, work,
                                                         [0.0, *delays], batches, in_flight)  # fmt: skip
+    result["acceptance"] = acceptance(model_dir, rows, tokens)
     return result
+
+
+DRAFT_TOKENS = 4
+
+
+def acceptance(model_dir: str, rows: int, tokens: int) -> dict:
+    """Exact speculative decoding's acceptance by task: steps per trip round the ring (a batch advances
+    in step, so a trip keeps the drafted tokens every row would have drawn) with the prompt-lookup draft,
+    on each shipped task's prompts, real end of sequence; a 2-member group of threads."""
+    from workloads.pipeline.draft import PromptLookup
+    from workloads.pipeline.group import run_thread_group
+
+    tok = load_tokenizer(model_dir)
+    out = {}
+    for task in ("reverse", "demo", "math", "code"):
+        records = load_dataset(task)
+        prompts = [tok(records[i % len(records)].prompt)["input_ids"] for i in range(rows)]
+        per = {}
+        for batch_rows in (1, rows):
+            requests = [BatchRequest(prompts[i : i + batch_rows], list(range(i, i + batch_rows)), tokens, 1.0)
+                        for i in range(0, rows, batch_rows)]  # fmt: skip
+            run = run_thread_group(2, requests, model=model_dir, draft=PromptLookup(),
+                                   draft_tokens=DRAFT_TOKENS)  # fmt: skip
+            if not run.ok:
+                raise SystemExit(f"acceptance on {task}: {run.errors}")
+            driver = [b[0] for b in run.batches]
+            steps = sum(max(map(len, o.tokens)) for o in driver)
+            per[f"rows_{batch_rows}"] = steps / sum(o.trips for o in driver)
+        out[task] = per
+    return out
 
 
 def over_links(model_dir: str, label: str, members: int, prompts: list, tokens: int, eos: int, work: Path,
@@ -125,21 +156,26 @@ def over_links(model_dir: str, label: str, members: int, prompts: list, tokens: 
     cells: dict = {}
     for d in delays:
         cell: dict = {}
-        for mode, k, some in (("naive", 1, requests[:2]), ("flight", in_flight, requests)):
+        modes = (("naive", 1, requests[:2], "none"), ("flight", in_flight, requests, "none"),
+                 ("flight_draft", in_flight, requests, "prompt-lookup"))  # fmt: skip
+        for mode, k, some, draft in modes:
             run = run_local_group(members, some, work / f"{label}-{members}-{d:g}ms-{mode}", model=model_dir,
                                   timeout=120 + 4 * tokens * members * d / 1000, eos=eos, in_flight=k,
-                                  link=LinkShape(d / 1000) if d else None)  # fmt: skip
+                                  link=LinkShape(d / 1000) if d else None, draft=draft,
+                                  draft_tokens=DRAFT_TOKENS)  # fmt: skip
             if not run.ok:
                 raise SystemExit(f"{members}-member {mode} group at {d:g} ms failed: {run.errors}")
             driver = [b[0] for b in run.batches]
             made = sum(len(t) for out in driver for t in out.tokens)
             wall = max(o.started + o.seconds for o in driver) - min(o.started for o in driver)
             sent = sum(o.bytes_sent for b in run.batches for o in b.values())
-            cell[mode] = {"tok_s": made / wall, "batches": len(some), "in_flight": k,
+            steps = sum(max(map(len, o.tokens)) for o in driver)
+            cell[mode] = {"tok_s": made / wall, "batches": len(some), "in_flight": k, "draft": draft,
                           "wire_bytes_per_token": sent / made,
+                          "steps_per_trip": steps / sum(o.trips for o in driver),
                           "tokens": [o.tokens for o in driver]}  # fmt: skip
-        if cell["flight"]["tokens"][:2] != cell["naive"]["tokens"]:
-            raise SystemExit(f"{members}-member group at {d:g} ms: in flight it drew other tokens")
+        if not cell["flight"]["tokens"][:2] == cell["flight_draft"]["tokens"][:2] == cell["naive"]["tokens"]:
+            raise SystemExit(f"{members}-member group at {d:g} ms: in flight or drafted it drew other tokens")
         for mode in cell.values():
             del mode["tokens"]
         cells[f"{d:g}"] = cell
@@ -184,16 +220,23 @@ def main() -> None:
                   f"{g['wire_bytes_per_token']:>12.0f} {shares:>24s} {g['validate_accept_s']:>8.3f} "
                   f"{g['validate_blame_s']:>8.3f} {g['validate_vs_generate']:>9.1f}×")  # fmt: skip
     print(f"\ngroups over delayed hops (one way, every hop), {args.batches} batches of {args.rows} rows x "
-          f"{args.tokens} tokens; tok/s (share of the naive group on loopback)")  # fmt: skip
-    print(f"{'model':6s} {'members':>7s} {'ms/hop':>6s} {'naive':>15s} {'in flight':>15s} {'B/token':>8s}")
+          f"{args.tokens} tokens; tok/s (share of the naive group on loopback); in flight: "
+          f"{args.in_flight} batches; draft: prompt lookup, {DRAFT_TOKENS} tokens a trip")  # fmt: skip
+    print(f"{'model':6s} {'members':>7s} {'ms/hop':>6s} {'naive':>15s} {'in flight':>15s} "
+          f"{'+ draft':>15s} {'steps/trip':>10s} {'B/token':>8s}")  # fmt: skip
     for r in results:
         for members in (2, 3):
             for d, cell in r[f"group{members}"]["links"].items():
-                naive, flight = cell["naive"], cell["flight"]
-                print(f"{r['model']:6s} {members:>7d} {d:>6s} {naive['tok_s']:>7.0f} "
-                      f"({naive['vs_loopback_naive']:.2f}×) {flight['tok_s']:>7.0f} "
-                      f"({flight['vs_loopback_naive']:.2f}×) "
-                      f"{flight['wire_bytes_per_token']:>8.0f}")  # fmt: skip
+                cells = " ".join(f"{cell[m]['tok_s']:>7.0f} ({cell[m]['vs_loopback_naive']:.2f}×)"
+                                 for m in ("naive", "flight", "flight_draft"))  # fmt: skip
+                print(f"{r['model']:6s} {members:>7d} {d:>6s} {cells} "
+                      f"{cell['flight_draft']['steps_per_trip']:>10.2f} "
+                      f"{cell['flight']['wire_bytes_per_token']:>8.0f}")  # fmt: skip
+    print("\nprompt-lookup draft: steps per trip round the ring, by task (real end of sequence)")
+    for r in results:
+        for task, per in r["acceptance"].items():
+            cells = "  ".join(f"{k.replace('_', ' ')}: {v:.2f}" for k, v in per.items())
+            print(f"{r['model']:6s} {task:8s} {cells}")
 
 
 if __name__ == "__main__":

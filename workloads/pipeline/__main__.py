@@ -26,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workloads.pipeline.commit import signer_from_env
+from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, make_draft
 from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.options import CHEATS
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
@@ -74,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
     parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
     parser.add_argument("--in-flight", type=int, default=1, help="stage 0: batches moving at once (1-64)")
+    parser.add_argument("--draft", choices=DRAFTS, default="none", help="stage 0: guess tokens for the "
+                        "group to check in one trip (exact: the same output as without)")
+    parser.add_argument("--draft-tokens", type=int, default=4, help=f"stage 0: tokens guessed a trip "
+                        f"(0-{MAX_DRAFT_TOKENS})")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--address", default="", help="this member's node address (named in the bundle)")
     parser.add_argument("--cheat", choices=CHEATS, default="none", help="tests and demos only")
@@ -93,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.bind is None) == (args.dial_prev is None) or (args.next is None) == (args.listen_next is None):
         print("error: give one of --bind and --dial-prev, and one of --next and --listen-next",
               file=sys.stderr)
+        return 2
+    if not 0 <= args.draft_tokens <= MAX_DRAFT_TOKENS:
+        print(f"error: --draft-tokens {args.draft_tokens}: between 0 and {MAX_DRAFT_TOKENS}", file=sys.stderr)
         return 2
     if not 1 <= args.in_flight <= 64:
         print(f"error: --in-flight {args.in_flight}: between 1 and 64 batches", file=sys.stderr)
@@ -122,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address,
-                    signer=signer_from_env())  # fmt: skip
+                    signer=signer_from_env(), draft=make_draft(args.draft),
+                    draft_tokens=args.draft_tokens)  # fmt: skip
     outputs: list[dict] = []
     try:
         member.introduce()

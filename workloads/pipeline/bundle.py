@@ -95,6 +95,7 @@ class StageOutput:
     started: float = 0.0  # wall clock at the batch's start here (batches in flight overlap)
     proof_seconds: float = 0.0  # of `seconds`: building its proofs and checking the sender's
     bytes_sent: int = 0
+    trips: int = 0  # trips round the ring the batch took (steps / trips: tokens a trip, with a draft)
     bundle: GroupBundle | None = None
     batch: int = 1
     received_frames: list[list[bytes]] = field(default_factory=list)  # the batch's frames, as they came

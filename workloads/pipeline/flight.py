@@ -51,6 +51,7 @@ class InFlight:
     received: LinkLog = field(default_factory=LinkLog)
     bytes_sent: int = 0
     proof_seconds: float = 0.0
+    trips: int = 0  # trips round the ring (the prompts' one, then one per step or per drafted run of steps)
     started: float = field(default_factory=time.time)  # wall clock: comparable across members
     clock: float = field(default_factory=time.perf_counter)
 
@@ -112,6 +113,7 @@ class Flight:
             out.started = batch.started
             out.proof_seconds = batch.proof_seconds
             out.bytes_sent = batch.bytes_sent
+            out.trips = batch.trips
             out.received_frames = batch.received.frames
             out.sent_frames = batch.sent.frames
             return out

@@ -22,6 +22,7 @@ from intellect.links import DelayRelay, LinkShape
 from intellect.net import stable_port
 from workloads.pipeline.__main__ import SECRET_ENV, output_from_json
 from workloads.pipeline.commit import KEY_ENV, KeySigner
+from workloads.pipeline.draft import Draft
 from workloads.pipeline.member import BatchRequest, StageOutput
 
 
@@ -66,13 +67,15 @@ def run_local_group(
     weights: Path | None = None, cheats: dict[int, str] | None = None, timeout: float = 30.0,
     eos: int | None = None, hosts: list[Host] | None = None, behind_nat: set[int] | None = None,
     signed: bool = True, link: LinkShape | None = None, in_flight: int = 1, keys: list[Wallet] | None = None,
+    draft: str = "none", draft_tokens: int = 4,
 ) -> GroupRun:  # fmt: skip
     """Start `members` member processes on 127.0.0.1 (or member i on `hosts[i]`), run the batch (or each
     batch of a list) through them, collect what each member made. Members in `behind_nat` open both of
     their links themselves (`--dial-prev`; their predecessor `--listen-next`). `link`: every hop goes
     through a delay relay of that shape (intellect/links.py), in front of each member's inbox. `in_flight`:
     batches the driver keeps moving at once (`flight.py`). `keys`: the members' node keys (default new
-    ones; the same keys make the same signatures, so two runs' files can be compared byte for byte)."""
+    ones; the same keys make the same signatures, so two runs' files can be compared byte for byte).
+    `draft`: the driver's draft by name (`draft.py`), guessing up to `draft_tokens` tokens a trip."""
     folder.mkdir(parents=True, exist_ok=True)
     ports = [stable_port() for _ in range(members)]
     outports = [stable_port() for _ in range(members)]
@@ -104,7 +107,8 @@ def run_local_group(
         if eos is not None:
             argv += ["--eos", str(eos)]
         if i == 0:
-            argv += ["--request", str(folder / "request.json"), "--in-flight", str(in_flight)]
+            argv += ["--request", str(folder / "request.json"), "--in-flight", str(in_flight),
+                     "--draft", draft, "--draft-tokens", str(draft_tokens)]
         elif isinstance(request, list):
             argv += ["--batches", str(len(request))]
         if cheats and i in cheats:
@@ -150,9 +154,11 @@ def run_thread_group(
     members: int, request: BatchRequest | list[BatchRequest], *, model: str = "tiny",
     cheats: dict[int, str] | None = None, timeout: float = 20.0, signed: bool = True,
     task_id: str = "local", group_id: str = "local", in_flight: int = 1, keys: list[Wallet] | None = None,
+    draft: Draft | None = None, draft_tokens: int = 0,
 ) -> GroupRun:  # fmt: skip
     """`run_local_group` with each member a thread of this process: real links on loopback, each member
-    its own stage (only its layers), node key and cheat, `in_flight` batches moving at once."""
+    its own stage (only its layers), node key and cheat, `in_flight` batches moving at once, the driver
+    guessing up to `draft_tokens` tokens a trip with `draft` (`draft.py`)."""
     import threading
 
     import torch
@@ -187,7 +193,8 @@ def run_thread_group(
             m = Member(stages[i], link, int(tok.eos_token_id), int(tok.pad_token_id),
                        cheat=cast(Cheat, cheat),
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
-                       task_id=task_id, group_id=group_id)  # fmt: skip
+                       task_id=task_id, group_id=group_id, draft=draft if i == 0 else None,
+                       draft_tokens=draft_tokens if i == 0 else 0)  # fmt: skip
             m.introduce()
             served = m.serve(requests if i == 0 else None, in_flight=in_flight, batches=len(requests))
             made[i] = sorted(served, key=lambda o: o.started)

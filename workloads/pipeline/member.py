@@ -45,11 +45,13 @@ from workloads.model import sampler
 from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
 from workloads.pipeline.cheats import perturb_stage, tamper
 from workloads.pipeline.commit import LinkClaim, LinkRecord, LinkSigner, signed_by
+from workloads.pipeline.draft import MAX_DRAFT_TOKENS, Draft
 from workloads.pipeline.flight import Closed, Flight, InFlight, Steps, Want
 from workloads.pipeline.options import Cheat
 from workloads.pipeline.positions import SeenRows, grow, mask_positions
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import Frame, MemberLink, MemberMisbehaved
+from workloads.pipeline.trips import Rows, Trip, act_frame, draft_inputs, end_frame, kept, tok_frame
 from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
 __all__ = ["BatchRequest", "GroupBundle", "Member", "Policy", "StageOutput", "perturb_stage"]
@@ -61,8 +63,13 @@ class Member:
     def __init__(self, stage: Stage, link: MemberLink | None, eos_token_id: int, pad_token_id: int,
                  cheat: Cheat = "none", address: str = "",
                  on_policy: Callable[[Policy], Stage] | None = None, signer: LinkSigner | None = None,
-                 task_id: str = "local", group_id: str = "local") -> None:  # fmt: skip
+                 task_id: str = "local", group_id: str = "local", draft: Draft | None = None,
+                 draft_tokens: int = 0) -> None:  # fmt: skip
+        if not 0 <= draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"draft_tokens {draft_tokens}: between 0 and {MAX_DRAFT_TOKENS}")
         self.stage, self.link = stage, link
+        # The driver's draft (`draft.py`): up to `draft_tokens` guessed tokens per trip round the ring.
+        self.draft, self.draft_tokens = draft, draft_tokens if draft is not None else 0
         # Signs this member's link claims with its node key; None: nothing signed, and no seal checked
         # (a local group of tests without keys: its files then prove nobody's fault).
         self.signer = signer
@@ -185,52 +192,113 @@ class Member:
             "members": self.members or [self.address], "batch": req.batch, "policy": req.policy.header(),
         }  # fmt: skip
         mask, pos = mask_positions(lengths, width)
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        done = [False] * batch
-        sent = SeenRows(lengths, width)
-        cache: Any = None
-        x = ids
-        for step in range(req.max_new_tokens):
+        rows, sent, limit = Rows(batch, self.eos), SeenRows(lengths, width), req.max_new_tokens
+        out, cache = self._forward(b, ids, mask, pos, None)  # step 0: the prompts
+        b.trips += 1
+        if self.plan.last:  # a group of one
+            return self._alone(b, req, rows, sent, out, cache, mask, pos)
+        payload = self._tamper(out)
+        sent.add(0, payload if self.cheat != "noise-unproven" else out)
+        self._send(b, {"kind": "act", "step": 0, **shape}, payload)
+        frame = yield Want("tok", log=False)
+        last, lp = self._trip_tokens(frame, 0, 1, batch)[0]
+        b.received.add(tok_frame(0, last.tolist(), lp.tolist()))
+        rows.take(last, lp)
+        step, keep = 1, 1
+        while not rows.finished and step < limit:
+            contexts = [list(p) + t for p, t in zip(req.prompts, rows.tokens, strict=True)]
+            guesses = min(self.draft_tokens, limit - 1 - step)  # no position past the last step
+            inputs = draft_inputs(last, rows.done, contexts, self.draft, guesses, self.eos, self.pad)
+            trip, cache = self._run_trip(b, step, inputs, mask, pos, cache)
+            wire = torch.cat(trip.payloads, dim=1)
+            self._send(b, {"kind": "act", "step": step, "keep": keep}, wire, log=False)
+            frame = yield Want("tok", log=False)
+            sampled = self._trip_tokens(frame, step, trip.positions, batch)
+            keep = kept(inputs, [t for t, _ in sampled], rows.done, self.eos, self.pad)
+            count = 0
+            for j in range(keep):  # what counts, as plain decoding would have sent and received it
+                tok, lp = sampled[j]
+                sent.add(step + j, trip.proven[j])
+                b.sent.add(trip.sent[j])
+                b.received.add(tok_frame(step + j, tok.tolist(), lp.tolist()))
+                rows.take(tok, lp)
+                count += 1
+                if rows.finished or step + j == limit - 1:
+                    break
+            mask, pos, cache = _cut(trip, count, mask, pos, cache)
+            keep, step, last = count, step + count, sampled[count - 1][0]
+        out_lengths = [len(t) for t in rows.tokens]
+        proofs = self._prove(b, sent.rows_for(out_lengths))
+        self._send(b, {"kind": "end", "lengths": out_lengths, "keep": keep}, log=False)
+        b.sent.add(end_frame(out_lengths))
+        self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
+        seal = self._seal(b, [])
+        bundle = yield from self._take_bundle(b, proofs, rows.tokens, links=[], seal=seal)
+        return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
+
+    def _alone(self, b: InFlight, req: BatchRequest, rows: Rows, sent: SeenRows, out: torch.Tensor,
+               cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> StageOutput:  # fmt: skip
+        """A group of one (the driver is the last stage): plain decoding, nobody to send to."""
+        step = 0
+        while True:
+            sent.add(step, out)
+            tok, lp = self._sample(b, out[:, -1], req.seeds, step, req.temperature)
+            rows.take(tok, lp)
+            if rows.finished or step == req.max_new_tokens - 1:
+                break
+            x = torch.where(torch.tensor(rows.done), torch.tensor(self.pad), tok).view(-1, 1)
+            mask, pos = grow(mask, pos)
+            step += 1
+            b.trips += 1
             out, cache = self._forward(b, x, mask, pos, cache)
-            if self.plan.last:  # a group of one
-                sent.add(step, out)
-                tok, lp = self._sample(b, out[:, -1], req.seeds, step, req.temperature)
+        out_lengths = [len(t) for t in rows.tokens]
+        proofs = self._prove(b, sent.final(out_lengths))
+        bundle = GroupBundle(self.members or [self.address], [list(p) for p in req.prompts], rows.tokens,
+                             rows.logprobs, list(req.seeds), req.temperature, [proofs],
+                             req.policy)  # fmt: skip
+        return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
+
+    def _run_trip(self, b: InFlight, step: int, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                  cache: Any, seeds: list[int] | None = None,
+                  temperature: float = 1.0) -> tuple[Trip, Any]:  # fmt: skip
+        """Run a trip's positions (token ids [B, P] at stage 0, activations [B, P, H] after) one at a time,
+        with the shapes plain decoding has; what each would count for is kept in the `Trip`."""
+        trip = Trip(step)
+        b.trips += 1
+        for j in range(x.shape[1]):
+            mask, pos = grow(mask, pos)
+            xj = x[:, j : j + 1].contiguous()
+            out, cache = self._forward(b, xj, mask, pos, cache)
+            if not self.plan.first:
+                trip.inputs.append(xj)
+                trip.received.append(act_frame(step + j, xj))
+            if self.plan.last:
+                assert seeds is not None
+                tok, lp = self._sample(b, out[:, -1], seeds, step + j, temperature)
+                trip.sampled.append((tok, lp))
+                trip.proven.append(out)
+                trip.sent.append(tok_frame(step + j, tok.tolist(), lp.tolist()))
             else:
                 payload = self._tamper(out)
-                sent.add(step, payload if self.cheat != "noise-unproven" else out)
-                self._send(b, {"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
-                frame = yield Want("tok")
-                if frame.header["kind"] == "end" or frame.header.get("step") != step:
-                    raise MemberMisbehaved(
-                        self._link.prev, f"tokens of step {frame.header.get('step')} at {step}"
-                    )
-                tok = torch.tensor(frame.header["tokens"], dtype=torch.long)
-                lp = torch.tensor(frame.header["logprobs"], dtype=torch.float32)
-                if tok.shape != (batch,) or lp.shape != (batch,):
-                    raise MemberMisbehaved(self._link.prev, f"{tuple(tok.shape)} tokens for {batch} rows")
-            for i in range(batch):
-                if not done[i]:
-                    tokens[i].append(int(tok[i]))
-                    logprobs[i].append(float(lp[i]))
-                    done[i] = int(tok[i]) == self.eos
-            if all(done) or step == req.max_new_tokens - 1:
-                break
-            x = torch.where(torch.tensor(done), torch.tensor(self.pad), tok).view(-1, 1)
-            mask, pos = grow(mask, pos)
-        out_lengths = [len(t) for t in tokens]
-        if self.plan.last:
-            proofs = self._prove(b, sent.final(out_lengths)) if sent.rows else []
-            bundle = GroupBundle(self.members or [self.address], [list(p) for p in req.prompts],
-                                 tokens, logprobs, list(req.seeds), req.temperature, [proofs],
-                                 req.policy)  # fmt: skip
-        else:
-            proofs = self._prove(b, sent.rows_for(out_lengths))
-            self._send(b, {"kind": "end", "lengths": out_lengths})
-            self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
-            seal = self._seal(b, [])
-            bundle = yield from self._take_bundle(b, proofs, tokens, links=[], seal=seal)
-        return self._output(b, proofs, tokens, logprobs, bundle)
+                trip.payloads.append(payload)
+                trip.proven.append(payload if self.cheat != "noise-unproven" else out)
+                trip.sent.append(act_frame(step + j, payload))
+        return trip, cache
+
+    def _trip_tokens(self, frame: Frame, step: int, positions: int, batch: int
+                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+        """The last stage's tokens and logprobs of a trip, per position."""
+        prev, header = self._link.prev, frame.header
+        if header["kind"] == "end" or header.get("step") != step:
+            raise MemberMisbehaved(prev, f"tokens of step {header.get('step')} at {step}")
+        try:
+            tok = torch.tensor(header.get("tokens"), dtype=torch.long)
+            lp = torch.tensor(header.get("logprobs"), dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            raise MemberMisbehaved(prev, "a tokens frame whose tokens are not numbers") from None
+        if tok.shape != (positions, batch) or lp.shape != (positions, batch):
+            raise MemberMisbehaved(prev, f"{tuple(tok.shape)} tokens for {positions} steps of {batch} rows")
+        return [(tok[j], lp[j]) for j in range(positions)]
 
     # ---- stages 1..n-1 ------------------------------------------------------------------------
 
@@ -254,50 +322,71 @@ class Member:
         self.policy = b.policy = policy
         b.stage = self.stage
         lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
-        prompts, members = shape["prompts"], list(shape["members"])
-        if not isinstance(shape["batch"], int) or shape["batch"] < 1:
-            raise MemberMisbehaved(link.prev, f"a step-0 header with batch {shape['batch']!r}")
+        prompts, members, limit = shape["prompts"], list(shape["members"]), shape["max_new_tokens"]
+        number = shape["batch"]
+        if not (isinstance(number, int) and number >= 1 and isinstance(limit, int) and limit >= 1):
+            raise MemberMisbehaved(link.prev, f"a step-0 header with batch {number!r}, limit {limit!r}")
         b.number = shape["batch"]
         if (not isinstance(prompts, list) or [len(p) for p in prompts] != lengths
                 or len(members) != self.plan.members or members[self.plan.index] != self.address):
             raise MemberMisbehaved(link.prev, "a step-0 header whose prompts or members do not fit the batch")
-        batch, width = len(lengths), int(first.tensor.shape[1])
-        if first.tensor.shape != (batch, width, b.stage.hidden_size) or len(seeds) != batch:
+        batch, width, hidden = len(lengths), int(first.tensor.shape[1]), b.stage.hidden_size
+        if first.tensor.shape != (batch, width, hidden) or len(seeds) != batch:
             raise MemberMisbehaved(link.prev, f"activations of shape {tuple(first.tensor.shape)}")
+        temperature = float(shape["temperature"])
         mask, pos = mask_positions(lengths, width)
-        received, sent = SeenRows(lengths, width), SeenRows(lengths, width)
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        done = [False] * batch
-        cache: Any = None
-        frame, step = first, 0
-        while frame.header["kind"] == "act":
+        received, sent, rows = SeenRows(lengths, width), SeenRows(lengths, width), Rows(batch, self.eos)
+        received.add(0, first.tensor)
+        b.trips += 1
+        out, cache = self._forward(b, first.tensor, mask, pos, None)
+        if self.plan.last:
+            sent.add(0, out)
+            tok, lp = self._sample(b, out[:, -1], seeds, 0, temperature)
+            rows.take(tok, lp)
+            self._send(b, {"kind": "tok", "step": 0, "tokens": [tok.tolist()], "logprobs": [lp.tolist()]},
+                       log=False)  # fmt: skip
+            b.sent.add(tok_frame(0, tok.tolist(), lp.tolist()))
+        else:
+            payload = self._tamper(out)
+            sent.add(0, payload if self.cheat != "noise-unproven" else out)
+            self._send(b, {"kind": "act", "step": 0, **shape}, payload)
+        trip: Trip | None = None
+        step = 1
+        while True:
+            frame = yield Want("act", log=False)
+            keep, positions = frame.header.get("keep"), trip.positions if trip else 1
+            if not isinstance(keep, int) or not 1 <= keep <= positions:
+                raise MemberMisbehaved(link.prev, f"a frame keeping {keep!r} of the last trip's {positions}")
+            if trip is not None:  # commit what counts, as plain decoding would have received and sent it
+                for j in range(keep):
+                    received.add(trip.step + j, trip.inputs[j])
+                    b.received.add(trip.received[j])
+                    sent.add(trip.step + j, trip.proven[j])
+                    b.sent.add(trip.sent[j])
+                    if self.plan.last:
+                        rows.take(*trip.sampled[j])
+                mask, pos, cache = _cut(trip, keep, mask, pos, cache)
+                step = trip.step + keep
+            if frame.header["kind"] == "end":
+                break
             x = frame.tensor
-            if frame.header.get("step") != step or x is None or x.shape[0] != batch:
-                raise MemberMisbehaved(
-                    link.prev, f"activations of step {frame.header.get('step')} at step {step}"
-                )
-            received.add(step, x)
-            out, cache = self._forward(b, x, mask, pos, cache)
+            most = min(MAX_DRAFT_TOKENS + 1, limit - step)  # positions a trip may carry from here
+            if (frame.header.get("step") != step or x is None or x.dim() != 3 or x.shape[0] != batch
+                    or x.shape[2] != hidden or not 1 <= x.shape[1] <= most):
+                got = tuple(x.shape) if x is not None else "none"
+                raise MemberMisbehaved(link.prev, f"activations of step {frame.header.get('step')} at step "
+                                                  f"{step} ({got})")  # fmt: skip
+            trip, cache = self._run_trip(b, step, x, mask, pos, cache, seeds, temperature)
             if self.plan.last:
-                sent.add(step, out)
-                tok, lp = self._sample(b, out[:, -1], seeds, step, float(shape["temperature"]))
-                for i in range(batch):
-                    if not done[i]:
-                        tokens[i].append(int(tok[i]))
-                        logprobs[i].append(float(lp[i]))
-                        done[i] = int(tok[i]) == self.eos
-                self._send(b, {"kind": "tok", "step": step, "tokens": tok.tolist(), "logprobs": lp.tolist()})
+                self._send(b, {"kind": "tok", "step": step, "tokens": [t.tolist() for t, _ in trip.sampled],
+                               "logprobs": [p.tolist() for _, p in trip.sampled]}, log=False)  # fmt: skip
             else:
-                payload = self._tamper(out)
-                sent.add(step, payload if self.cheat != "noise-unproven" else out)
-                self._send(b, {"kind": "act", "step": step, **(shape if step == 0 else {})}, payload)
-            frame = yield Want("act")
-            step += 1
-            mask, pos = grow(mask, pos)
+                self._send(b, {"kind": "act", "step": step, "keep": keep}, torch.cat(trip.payloads, dim=1),
+                           log=False)  # fmt: skip
         out_lengths = list(frame.header.get("lengths") or [])
         if len(out_lengths) != batch or not all(isinstance(n, int) and 1 <= n <= step for n in out_lengths):
             raise MemberMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
+        b.received.add(end_frame(out_lengths))
         claimed = yield Want("proofs")
         try:
             theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
@@ -311,18 +400,18 @@ class Member:
         links = yield from self._countersign(b, members)
         if self.plan.last:
             proofs = self._prove(b, sent.final(out_lengths))
-            bundle = GroupBundle(shape["members"], [list(p) for p in prompts], tokens, logprobs, seeds,
-                                 float(shape["temperature"]), [*earlier, theirs, proofs], policy,
-                                 links)  # fmt: skip
+            bundle = GroupBundle(shape["members"], [list(p) for p in prompts], rows.tokens, rows.logprobs,
+                                 seeds, temperature, [*earlier, theirs, proofs], policy, links)  # fmt: skip
             self._send(b, bundle.header(), log=False)
         else:
             proofs = self._prove(b, sent.rows_for(out_lengths))
-            self._send(b, {"kind": "end", "lengths": out_lengths})
+            self._send(b, {"kind": "end", "lengths": out_lengths, "keep": keep}, log=False)
+            b.sent.add(end_frame(out_lengths))
             passed_on = [[p.hex() for p in stage] for stage in [*earlier, theirs]]
             self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": passed_on})
             seal = self._seal(b, links)
             bundle = yield from self._take_bundle(b, proofs, None, [*earlier, theirs], links=links, seal=seal)
-        return self._output(b, proofs, tokens, logprobs, bundle)
+        return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
 
     def _output(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
                 bundle: GroupBundle) -> StageOutput:  # fmt: skip
@@ -434,3 +523,14 @@ class Member:
 
     def _tamper(self, out: torch.Tensor) -> torch.Tensor:
         return tamper(self.cheat, out)
+
+
+def _cut(trip: Trip, keep: int, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+         ) -> tuple[torch.Tensor, torch.Tensor, Any]:  # fmt: skip
+    """After a trip of which `keep` positions count: the mask and positions grown by those, the cache
+    without the rest (so the next step runs on exactly what plain decoding would have cached)."""
+    if keep < trip.positions:
+        cache.crop(-(trip.positions - keep))
+    for _ in range(keep):
+        mask, pos = grow(mask, pos)
+    return mask, pos, cache

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
+from workloads.pipeline.draft import DRAFTS, make_draft
 from workloads.pipeline.member import BatchRequest, Member, Policy
 from workloads.pipeline.options import CHEATS, ENV_PREFIX, Cheat
 
@@ -56,6 +57,9 @@ class PipelineTaskSettings(IntellectSettings):
                                          "batch (must stay below timeout_seconds: the members wait too)")
     checkpoint_cache: Path = Path(".checkpoints")
     timeout_seconds: float = Field(60.0, gt=0, description="how long a peer may stay silent")
+    draft: str = Field("none", description="stage 0: the draft whose guesses the group checks a trip at a "
+                       "time (none, prompt-lookup); the files are those of decoding without")
+    draft_tokens: int = Field(4, ge=0, le=15, description="stage 0: tokens guessed a trip")
     in_flight: int = Field(1, ge=1, le=64, description="batches the driver keeps moving at once: over slow "
                            "links the members work on one while another's frames cross the wire")
     cheat: str = Field("none", description="demos and tests only: the cheat of the member at cheat_stage")
@@ -80,6 +84,8 @@ class PipelineTaskSettings(IntellectSettings):
 
     @model_validator(mode="after")
     def _check(self) -> PipelineTaskSettings:
+        if self.draft not in DRAFTS:
+            raise ValueError(f"draft {self.draft!r}: one of {', '.join(DRAFTS)}")
         if self.cheat not in CHEATS:
             raise ValueError(f"cheat {self.cheat!r}: one of {', '.join(CHEATS)}")
         if not self.group_index < self.group_size:
@@ -144,7 +150,8 @@ def run(s: PipelineTaskSettings) -> int:
     cheat = s.cheat if s.cheat_stage in (-1, s.group_index) else "none"
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
                     address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
-                    signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id)  # fmt: skip
+                    signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id,
+                    draft=make_draft(s.draft), draft_tokens=s.draft_tokens)  # fmt: skip
     member.policy = Policy(0, 0, policies.base_sha256)  # what `load_stage` above loaded
     s.output_dir.mkdir(parents=True, exist_ok=True)
     records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file

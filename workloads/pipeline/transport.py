@@ -123,6 +123,16 @@ class LinkLog:
         return frames_digest(self.frames)
 
 
+def frame_parts(header: dict[str, Any], tensor: torch.Tensor | None = None) -> list[bytes]:
+    """A frame's bytes: its JSON header (with the tensor's shape and dtype) and the tensor's raw bytes.
+    The one encoding of frames on the wire and in the logs the seals commit to."""
+    head = json.dumps(header | ({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix(
+        "torch.")} if tensor is not None else {})).encode()  # fmt: skip
+    if tensor is None:
+        return [head]
+    return [head, tensor.contiguous().view(torch.uint8).numpy().tobytes()]
+
+
 def parse_frame(member: int, parts: list[bytes], max_header_bytes: int) -> Frame:
     """A frame's parts as a receiver (or a validator reading a member's file) parses them."""
     if len(parts) not in (1, 2):
@@ -193,11 +203,7 @@ class MemberLink:
     def send(self, header: dict[str, Any], tensor: torch.Tensor | None = None, *, route: int = RING,
              log: LinkLog | None = None) -> int:
         """Send one frame on `route`, kept in `log` (a batch's frames) when given; returns the bytes sent."""
-        head = json.dumps(header | ({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix(
-            "torch.")} if tensor is not None else {})).encode()  # fmt: skip
-        parts = [head]
-        if tensor is not None:
-            parts.append(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        parts = frame_parts(header, tensor)
         try:
             self.outbox.send_multipart([route.to_bytes(ROUTE_BYTES, "big"), *parts], copy=False)
         except zmq.Again:
