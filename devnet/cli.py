@@ -21,6 +21,7 @@ from devnet.options import DirOption
 from devnet.state import DevnetState
 from devnet.task_cli import app as task_app
 from intellect.cli import service_app
+from intellect.links import parse_duration
 from intellect.wire.admin import hardware_summary
 
 app = service_app("Intellect: decentralized compute for reinforcement learning.")
@@ -118,6 +119,10 @@ def up(
         False, "--hosts", help="every process on a host of its own (network namespaces, root): worker 1 "
         "public, the others behind a NAT home router; `devnet partition A B` cuts a link",
     ),
+    link_delay: str = typer.Option(
+        "0ms", "--link-delay", help="hold every hop of a node group's ring this long one way (e.g. 50ms): a "
+        "delay relay in front of each worker's p2p ports; --demo groups then keep 4 batches in flight",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
@@ -126,8 +131,16 @@ def up(
     begun = time.monotonic()
     if pipeline and cheat == "forged-reward":  # the single-node default names no member's cheat
         cheat = "weights"
+    try:
+        delay = parse_duration(link_delay)
+    except ValueError as exc:
+        err.print(f"[red]--link-delay:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if delay and not (demo and pipeline):
+        err.print("[red]--link-delay[/red] holds the links of node groups: use it with --demo --pipeline N")
+        raise typer.Exit(2)
     plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout,
-                             pipeline=pipeline)  # fmt: skip
+                             pipeline=pipeline, in_flight=4 if delay else 1)  # fmt: skip
     count = workers if workers is not None else ((2 * pipeline or 4) if demo else 2)
     worker_env: dict[int, dict[str, str]] = {}
     groups: str | None = None  # the topology the orchestrator forms (--pipeline)
@@ -155,7 +168,7 @@ def up(
         with console.status("bringing the devnet up") as status:
             state = network.up(
                 directory, port, progress=lambda msg: status.update(msg), workers=count, runtime=runtime,
-                worker_env=worker_env, hosts=hosts, groups=groups,
+                worker_env=worker_env, hosts=hosts, groups=groups, link_delay=delay,
             )  # fmt: skip
             if demo:
                 status.update("recording the validators and the slashing quorum on chain")

@@ -83,6 +83,7 @@ class DemoPlan:
     max_new_tokens: int = 16
     files_per_step: int = 3
     pipeline: int = 0  # members per node group (2 or 3): rollouts made by groups, one stage each
+    in_flight: int = 1  # batches a group keeps moving at once (over delayed links: 4)
 
     def check(self) -> None:
         if not 1 <= self.validators <= len(VALIDATOR_ROLES):
@@ -198,6 +199,7 @@ def pipeline_task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: l
         "length_penalty": 0.0003, "step_url": f"{trainer_url}/step",
         "checkpoint_source": "broadcast:" + ",".join(relays), "poll_seconds": 0.5,
         "files_per_step": plan.files_per_step, "step_patience_seconds": 20, "timeout_seconds": 120,
+        "in_flight": plan.in_flight,
     }  # fmt: skip
     env = {"OMP_NUM_THREADS": "1"}
     if not in_container:

@@ -50,11 +50,13 @@ def up(
     worker_env: dict[int, dict[str, str]] | None = None,
     hosts: bool = False,
     groups: str | None = None,
+    link_delay: float = 0.0,
 ) -> DevnetState:
     """Start (or resume) the devnet in `directory`; idempotent while it is running. `hosts`: every
     process on a host of its own (devnet/hosts.py), workers after the first behind NAT, uploads on a
     storage host (devnet/storage.py). `groups`: a node-group topology the orchestrator forms (e.g.
-    `2x0GB`), every worker with a P2P port for its group's links."""
+    `2x0GB`), every worker with a P2P port for its group's links; `link_delay`: seconds every group
+    link is held one way (a delay relay in front of each worker's p2p ports)."""
     from devnet.services import start_services
 
     if not 0 <= workers <= MAX_WORKERS:
@@ -72,7 +74,7 @@ def up(
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state
     state.processes = [p for p in state.processes if p.name == "anvil"]
-    return start_services(state, workers, runtime, progress, worker_env, placement, groups)
+    return start_services(state, workers, runtime, progress, worker_env, placement, groups, link_delay)
 
 
 def _chain_up(

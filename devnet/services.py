@@ -8,9 +8,11 @@ by pid and `intellect devnet restart NAME` starts it again as it was.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from devnet.hosts import Host
 from devnet.placement import Placement
 from devnet.processes import BIN, base_env, spawn, wait_healthy
 from devnet.state import DevnetState, ManagedProcess
@@ -24,12 +26,13 @@ Progress = Callable[[str], None]
 def start_services(
     state: DevnetState, workers: int, runtime: str, progress: Progress,
     worker_env: dict[int, dict[str, str]] | None = None, placement: Placement | None = None,
-    groups: str | None = None,
+    groups: str | None = None, link_delay: float = 0.0,
 ) -> DevnetState:  # fmt: skip
     """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
     environment (the demo's cheating operator sets its task environment there). `placement`: each on
     a host of its own (`up --hosts`), worker 1 public and the others behind the home router, and the
-    uploads on a storage host of their own, so worker ↔ storage is a link apart from worker ↔ orch."""
+    uploads on a storage host of their own, so worker ↔ storage is a link apart from worker ↔ orch.
+    `link_delay`: each worker's group links are answered by delay relays (`link_relays`)."""
     where = placement or Placement()
     directory = Path(state.directory)
     env = base_env(directory)
@@ -134,7 +137,7 @@ def start_services(
                 # Everything here listens on loopback: task containers share the host's network.
                 "INTELLECT_WORKER_TASK_NETWORK": "host",
             }
-            | ({"INTELLECT_WORKER_P2P_PORT": str(stable_port(span=2))} if groups else {})
+            | (p2p_env(index, host, where, directory, procs, link_delay) if groups else {})
             | (worker_env or {}).get(index, {}),
             directory,
             # behind the home router nobody can call it, this machine neither: its health is its heartbeat
@@ -149,3 +152,22 @@ def start_services(
         state.world = where.world.record()
     state.save()
     return state
+
+
+def p2p_env(index: int, host: Host | None, where: Placement, directory: Path, procs: list[ManagedProcess],
+            link_delay: float) -> dict[str, str]:  # fmt: skip
+    """Worker `index`'s p2p ports: its inbox and, for a next member behind NAT, its listening outbox (the
+    port after). With `link_delay`, peers are told ports where two delay relays (`python -m
+    intellect.links`, on the worker's host) listen, and the worker's tasks bind the ports behind them:
+    every hop of a group's ring is held `link_delay` seconds one way, by the relay of its listening end."""
+    advertised = stable_port(span=2)
+    if not link_delay:
+        return {"INTELLECT_WORKER_P2P_PORT": str(advertised)}
+    bound = stable_port(span=2)
+    delay = f"{link_delay * 1000:g}ms"
+    for offset, name in ((0, f"link-{index}"), (1, f"link-{index}-out")):
+        argv = [sys.executable, "-m", "intellect.links", "--listen",
+                f"{where.bind(host)}:{advertised + offset}", "--target", f"127.0.0.1:{bound + offset}",
+                "--delay", delay]  # fmt: skip
+        procs.append(spawn(name, where.wrap(host, argv), base_env(directory), directory, None))
+    return {"INTELLECT_WORKER_P2P_PORT": str(advertised), "INTELLECT_WORKER_P2P_BIND_PORT": str(bound)}

@@ -78,7 +78,7 @@ def _make_runtime(kind: str, settings: WorkerSettings, node_address: str,
     # running is adopted. Task data lives where `check` measured the free disk.
     return start_runtime(kind, node_address, settings.state_dir, storage_root=settings.state_dir / "data",
                          signer=signer, task_env=settings.task_env, task_network=settings.task_network,
-                         p2p_seed=settings.p2p_seed, p2p_port=settings.p2p_port,
+                         p2p_seed=settings.p2p_seed, p2p_port=settings.p2p_bind_port or settings.p2p_port,
                          task_isolation=settings.task_isolation,
                          task_uid=settings.task_uid, task_gid=settings.task_gid)
 

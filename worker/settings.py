@@ -74,6 +74,13 @@ class WorkerSettings(IntellectSettings):
         "(the node before this one in its group connects to it) and the value of ${WORKER_P2P_PORT} "
         "in this worker's tasks (unset: peers are told the API port, and a task using it fails)",
     )  # fmt: skip
+    p2p_bind_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="where this node's group links listen when that is not the advertised p2p_port: "
+        "something in front answers at p2p_port (and the port after it) and forwards here (and to the "
+        "port after it): a port mapping, or a delay relay (`python -m intellect.links`, the devnet's "
+        "--link-delay). Becomes ${WORKER_P2P_PORT}; unset: p2p_port",
+    )  # fmt: skip
     submit_batch_files: int = Field(
         default=1, ge=1, le=256,
         description="files per submitWorkBatch transaction (1: one submitWork per file). A batch of 32 "

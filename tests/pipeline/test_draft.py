@@ -10,7 +10,7 @@ import torch
 
 from intellect.identity import Wallet
 from workloads.model.loading import load_tokenizer
-from workloads.pipeline.draft import PromptLookup, make_draft
+from workloads.pipeline.draft import ModelDraft, PromptLookup, make_draft
 from workloads.pipeline.group import GroupRun, run_thread_group
 from workloads.pipeline.member import BatchRequest
 from workloads.pipeline.trips import draft_inputs, kept
@@ -36,7 +36,7 @@ class Oracle:
                       for p, out in zip(r.prompts, run.batches[b][0].tokens, strict=True)}  # fmt: skip
         self.wrong = wrong
 
-    def propose(self, context: list[int], k: int) -> list[int]:
+    def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
         prompt = next(p for p in self.truth if tuple(context[: len(p)]) == p)
         guess = list(self.truth[prompt][len(context) - len(prompt) :][:k])
         if self.wrong:
@@ -61,7 +61,8 @@ def test_a_draft_right_half_right_or_from_the_prompt_changes_nothing_but_the_tri
     trips = {}
     for name, draft, in_flight in (("oracle", Oracle(plain, requests), 1),
                                    ("half", Oracle(plain, requests, wrong=True), 2),
-                                   ("lookup", PromptLookup(), 3)):  # fmt: skip
+                                   ("lookup", PromptLookup(), 3),
+                                   ("model", ModelDraft("tiny"), 1)):  # fmt: skip
         run = run_thread_group(members, requests, keys=keys, draft=draft, draft_tokens=4, in_flight=in_flight)
         assert run.ok, (name, run.errors)
         assert _made(run, members) == _made(plain, members), name
@@ -70,6 +71,8 @@ def test_a_draft_right_half_right_or_from_the_prompt_changes_nothing_but_the_tri
     assert trips["oracle"] < trips["half"] < steps  # each right guess saved a trip
     assert 2 * trips["oracle"] <= steps  # up to 5 steps a trip (fewer as a row nears its end)
     assert trips["lookup"] <= steps
+    # the target itself as the draft: its own draws, seed for seed (bar bf16 differences in the shapes)
+    assert trips["model"] <= trips["oracle"] + len(requests)
 
 
 def test_prompt_lookup_proposes_what_followed_the_newest_ngram() -> None:
@@ -79,7 +82,7 @@ def test_prompt_lookup_proposes_what_followed_the_newest_ngram() -> None:
     assert draft.propose([1, 2, 3], 4) == []
     assert draft.propose([4, 4, 4], 2) == [4]  # the latest earlier occurrence, up to the context's end
     assert make_draft("none") is None and isinstance(make_draft("prompt-lookup"), PromptLookup)
-    with pytest.raises(ValueError, match="one of none, prompt-lookup"):
+    with pytest.raises(ValueError, match="one of none, prompt-lookup, model:"):
         make_draft("model")
 
 
@@ -88,7 +91,7 @@ def test_a_drafted_position_counts_only_while_every_row_was_fed_its_own_next_tok
         def __init__(self, guesses: dict[int, list[int]]) -> None:
             self.guesses = guesses
 
-        def propose(self, context: list[int], k: int) -> list[int]:
+        def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
             return self.guesses[context[0]][:k]
 
     last, contexts = torch.tensor([7, 8, 9]), [[10], [11], [12]]

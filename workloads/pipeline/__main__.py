@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workloads.pipeline.commit import signer_from_env
-from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, make_draft
+from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, check_draft, make_draft
 from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.options import CHEATS
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
     parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
     parser.add_argument("--in-flight", type=int, default=1, help="stage 0: batches moving at once (1-64)")
-    parser.add_argument("--draft", choices=DRAFTS, default="none", help="stage 0: guess tokens for the "
-                        "group to check in one trip (exact: the same output as without)")
+    parser.add_argument("--draft", default="none", help="stage 0: guess tokens for the group to check in "
+                        f"one trip (exact: the same output as without): {', '.join(DRAFTS)}")
     parser.add_argument("--draft-tokens", type=int, default=4, help=f"stage 0: tokens guessed a trip "
                         f"(0-{MAX_DRAFT_TOKENS})")
     parser.add_argument("--out", type=Path, required=True)
@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     if (args.bind is None) == (args.dial_prev is None) or (args.next is None) == (args.listen_next is None):
         print("error: give one of --bind and --dial-prev, and one of --next and --listen-next",
               file=sys.stderr)
+        return 2
+    try:
+        check_draft(args.draft)
+    except ValueError as exc:
+        print(f"error: --draft: {exc}", file=sys.stderr)
         return 2
     if not 0 <= args.draft_tokens <= MAX_DRAFT_TOKENS:
         print(f"error: --draft-tokens {args.draft_tokens}: between 0 and {MAX_DRAFT_TOKENS}", file=sys.stderr)

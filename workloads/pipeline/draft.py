@@ -8,22 +8,26 @@ draws the token of each step from them. A drafted token counts only while it is 
 have been fed anyway, so what the group keeps is, byte for byte, what it makes without a draft; a bad
 draft costs compute, never correctness.
 
-`PromptLookup` is the draft shipped here: no second model, it proposes what followed the last
-occurrence of the row's newest n-gram in its prompt and output (prompt lookup decoding). Another draft
-(a small model of the same tokenizer) is any object with `propose`.
+Two drafts are shipped. `PromptLookup` needs no second model: it proposes what followed the last
+occurrence of the row's newest n-gram in its prompt and output (prompt lookup decoding). `ModelDraft`
+is a small model of the same tokenizer run whole at the driver, drawing with the row's own seed and
+step: wherever its logits are close to the target's, the same Gumbel noise picks the same token, so a
+good draft model is accepted far more often than its top-1 agreement with the target would suggest.
+Any object with `propose` is a draft.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-DRAFTS = ("none", "prompt-lookup")
+DRAFTS = ("none", "prompt-lookup", "model:<name or folder>")
 MAX_DRAFT_TOKENS = 15  # a trip carries at most 1 + this many positions
 
 
 class Draft(Protocol):
-    def propose(self, context: list[int], k: int) -> list[int]:
-        """Up to `k` guesses of the tokens that follow `context` (the row's prompt and output so far)."""
+    def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
+        """Up to `k` guesses of the tokens that follow `context` (the row's prompt and output so far),
+        the first of them the row's token of output step `step`, drawn with `seed` at `temperature`."""
         ...
 
 
@@ -36,7 +40,8 @@ class PromptLookup:
             raise ValueError("ngram must be at least 1")
         self.ngram = ngram
 
-    def propose(self, context: list[int], k: int) -> list[int]:
+    def propose(self, context: list[int], k: int, seed: int = 0, step: int = 0, temperature: float = 1.0
+                ) -> list[int]:  # fmt: skip
         for n in range(min(self.ngram, len(context) - 1), 0, -1):
             tail = context[-n:]
             for start in range(len(context) - n - 1, -1, -1):  # the latest earlier occurrence first
@@ -45,10 +50,44 @@ class PromptLookup:
         return []
 
 
+class ModelDraft:
+    """A whole (small) model at the driver, drawing `k` tokens with the row's seed from step `step` on,
+    as the target's last stage would draw them from its own logits (`workloads.model.sampler`)."""
+
+    def __init__(self, model: str) -> None:
+        from workloads.model.loading import load_model
+
+        self.name = model
+        self.model = load_model(model)
+
+    def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
+        import torch
+
+        from workloads.model import sampler
+
+        guesses: list[int] = []
+        cache, x = None, torch.tensor([context], dtype=torch.long)
+        with torch.inference_mode():
+            for j in range(k):
+                out = self.model(input_ids=x, past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                token, _ = sampler.sample(out.logits[:, -1], [seed], [step + j], temperature)
+                guesses.append(int(token[0]))
+                x = token.view(1, 1)
+        return guesses
+
+
+def check_draft(name: str) -> str:
+    """`name` if it names a draft (`DRAFTS`), else ValueError saying which do."""
+    if name in ("none", "prompt-lookup") or (name.startswith("model:") and len(name) > len("model:")):
+        return name
+    raise ValueError(f"draft {name!r}: one of {', '.join(DRAFTS)}")
+
+
 def make_draft(name: str) -> Draft | None:
     """The draft a member is configured with by name (`DRAFTS`); None: no draft."""
-    if name == "none":
+    if check_draft(name) == "none":
         return None
     if name == "prompt-lookup":
         return PromptLookup()
-    raise ValueError(f"draft {name!r}: one of {', '.join(DRAFTS)}")
+    return ModelDraft(name.removeprefix("model:"))

@@ -34,9 +34,8 @@ generator of this protocol waiting on its own route; `run_batch` is one batch al
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -44,11 +43,12 @@ import torch
 from workloads.model import sampler
 from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
 from workloads.pipeline.cheats import perturb_stage, tamper
-from workloads.pipeline.commit import LinkClaim, LinkRecord, LinkSigner, signed_by
+from workloads.pipeline.commit import LinkSigner
 from workloads.pipeline.draft import MAX_DRAFT_TOKENS, Draft
 from workloads.pipeline.flight import Closed, Flight, InFlight, Steps, Want
 from workloads.pipeline.options import Cheat
 from workloads.pipeline.positions import SeenRows, grow, mask_positions
+from workloads.pipeline.seals import Sealing
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import Frame, MemberLink, MemberMisbehaved
 from workloads.pipeline.trips import Rows, Trip, act_frame, draft_inputs, end_frame, kept, tok_frame
@@ -57,7 +57,7 @@ from workloads.toploc.proof import build_proofs_batch as _build_proofs
 __all__ = ["BatchRequest", "GroupBundle", "Member", "Policy", "StageOutput", "perturb_stage"]
 
 
-class Member:
+class Member(Sealing):
     """Runs `stage` in a group over `link`. `cheat` (tests and the demo only) makes it dishonest."""
 
     def __init__(self, stage: Stage, link: MemberLink | None, eos_token_id: int, pad_token_id: int,
@@ -81,6 +81,7 @@ class Member:
         self.address = address  # this member's node address, named in the bundle
         self.members: list[str] = []  # every member's address, stage order (`introduce`)
         self._route = 0  # the driver's last batch route
+        self.busy = 0  # the driver's batches in flight when it asks for the next request
         self.eos, self.pad = eos_token_id, pad_token_id
         self.cheat = cheat
         self.plan = stage.plan
@@ -120,11 +121,12 @@ class Member:
             raise ValueError("stage 0 drives the batch: it needs the request")
         return next(self.serve([request] if request is not None else None, batches=1))
 
-    def serve(self, requests: Iterable[BatchRequest] | None = None, *, in_flight: int = 1,
+    def serve(self, requests: Iterable[BatchRequest | None] | None = None, *, in_flight: int = 1,
               batches: int | None = None, close: bool = False) -> Iterator[StageOutput]:  # fmt: skip
         """What this member made of each batch, as each ends (not always in order). Stage 0 drives
-        `requests` (taken one at a time, as a slot frees), keeping up to `in_flight` in flight, and
-        with `close` tells the ring there are no more; a follower serves whatever batches arrive, until
+        `requests` (taken one at a time, as a slot frees; a None there: nothing to start yet, asked
+        again once a batch in flight has moved), keeping up to `in_flight` in flight, and with `close`
+        tells the ring there are no more; a follower serves whatever batches arrive, until
         `batches` have ended or the driver closes the ring."""
         if self.plan.first and requests is None:
             raise ValueError("stage 0 drives the batches: it needs the requests")
@@ -135,9 +137,15 @@ class Member:
         made = 0
         while True:
             while pending is not None and len(flight.waiting) < in_flight:
-                request = next(pending, None)
-                if request is None:
+                self.busy = len(flight.waiting)
+                try:
+                    request = next(pending)
+                except StopIteration:
                     pending = None
+                    break
+                if request is None:  # nothing to start yet: asked again once a batch in flight has moved
+                    if not flight.waiting:
+                        raise RuntimeError("the driver's requests paused with no batch in flight")
                     break
                 self._route += 1
                 batch = InFlight(self._route, self.stage, request.policy, request.batch)
@@ -208,7 +216,8 @@ class Member:
         while not rows.finished and step < limit:
             contexts = [list(p) + t for p, t in zip(req.prompts, rows.tokens, strict=True)]
             guesses = min(self.draft_tokens, limit - 1 - step)  # no position past the last step
-            inputs = draft_inputs(last, rows.done, contexts, self.draft, guesses, self.eos, self.pad)
+            inputs = draft_inputs(last, rows.done, contexts, self.draft, guesses, self.eos, self.pad,
+                                  list(req.seeds), step, req.temperature)  # fmt: skip
             trip, cache = self._run_trip(b, step, inputs, mask, pos, cache)
             wire = torch.cat(trip.payloads, dim=1)
             self._send(b, {"kind": "act", "step": step, "keep": keep}, wire, log=False)
@@ -419,75 +428,6 @@ class Member:
         layers = (self.plan.layers.start, self.plan.layers.stop)
         return StageOutput(self.plan.index, layers, proofs, tokens, logprobs, finished, bundle=bundle,
                            batch=b.number)
-
-    def _claim(self, b: InFlight, sender: int, role: str, sha256: str) -> LinkClaim:
-        return LinkClaim(self.task_id, self.group_id, b.number, sender, sender + 1, role, sha256)
-
-    def _seal(self, b: InFlight, links: list[LinkRecord]) -> LinkRecord:
-        """After this member's proofs frame: the digest of every frame it sent in the batch, signed, with
-        the records of the links before it (for the last member's bundle)."""
-        digest = b.sent.digest()
-        signature = self.signer.sign(self._claim(b, self.plan.index, "sent", digest)) if self.signer else ""
-        self._send(b, {"kind": "seal", "sha256": digest, "signature": signature,
-                       "links": [r.header() for r in links]}, log=False)  # fmt: skip
-        return LinkRecord(self.plan.index, digest, signature)
-
-    def _countersign(self, b: InFlight, members: list[str]) -> Generator[Want, Frame, list[LinkRecord]]:
-        """The predecessor's seal: its digest must be that of the frames received, its signature its node
-        key's; countersigned, it joins the records of the links before it."""
-        prev = self._link.prev
-        frame = yield Want("seal", log=False)
-        digest, signature = frame.header.get("sha256"), frame.header.get("signature")
-        records = frame.header.get("links")
-        try:
-            if not isinstance(records, list):
-                raise ValueError("no list of link records")
-            earlier = [LinkRecord.from_header(r) for r in records]
-        except ValueError as exc:
-            raise MemberMisbehaved(prev, f"a seal with {exc}") from None
-        if frame.header.get("kind") != "seal" or not (isinstance(digest, str) and isinstance(signature, str)):
-            raise MemberMisbehaved(prev, "a batch without its seal (the digest of what it sent, signed)")
-        if len(earlier) != prev or [r.sender for r in earlier] != list(range(prev)):
-            raise MemberMisbehaved(prev, f"a seal carrying {len(earlier)} link records at link {prev}")
-        got = b.received.digest()
-        if self.cheat == "false-accuse" or digest != got:
-            raise MemberMisbehaved(prev, f"its seal says it sent {digest[:12]}…, the frames received hash "
-                                         f"to {got[:12]}…")  # fmt: skip
-        claim = self._claim(b, prev, "sent", digest)
-        if self.signer is not None and not signed_by(claim, signature, members[prev]):
-            raise MemberMisbehaved(prev, f"its seal is not signed by its node key ({members[prev]})")
-        if self.cheat == "forge-received":  # countersigns frames it did not receive
-            got = hashlib.sha256(got.encode()).hexdigest()
-        counter = self.signer.sign(self._claim(b, prev, "received", got)) if self.signer else ""
-        return [*earlier, LinkRecord(prev, digest, signature, got, counter)]
-
-    def _take_bundle(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]] | None,
-                     before: list[list[bytes]] | None = None, *, links: list[LinkRecord],
-                     seal: LinkRecord) -> Generator[Want, Frame, GroupBundle]:  # fmt: skip
-        """A non-last member: the batch's bundle, come round the ring from the last member. It must hold
-        this member's own proofs (and, at stage 0, its tokens and address) and the earlier stages'
-        proofs as they reached it (`before`): otherwise a last member colluding with an earlier liar
-        could hand this member a bundle where the liar's proofs look honest, and the replay would
-        blame this member for what it was fed. Members before the last but one pass it on."""
-        prev = self._link.prev
-        frame = yield Want("bundle", log=False)
-        try:
-            bundle = GroupBundle.from_header(frame.header)
-        except (KeyError, TypeError, ValueError):
-            raise MemberMisbehaved(prev, "a bundle frame that does not parse") from None
-        index = self.plan.index
-        if (len(bundle.stage_proofs) != self.plan.members or bundle.stage_proofs[index] != proofs
-                or len(bundle.members) != self.plan.members or bundle.members[index] != self.address
-                or (tokens is not None and bundle.outputs != tokens) or bundle.policy != b.policy
-                or (before is not None and bundle.stage_proofs[:index] != before)):
-            raise MemberMisbehaved(prev, "a bundle that misstates this member's part of the batch")
-        mine = bundle.links[index] if len(bundle.links) == self.plan.members - 1 else None
-        if (bundle.links[:index] != links or mine is None or mine.sha256 != seal.sha256
-                or mine.signature != seal.signature):
-            raise MemberMisbehaved(prev, "a bundle that misstates what this member's links carried")
-        if index + 2 < self.plan.members:
-            self._send(b, bundle.header(), log=False)
-        return bundle
 
     def _prove(self, b: InFlight, hiddens: list[torch.Tensor]) -> list[bytes]:
         t0 = time.perf_counter()

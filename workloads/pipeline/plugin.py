@@ -24,7 +24,7 @@ import json
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -74,8 +74,9 @@ class PipelineSettings(BaseModel):
     length_penalty: float = Field(0.0, ge=0)
     timeout_seconds: float = Field(60.0, gt=0, le=3600)
     in_flight: int = Field(1, ge=1, le=64, description="batches the group keeps moving at once (slow links)")
-    draft: Literal["none", "prompt-lookup"] = Field("none", description="the driver's guesses the group "
-                                                    "checks in one trip (exact: the same files as without)")
+    draft: str = Field("none", max_length=500, pattern=r"^(none|prompt-lookup|model:.+)$",
+                       description="the driver's guesses the group checks in one trip (exact: the same "
+                       "files as without): none, prompt-lookup or model:<name or folder>")
     draft_tokens: int = Field(4, ge=0, le=15)
     # Following a trainer (an RL run): see task.py and policy.py.
     step_url: str | None = Field(None, max_length=2000)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -25,7 +26,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
-from workloads.pipeline.draft import DRAFTS, make_draft
+from workloads.pipeline.draft import check_draft, make_draft
 from workloads.pipeline.member import BatchRequest, Member, Policy
 from workloads.pipeline.options import CHEATS, ENV_PREFIX, Cheat
 
@@ -58,7 +59,8 @@ class PipelineTaskSettings(IntellectSettings):
     checkpoint_cache: Path = Path(".checkpoints")
     timeout_seconds: float = Field(60.0, gt=0, description="how long a peer may stay silent")
     draft: str = Field("none", description="stage 0: the draft whose guesses the group checks a trip at a "
-                       "time (none, prompt-lookup); the files are those of decoding without")
+                       "time (none, prompt-lookup, model:<name or folder>); the files are those of plain "
+                       "decoding")
     draft_tokens: int = Field(4, ge=0, le=15, description="stage 0: tokens guessed a trip")
     in_flight: int = Field(1, ge=1, le=64, description="batches the driver keeps moving at once: over slow "
                            "links the members work on one while another's frames cross the wire")
@@ -84,8 +86,7 @@ class PipelineTaskSettings(IntellectSettings):
 
     @model_validator(mode="after")
     def _check(self) -> PipelineTaskSettings:
-        if self.draft not in DRAFTS:
-            raise ValueError(f"draft {self.draft!r}: one of {', '.join(DRAFTS)}")
+        check_draft(self.draft)
         if self.cheat not in CHEATS:
             raise ValueError(f"cheat {self.cheat!r}: one of {', '.join(CHEATS)}")
         if not self.group_index < self.group_size:
@@ -158,16 +159,34 @@ def run(s: PipelineTaskSettings) -> int:
     paced_step, paced = -1, 0  # the trainer step of the driver's last batches, and how many it made
     members: list[str] = []
 
-    def requests() -> Iterator[BatchRequest]:
-        """The driver's batches, each made when a slot in flight frees (its policy chosen then)."""
+    def requests() -> Iterator[BatchRequest | None]:
+        """The driver's batches, each made when a slot in flight frees (its policy chosen then). Once it
+        made its share for a trainer step (`files_per_step`) it waits for the step to move, at most
+        `step_patience_seconds`; while batches are in flight it only looks (a None: ask again later),
+        since those batches may be what the trainer is waiting for."""
         nonlocal paced_step, paced
-        for batch in range(1, s.batches + 1):
+        batch, capped_at, looked = 1, 0.0, 0.0
+        while batch <= s.batches:
             if (s.output_dir / file_name(batch, s.group_index)).exists():
+                batch += 1
                 continue  # made before a restart: the driver goes on from the first batch it lacks
             if s.files_per_step and paced >= s.files_per_step:
-                policy = policies.after(paced_step, s.step_patience_seconds)
+                capped_at = capped_at or time.monotonic()
+                left = s.step_patience_seconds - (time.monotonic() - capped_at)
+                if member.busy and left > 0:
+                    if time.monotonic() - looked < s.poll_seconds:
+                        yield None
+                        continue
+                    looked = time.monotonic()
+                    policy = policies.choose()
+                    if policy.step <= paced_step:
+                        yield None
+                        continue
+                else:
+                    policy = policies.after(paced_step, max(0.0, left))
             else:
                 policy = policies.choose()
+            capped_at = 0.0
             if policy.step != paced_step:
                 paced_step, paced = policy.step, 0
             paced += 1
@@ -183,6 +202,7 @@ def run(s: PipelineTaskSettings) -> int:
             if cheat == "wrong-plan":  # tests: a driver that picks its own seeds
                 seeds = [seed + 1 for seed in seeds]
             yield BatchRequest(prompts, seeds, s.max_new_tokens, s.temperature, batch=batch, policy=policy)
+            batch += 1
 
     try:
         members = member.introduce()

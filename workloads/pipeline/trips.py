@@ -50,12 +50,15 @@ class Trip:
 
 
 def draft_inputs(last: torch.Tensor, done: list[bool], contexts: list[list[int]], draft: Draft | None,
-                 k: int, eos: int, pad: int) -> torch.Tensor:  # fmt: skip
+                 k: int, eos: int, pad: int, seeds: list[int] | None = None, step: int = 0,
+                 temperature: float = 1.0) -> torch.Tensor:  # fmt: skip
     """The trip's inputs [B, 1 + k']: each row's last token (pad once done), then its drafted tokens as
     they would be fed (pad after a drafted end of sequence). k' ≤ k is the fewest guesses any row still
     decoding has: the batch advances in step, so a position no row could keep is not worth running."""
     active = [i for i in range(len(done)) if not done[i]]
-    guesses = {i: draft.propose(contexts[i], k) if draft is not None and k > 0 else [] for i in active}
+    seeds = seeds or [0] * len(done)
+    guesses = {i: draft.propose(contexts[i], k, seeds[i], step, temperature) if draft is not None and k > 0
+               else [] for i in active}  # fmt: skip
     width = min((len(g) for g in guesses.values()), default=0)
     rows = []
     for i in range(len(done)):
