@@ -115,32 +115,32 @@ def measure(model_dir: str, label: str, rows: int, tokens: int, work: Path, dela
 
 
 DRAFT_TOKENS = 4
+DRAFT = "model:tiny"  # the shipped tiny model as the draft: of the tiny target itself (its ceiling), of small
 
 
 def acceptance(model_dir: str, rows: int, tokens: int) -> dict:
-    """Exact speculative decoding's acceptance by task: steps per trip round the ring (a batch advances
-    in step, so a trip keeps the drafted tokens every row would have drawn) with the prompt-lookup draft,
-    on each shipped task's prompts, real end of sequence; a 2-member group of threads."""
-    from workloads.pipeline.draft import PromptLookup
+    """Exact speculative decoding's acceptance by task and draft: steps per trip round the ring (a batch
+    advances in step, so a trip keeps the drafted tokens every row would have drawn), batches of one row
+    and of `rows`, on each shipped task's prompts, real end of sequence; a 2-member group of threads."""
+    from workloads.pipeline.draft import make_draft
     from workloads.pipeline.group import run_thread_group
 
     tok = load_tokenizer(model_dir)
-    out = {}
+    drafts = {name: make_draft(name) for name in ("prompt-lookup", DRAFT)}
+    out: dict = {}
     for task in ("reverse", "demo", "math", "code"):
         records = load_dataset(task)
         prompts = [tok(records[i % len(records)].prompt)["input_ids"] for i in range(rows)]
-        per = {}
-        for batch_rows in (1, rows):
-            requests = [BatchRequest(prompts[i : i + batch_rows], list(range(i, i + batch_rows)), tokens, 1.0)
-                        for i in range(0, rows, batch_rows)]  # fmt: skip
-            run = run_thread_group(2, requests, model=model_dir, draft=PromptLookup(),
-                                   draft_tokens=DRAFT_TOKENS)  # fmt: skip
-            if not run.ok:
-                raise SystemExit(f"acceptance on {task}: {run.errors}")
-            driver = [b[0] for b in run.batches]
-            steps = sum(max(map(len, o.tokens)) for o in driver)
-            per[f"rows_{batch_rows}"] = steps / sum(o.trips for o in driver)
-        out[task] = per
+        for name, draft in drafts.items():
+            for batch_rows in (1, rows):
+                requests = [BatchRequest(prompts[i : i + batch_rows], list(range(i, i + batch_rows)), tokens,
+                                         1.0) for i in range(0, rows, batch_rows)]  # fmt: skip
+                run = run_thread_group(2, requests, model=model_dir, draft=draft, draft_tokens=DRAFT_TOKENS)
+                if not run.ok:
+                    raise SystemExit(f"acceptance on {task} with {name}: {run.errors}")
+                driver = [b[0] for b in run.batches]
+                steps = sum(max(map(len, o.tokens)) for o in driver)
+                out.setdefault(task, {})[f"{name} rows {batch_rows}"] = steps / sum(o.trips for o in driver)
     return out
 
 
@@ -156,8 +156,9 @@ def over_links(model_dir: str, label: str, members: int, prompts: list, tokens: 
     cells: dict = {}
     for d in delays:
         cell: dict = {}
-        modes = (("naive", 1, requests[:2], "none"), ("flight", in_flight, requests, "none"),
-                 ("flight_draft", in_flight, requests, "prompt-lookup"))  # fmt: skip
+        modes = (("naive", 1, requests[:2], "none"), ("naive_draft", 1, requests[:2], DRAFT),
+                 ("flight", in_flight, requests, "none"),
+                 ("flight_draft", in_flight, requests, DRAFT))  # fmt: skip
         for mode, k, some, draft in modes:
             run = run_local_group(members, some, work / f"{label}-{members}-{d:g}ms-{mode}", model=model_dir,
                                   timeout=120 + 4 * tokens * members * d / 1000, eos=eos, in_flight=k,
@@ -174,7 +175,8 @@ def over_links(model_dir: str, label: str, members: int, prompts: list, tokens: 
                           "wire_bytes_per_token": sent / made,
                           "steps_per_trip": steps / sum(o.trips for o in driver),
                           "tokens": [o.tokens for o in driver]}  # fmt: skip
-        if not cell["flight"]["tokens"][:2] == cell["flight_draft"]["tokens"][:2] == cell["naive"]["tokens"]:
+        if not (cell["flight"]["tokens"][:2] == cell["flight_draft"]["tokens"][:2] == cell["naive"]["tokens"]
+                == cell["naive_draft"]["tokens"]):  # fmt: skip
             raise SystemExit(f"{members}-member group at {d:g} ms: in flight or drafted it drew other tokens")
         for mode in cell.values():
             del mode["tokens"]
@@ -220,23 +222,23 @@ def main() -> None:
                   f"{g['wire_bytes_per_token']:>12.0f} {shares:>24s} {g['validate_accept_s']:>8.3f} "
                   f"{g['validate_blame_s']:>8.3f} {g['validate_vs_generate']:>9.1f}×")  # fmt: skip
     print(f"\ngroups over delayed hops (one way, every hop), {args.batches} batches of {args.rows} rows x "
-          f"{args.tokens} tokens; tok/s (share of the naive group on loopback); in flight: "
-          f"{args.in_flight} batches; draft: prompt lookup, {DRAFT_TOKENS} tokens a trip")  # fmt: skip
-    print(f"{'model':6s} {'members':>7s} {'ms/hop':>6s} {'naive':>15s} {'in flight':>15s} "
-          f"{'+ draft':>15s} {'steps/trip':>10s} {'B/token':>8s}")  # fmt: skip
+          f"{args.tokens} tokens (naive: 2 of them); tok/s (share of the naive group on loopback); in "
+          f"flight: {args.in_flight} batches; draft: {DRAFT}, {DRAFT_TOKENS} tokens a trip")  # fmt: skip
+    modes = ("naive", "naive_draft", "flight", "flight_draft")
+    print(f"{'model':6s} {'members':>7s} {'ms/hop':>6s} " + " ".join(f"{m:>15s}" for m in modes)
+          + f" {'steps/trip':>10s} {'B/token':>8s}")  # fmt: skip
     for r in results:
         for members in (2, 3):
             for d, cell in r[f"group{members}"]["links"].items():
                 cells = " ".join(f"{cell[m]['tok_s']:>7.0f} ({cell[m]['vs_loopback_naive']:.2f}×)"
-                                 for m in ("naive", "flight", "flight_draft"))  # fmt: skip
+                                 for m in modes)  # fmt: skip
                 print(f"{r['model']:6s} {members:>7d} {d:>6s} {cells} "
                       f"{cell['flight_draft']['steps_per_trip']:>10.2f} "
                       f"{cell['flight']['wire_bytes_per_token']:>8.0f}")  # fmt: skip
-    print("\nprompt-lookup draft: steps per trip round the ring, by task (real end of sequence)")
+    print("\nsteps per trip round the ring, by task and draft (real end of sequence)")
     for r in results:
         for task, per in r["acceptance"].items():
-            cells = "  ".join(f"{k.replace('_', ' ')}: {v:.2f}" for k, v in per.items())
-            print(f"{r['model']:6s} {task:8s} {cells}")
+            print(f"{r['model']:6s} {task:8s} " + "  ".join(f"{k}: {v:.2f}" for k, v in per.items()))
 
 
 if __name__ == "__main__":

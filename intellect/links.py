@@ -24,6 +24,7 @@ import contextlib
 import random
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from intellect.net import free_port
@@ -79,8 +80,9 @@ class DelayRelay:
     each direction held for `shape`. Runs its own event loop in a daemon thread: `start()`, `stop()`."""
 
     def __init__(self, target: tuple[str, int], shape: LinkShape, listen: tuple[str, int] = ("127.0.0.1", 0),
-                 seed: int | None = None) -> None:  # fmt: skip
+                 seed: int | None = None, log: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.target, self.shape = target, shape
+        self.log = log  # told of each connection it relays (the program prints it: the devnet's logs)
         self.host, self.port = listen[0], listen[1] or free_port()
         self.draw = random.Random(seed)
         self.connections = 0
@@ -149,6 +151,9 @@ class DelayRelay:
         except OSError:
             writer.close()  # nothing listens behind the relay: the caller sees the connection drop
             return
+        if self.log is not None:
+            peer = writer.get_extra_info("peername")
+            self.log(f"relaying a connection from {peer[0]}:{peer[1]}" if peer else "relaying a connection")
         task = asyncio.get_running_loop().create_task(self._both(reader, writer, up_reader, up_writer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -213,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         shape = LinkShape.parse(args.delay, args.jitter, args.loss)
         (lhost, _, lport), (thost, _, tport) = args.listen.rpartition(":"), args.target.rpartition(":")
-        relay = DelayRelay((thost, int(tport)), shape, listen=(lhost, int(lport)))
+        relay = DelayRelay((thost, int(tport)), shape, listen=(lhost, int(lport)),
+                           log=lambda line: print(line, flush=True))  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
     stop = threading.Event()

@@ -3,7 +3,9 @@ its rollouts made by 2-member node groups (each member one stage of the trainer'
 member run by a cheating operator (its layers skipped, at whichever stage it is given). The trainer
 takes its steps on the groups' validated batches, the quorum slashes and ejects the cheater and only
 the cheater (its partner's files of the blamed batches are not paid, never voted invalid), the other
-group's members earn. (The reward's rise over many steps is measured by the bench, not asserted here.)"""
+group's members earn. Every hop of the groups' rings goes through a delay relay (`--link-delay 20ms`),
+and the groups keep batches in flight to hide it. (The reward's rise over many steps is measured by the
+bench, not asserted here.)"""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ STEPS = 3
 @pytest.mark.timeout(1900)
 def test_pipeline_demo_trains_on_group_batches_and_slashes_only_the_cheating_member(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
-    argv = [INTELLECT, "devnet", "up", "--demo", "--pipeline", "2", "--cheat", "skip",
+    argv = [INTELLECT, "devnet", "up", "--demo", "--pipeline", "2", "--cheat", "skip", "--link-delay", "20ms",
             "--dir", str(directory), "--workers", "4", "--validators", "2", "--quorum", "2",
             "--steps", str(STEPS), "--timeout", "1500", "--json"]  # fmt: skip
     try:
@@ -48,6 +50,10 @@ def test_pipeline_demo_trains_on_group_batches_and_slashes_only_the_cheating_mem
         assert {v["validator"] for v in report["slash_votes"]} == {"validator", "validator-2"}
         assert any("stage" in " ".join(v["reasons"]) for v in report["slash_votes"]), report["slash_votes"]
         assert report["files_accepted"] > 0
+        relays = [p for p in state.processes if p.name.startswith("link-")]
+        assert len(relays) == 8 and all(p.alive() for p in relays)  # two a worker: inbox, listening outbox
+        for index in range(1, 5):  # every member's predecessor reached its inbox through the relay
+            assert "relaying a connection" in Path(directory / f"link-{index}.log").read_text(), index
 
         ledger = LedgerClient(state.rpc_url, Path(state.deployment_path))
         assert not ledger.is_node_in_pool(state.pool_id, cheater)
