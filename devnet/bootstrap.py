@@ -37,6 +37,10 @@ ROLES = (
     "validator-3",
     "provider-4",
     "node-4",
+    "provider-5",  # 5 and 6: two 3-member groups (`up --demo --pipeline 3`)
+    "node-5",
+    "provider-6",
+    "node-6",
 )
 DEMO_TOKENS = 100_000
 # Parsed by intellect.wire.requirements (see docs/orchestrator.md): CPU-only demo hosts qualify.

@@ -21,7 +21,7 @@ from intellect.identity import Wallet
 from ledger.client import LedgerClient
 from ledger.dev.anvil import Anvil
 
-MAX_WORKERS = 4
+MAX_WORKERS = 6  # `--demo --pipeline 3`: two groups of 3
 
 Progress = Callable[[str], None]
 

@@ -111,7 +111,7 @@ def start_services(
     for index in range(1, workers + 1):
         progress(f"starting worker {index}")
         port = stable_port()
-        host = where.host(f"w{index}", nat=index > 1)
+        host = where.host(f"w{index}", nat=behind_nat(index, workers, groups))
         worker = spawn(
             f"worker-{index}",
             where.wrap(host, [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", runtime,
@@ -171,3 +171,12 @@ def p2p_env(index: int, host: Host | None, where: Placement, directory: Path, pr
                 "--delay", delay]  # fmt: skip
         procs.append(spawn(name, where.wrap(host, argv), base_env(directory), directory, None))
     return {"INTELLECT_WORKER_P2P_PORT": str(advertised), "INTELLECT_WORKER_P2P_BIND_PORT": str(bound)}
+
+
+def behind_nat(index: int, workers: int, groups: str | None) -> bool:
+    """Whether worker `index` sits behind the home router (`up --hosts`): every worker after the first,
+    or, when the orchestrator forms groups (`groups`), only the last. A ring needs one end of each link
+    that can be called, so it carries at most half its members behind NAT, and formation takes nodes with
+    proven hardware first (the orchestrator cannot challenge a node it cannot call): the nodes behind NAT
+    all come last, and more than one of them would be left without a group to join."""
+    return index == workers and workers > 1 if groups else index > 1
