@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request", type=Path, help="stage 0: the batch to generate (JSON; a list: batches)")
     parser.add_argument("--batches", type=int, default=1, help="stages 1..n-1: how many batches to serve")
     parser.add_argument("--in-flight", type=int, default=1, help="stage 0: batches moving at once (1-64)")
-    parser.add_argument("--draft", default="none", help="stage 0: guess tokens for the group to check in "
+    parser.add_argument("--draft", default="none", help="guess tokens for the group to check in "
                         f"one trip (exact: the same output as without): {', '.join(DRAFTS)}")
-    parser.add_argument("--draft-tokens", type=int, default=4, help=f"stage 0: tokens guessed a trip "
-                        f"(0-{MAX_DRAFT_TOKENS})")
+    parser.add_argument("--draft-tokens", type=int, default=4,
+                        help=f"tokens guessed a trip (0-{MAX_DRAFT_TOKENS}): members refuse a wider trip")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--address", default="", help="this member's node address (named in the bundle)")
     parser.add_argument("--cheat", choices=CHEATS, default="none", help="tests and demos only")
@@ -126,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stage = load_stage(args.model, plan, args.weights)
+    try:
+        draft = make_draft(args.draft) if args.index == 0 else None  # the driver guesses; all bound trips
+    except ValueError as exc:
+        print(f"error: --draft: {exc}", file=sys.stderr)
+        return 2
     from workloads.model.loading import load_tokenizer
 
     tok = load_tokenizer(args.model)
@@ -135,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address,
-                    signer=signer_from_env(), draft=make_draft(args.draft),
-                    draft_tokens=args.draft_tokens)  # fmt: skip
+                    signer=signer_from_env(), draft=draft,
+                    draft_tokens=args.draft_tokens if args.draft != "none" else 0)  # fmt: skip
     outputs: list[dict] = []
     try:
         member.introduce()

@@ -58,7 +58,10 @@ class ModelDraft:
         from workloads.model.loading import load_model
 
         self.name = model
-        self.model = load_model(model)
+        try:
+            self.model = load_model(model)
+        except (OSError, ValueError) as exc:  # no such folder, not a model, a hub name with no network
+            raise ValueError(f"draft model {model!r} cannot be loaded: {exc}") from None
 
     def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
         import torch

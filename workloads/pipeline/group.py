@@ -107,12 +107,12 @@ def run_local_group(
         if eos is not None:
             argv += ["--eos", str(eos)]
         if i == 0:
-            argv += ["--request", str(folder / "request.json"), "--in-flight", str(in_flight),
-                     "--draft", draft, "--draft-tokens", str(draft_tokens)]
+            argv += ["--request", str(folder / "request.json"), "--in-flight", str(in_flight)]
         elif isinstance(request, list):
             argv += ["--batches", str(len(request))]
         if cheats and i in cheats:
             argv += ["--cheat", cheats[i]]
+        argv += ["--draft", draft, "--draft-tokens", str(draft_tokens)]  # every member bounds a trip by it
         member_env = dict(env)
         if keys:
             argv += ["--address", keys[i].address]
@@ -194,7 +194,7 @@ def run_thread_group(
                        cheat=cast(Cheat, cheat),
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
                        task_id=task_id, group_id=group_id, draft=draft if i == 0 else None,
-                       draft_tokens=draft_tokens if i == 0 else 0)  # fmt: skip
+                       draft_tokens=draft_tokens if draft is not None else 0)  # fmt: skip
             m.introduce()
             served = m.serve(requests if i == 0 else None, in_flight=in_flight, batches=len(requests))
             made[i] = sorted(served, key=lambda o: o.started)

@@ -68,8 +68,9 @@ class Member(Sealing):
         if not 0 <= draft_tokens <= MAX_DRAFT_TOKENS:
             raise ValueError(f"draft_tokens {draft_tokens}: between 0 and {MAX_DRAFT_TOKENS}")
         self.stage, self.link = stage, link
-        # The driver's draft (`draft.py`): up to `draft_tokens` guessed tokens per trip round the ring.
-        self.draft, self.draft_tokens = draft, draft_tokens if draft is not None else 0
+        # The driver's draft (`draft.py`), guessing up to `draft_tokens` tokens a trip round the ring; every
+        # member refuses a trip wider than the task allows (a driver cannot make it run unasked positions).
+        self.draft, self.draft_tokens = draft, draft_tokens
         # Signs this member's link claims with its node key; None: nothing signed, and no seal checked
         # (a local group of tests without keys: its files then prove nobody's fault).
         self.signer = signer
@@ -214,8 +215,8 @@ class Member(Sealing):
         rows.take(last, lp)
         step, keep = 1, 1
         while not rows.finished and step < limit:
-            contexts = [list(p) + t for p, t in zip(req.prompts, rows.tokens, strict=True)]
-            guesses = min(self.draft_tokens, limit - 1 - step)  # no position past the last step
+            guesses = min(self.draft_tokens, limit - 1 - step) if self.draft else 0  # none past the last step
+            contexts = [list(p) + t for p, t in zip(req.prompts, rows.tokens, strict=True)] if guesses else []
             inputs = draft_inputs(last, rows.done, contexts, self.draft, guesses, self.eos, self.pad,
                                   list(req.seeds), step, req.temperature)  # fmt: skip
             trip, cache = self._run_trip(b, step, inputs, mask, pos, cache)
@@ -379,7 +380,7 @@ class Member(Sealing):
             if frame.header["kind"] == "end":
                 break
             x = frame.tensor
-            most = min(MAX_DRAFT_TOKENS + 1, limit - step)  # positions a trip may carry from here
+            most = min(self.draft_tokens + 1, limit - step)  # positions a trip may carry from here
             if (frame.header.get("step") != step or x is None or x.dim() != 3 or x.shape[0] != batch
                     or x.shape[2] != hidden or not 1 <= x.shape[1] <= most):
                 got = tuple(x.shape) if x is not None else "none"

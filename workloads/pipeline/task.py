@@ -138,6 +138,11 @@ def run(s: PipelineTaskSettings) -> int:
     plan = plan_stages(s.model, s.group_size)[s.group_index]
     policies = Policies(s)
     stage = load_stage(s.model, plan)
+    try:
+        draft = make_draft(s.draft) if plan.first else None  # only the driver guesses
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     tok = load_tokenizer(s.model)
     link = None
     if s.group_size > 1:
@@ -152,7 +157,7 @@ def run(s: PipelineTaskSettings) -> int:
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
                     address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
                     signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id,
-                    draft=make_draft(s.draft), draft_tokens=s.draft_tokens)  # fmt: skip
+                    draft=draft, draft_tokens=s.draft_tokens if s.draft != "none" else 0)  # fmt: skip
     member.policy = Policy(0, 0, policies.base_sha256)  # what `load_stage` above loaded
     s.output_dir.mkdir(parents=True, exist_ok=True)
     records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file

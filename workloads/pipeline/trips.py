@@ -55,10 +55,9 @@ def draft_inputs(last: torch.Tensor, done: list[bool], contexts: list[list[int]]
     """The trip's inputs [B, 1 + k']: each row's last token (pad once done), then its drafted tokens as
     they would be fed (pad after a drafted end of sequence). k' ≤ k is the fewest guesses any row still
     decoding has: the batch advances in step, so a position no row could keep is not worth running."""
-    active = [i for i in range(len(done)) if not done[i]]
+    active = [i for i in range(len(done)) if not done[i]] if draft is not None and k > 0 else []
     seeds = seeds or [0] * len(done)
-    guesses = {i: draft.propose(contexts[i], k, seeds[i], step, temperature) if draft is not None and k > 0
-               else [] for i in active}  # fmt: skip
+    guesses = {i: draft.propose(contexts[i], k, seeds[i], step, temperature) for i in active if draft}
     width = min((len(g) for g in guesses.values()), default=0)
     rows = []
     for i in range(len(done)):
@@ -66,7 +65,7 @@ def draft_inputs(last: torch.Tensor, done: list[bool], contexts: list[list[int]]
             rows.append([pad] * (1 + width))
             continue
         fed, ended = [int(last[i])], False
-        for g in guesses[i][:width]:
+        for g in guesses.get(i, [])[:width]:
             ended = ended or g == eos
             fed.append(pad if ended else int(g))
         rows.append(fed)
