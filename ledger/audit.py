@@ -88,6 +88,7 @@ class Auditor:
         self._times: dict[int, int] = {}
         self._stateless: set[int] = set()  # blocks whose state the node no longer holds
         self._notes_missing = ""
+        self._submitters: dict[str, str] | None = None
 
     def _timestamp(self, block: int) -> int:
         if block not in self._times:
@@ -221,6 +222,20 @@ class Auditor:
             w for w in [*audit.unpaid, *(w for p in audit.payouts for w in p.work)] if w.work_key == key
         )
         return audit, entry
+
+    def submitter(self, work_key: str) -> str | None:
+        """The node that submitted `work_key` (alone or in a batch), None if the chain never took it. The
+        submissions are read once per auditor."""
+        if self._submitters is None:
+            ev, start = self.c.pools.events, self.c.deployment.block
+            found: dict[str, str] = {}
+            for log in _logs(ev.WorkSubmitted(), start, {}):
+                found.setdefault(_hex(log["args"]["workKey"]), log["args"]["node"])
+            for log in _logs(ev.WorkBatchSubmitted(), start, {}):
+                for key in log["args"]["workKeys"]:
+                    found.setdefault(_hex(key), log["args"]["node"])
+            self._submitters = found
+        return self._submitters.get(work_key.lower())
 
     def _attach_votes(self, works: list[AuditedWork]) -> None:
         by_key = {(w.pool_id, w.work_key): w for w in works}

@@ -33,10 +33,12 @@ from test_control_plane import Cluster, Service, wait_until  # noqa: E402
 from intellect.identity import Wallet  # noqa: E402
 from intellect.net import stable_port  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
+from ledger.audit import Auditor  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from ledger.deploy import DeployParams, deploy_all  # noqa: E402
 from ledger.dev.anvil import Anvil  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
+from ledger.group_audit import GroupAuditor  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402
 from workloads.pipeline.files import read_group_file  # noqa: E402
 
@@ -130,6 +132,13 @@ def test_a_pipeline_task_runs_across_two_workers_and_pays_each_member(tmp_path: 
             local = tmp_path / f"{event.node}.json"
             local.write_bytes(data)
             files[event.node] = (local, event)
+        # The pool owner's audit of the batch: both members, their layers and units, as the chain has them.
+        [audit] = GroupAuditor(Auditor(cluster.chain)).audit([path for path, _ in files.values()]).batches
+        assert audit.problems == [], audit.problems
+        stages = {node: read_group_file(path).stage for node, (path, _) in files.items()}
+        assert [m.node for m in audit.members] == sorted(files, key=stages.__getitem__)
+        assert all(m.units_on_chain == m.units == files[m.node][1].units for m in audit.members), audit
+        assert [m.layers for m in audit.members] == [(0, 2), (2, 4)]
 
     batches = {node: read_group_file(path) for node, (path, _) in files.items()}
     by_stage = sorted(batches.values(), key=lambda b: b.stage)

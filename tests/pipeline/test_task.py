@@ -21,7 +21,7 @@ from intellect.wire.templates import expand
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore, ValidatorEnv, WorkloadSettingsError, load
 from workloads.pipeline.commit import KEY_ENV
-from workloads.pipeline.files import read_group_file, row_keys
+from workloads.pipeline.files import GroupFileError, read_group_file, row_keys
 from workloads.pipeline.plugin import PipelineJudge, PipelinePlugin, PipelineSettings
 from workloads.pipeline.task import file_name
 
@@ -136,6 +136,12 @@ def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(t
     assert (one.stage, two.stage, one.members) == (0, 1, NODES[:2])
     assert one.outputs == two.outputs and one.stage_proofs == two.stage_proofs and len(one.stage_proofs) == 2
     assert one.work_units(4) + two.work_units(4) >= one.output_tokens()  # 2+2 layers: half each
+    # Both files state the batch's receipt alike: the members, their layers and units, the link digests.
+    assert one.receipt is not None and two.receipt is not None
+    assert one.receipt.shared() == two.receipt.shared() and (one.receipt.stage, two.receipt.stage) == (0, 1)
+    assert [(m.node, m.layers, m.units) for m in one.receipt.members] == [
+        (NODES[0], (0, 2), one.work_units(4)), (NODES[1], (2, 4), two.work_units(4))]
+    assert one.receipt.members[0].sent_sha256 == two.receipt.members[1].received_sha256 == one.links[0].sha256
 
     seen = MemorySeenStore()
     judge = PipelineJudge(PipelineSettings(**SETTINGS), judge_env(tmp_path, seen))
@@ -158,6 +164,14 @@ def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(t
     greedy = fresh.judge(files[(2, 0)], Submission(node=NODES[0], pool_id=1, work_units=10_000))
     assert greedy.verdict == "invalidate" and any("work_units" in r for r in greedy.reasons)
 
+    # A receipt that claims more for its member than the file is worth: the member's own fault.
+    data = json.loads(files[(2, 0)].read_text())
+    data["receipt"]["members"][0]["units"] += 1
+    padded = tmp_path / "padded.json"
+    padded.write_text(json.dumps(data))
+    verdict = fresh.judge(padded, Submission(node=NODES[0], pool_id=1))
+    assert verdict.verdict == "invalidate" and "receipt: it does not state the file's batch: stage 0 units" \
+        in verdict.reasons, verdict.reasons  # fmt: skip
     # Re-signed: an outsider puts itself in a member's place; the seeds no longer derive.
     data = json.loads(files[(2, 1)].read_text())
     data["members"][1] = OUTSIDER
@@ -167,7 +181,16 @@ def test_group_tasks_write_a_file_per_member_and_batch_and_the_judge_pays_each(t
     assert verdict.verdict == "invalidate" and any(r.startswith("plan") for r in verdict.reasons)
     # A file of the format before link records (a member not yet upgraded): judged end to end, paid;
     # it proves nobody's fault, so it could never have slashed anyone.
+    # Format 3 (no receipt) is judged as before; format 4 without one is refused.
     older = json.loads(files[(1, 1)].read_text())
+    older.pop("receipt")
+    (tmp_path / "unreceipted.json").write_text(json.dumps(older))
+    with pytest.raises(GroupFileError, match="carries a receipt"):
+        read_group_file(tmp_path / "unreceipted.json")
+    older.update(format="intellect-pipeline-batch/3")
+    (tmp_path / "format3.json").write_text(json.dumps(older))
+    old = PipelineJudge(PipelineSettings(**SETTINGS), judge_env(tmp_path, MemorySeenStore()))
+    assert old.judge(tmp_path / "format3.json", Submission(node=NODES[1], pool_id=1)).verdict == "accept"
     older.update(format="intellect-pipeline-batch/2")
     for name in ("links", "received_frames", "sent_frames"):
         older.pop(name)

@@ -21,6 +21,11 @@ received and what it sent. A validator checks them against the records and repla
 stage from what it received. They are the bulk of the file: the tiny model's 8-row batch of 32 tokens
 is about 0.2 MB a direction; a model with 4,096-wide activations would make them 32× that, which
 the file cap (`MAX_FILE_BYTES`, and the validator's own) bounds.
+
+Format 4 adds the batch's receipt (`intellect.wire.receipts.GroupReceipt`, `group_receipt`): every
+member, the stage and layers it ran, the units its file is worth, the digests of what it received and
+sent. It restates what the file already proves, in the one shape the pool owner's audit reads
+(`intellect-pool audit --group`); the judge holds it to the file (`receipt_problems`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from intellect.wire.receipts import GroupReceipt, StageReceipt
 from workloads.inference.generate import rewards_for
 from workloads.inference.selection import SEED_HIGH, BatchPlan
 from workloads.pipeline.bundle import GroupBundle, Policy
@@ -42,10 +48,11 @@ from workloads.pipeline.commit import LinkRecord
 from workloads.rollouts import BatchInfo, Rollout
 from workloads.verifiers import TaskRecord
 
-FORMAT = "intellect-pipeline-batch/3"
+FORMAT = "intellect-pipeline-batch/4"
 # Format 2 (no link records, no frames) is still read: a file a member made before its worker was
 # upgraded is judged end to end as before and can be paid, but proves nobody's fault (never slashed).
-READ_FORMATS = r"^intellect-pipeline-batch/[23]$"
+# Format 3 is format 4 without a receipt: judged as before, but the audit cannot read it.
+READ_FORMATS = r"^intellect-pipeline-batch/[234]$"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
@@ -99,10 +106,15 @@ class GroupFile(BaseModel):
     # This member's frames of the batch as they crossed its links: per frame its parts, base64.
     received_frames: list[list[str]] = Field(default_factory=list, max_length=1 << 16)
     sent_frames: list[list[str]] = Field(default_factory=list, max_length=1 << 16)
+    receipt: GroupReceipt | None = None  # format 4 on
 
     @property
     def node(self) -> str:
         return self.members[self.stage]
+
+    @property
+    def version(self) -> int:
+        return int(self.format.rsplit("/", 1)[1])
 
     @property
     def policy(self) -> Policy:
@@ -143,10 +155,57 @@ class GroupFile(BaseModel):
         return sum(len(o) for o in self.outputs)
 
     def work_units(self, total_layers: int) -> int:
-        """A member's share: the batch's output tokens × its layers / the model's layers, rounded up
-        (every stage processed every token; the shares add up to at least one node's claim)."""
-        start, stop = self.layers
-        return math.ceil(self.output_tokens() * (stop - start) / max(1, total_layers))
+        """This member's share (`share_units`)."""
+        return share_units(self.output_tokens(), self.layers, total_layers)
+
+
+def share_units(tokens: int, layers: tuple[int, int], total_layers: int) -> int:
+    """A member's share of a batch: its output tokens × the member's layers / the model's layers, rounded
+    up (every stage processed every token; the shares add up to at least one node's claim)."""
+    start, stop = layers
+    return math.ceil(tokens * (stop - start) / max(1, total_layers))
+
+
+def group_receipt(data: GroupFile, total_layers: int) -> GroupReceipt:
+    """The batch's receipt as `data`'s member states it: the task's layer split of a `total_layers` model,
+    each member's share of the batch's tokens, and the digests its link records commit (what stage s
+    received is link s-1's receiver digest, what it sent link s's sender digest)."""
+    from workloads.pipeline.stages import split_layers
+
+    links = {entry.sender: entry for entry in data.links}
+    tokens = data.output_tokens()
+    members = []
+    for stage, (node, span) in enumerate(zip(data.members, split_layers(total_layers, len(data.members)),
+                                             strict=True)):  # fmt: skip
+        layers = (span.start, span.stop)
+        got, sent = links.get(stage - 1), links.get(stage)
+        members.append(StageReceipt(stage=stage, node=node, layers=layers,
+                                    units=share_units(tokens, layers, total_layers),
+                                    received_sha256=got.received_sha256 if got else "",
+                                    sent_sha256=sent.sha256 if sent else ""))  # fmt: skip
+    return GroupReceipt(task_id=data.task_id, group_id=data.group_id, batch=data.batch, model=data.model,
+                        model_layers=total_layers, output_tokens=tokens, stage=data.stage,
+                        members=members)  # fmt: skip
+
+
+def receipt_problems(data: GroupFile, total_layers: int) -> list[str]:
+    """What is wrong with the file's receipt (format 4 on: none is wrong only before it). A member writes
+    it from its own file with `group_receipt`, so an honest member's receipt never differs."""
+    if data.receipt is None:
+        return [] if data.version < 4 else ["receipt: the file carries none"]
+    try:
+        want = group_receipt(data, total_layers)
+    except ValueError as exc:  # a member list the split cannot serve (judged as bounds already)
+        return [f"receipt: {exc}"]
+    if data.receipt == want:
+        return []
+    given, wanted = data.receipt.model_dump(), want.model_dump()
+    wrong = [name for name in wanted if name != "members" and given[name] != wanted[name]]
+    for mine, right in zip(given["members"], wanted["members"], strict=False):
+        wrong += [f"stage {right['stage']} {name}" for name in right if mine[name] != right[name]]
+    if len(given["members"]) != len(wanted["members"]):
+        wrong.append(f"{len(given['members'])} members")
+    return [f"receipt: it does not state the file's batch: {', '.join(wrong[:6])}"]
 
 
 @dataclass(frozen=True)
@@ -177,7 +236,8 @@ def score_rows(records: list[TaskRecord], plan: BatchPlan, texts: list[str], len
 def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, stage: int,
                      layers: tuple[int, int], model: str, max_new_tokens: int, bundle: GroupBundle,
                      n: int, scores: Scores, received_frames: list[list[bytes]] | None = None,
-                     sent_frames: list[list[bytes]] | None = None) -> Path:  # fmt: skip
+                     sent_frames: list[list[bytes]] | None = None, total_layers: int) -> Path:  # fmt: skip
+    """The member's file of the batch, written whole or not at all; `total_layers`: the model's."""
     policy = bundle.policy
 
     def encode(frames: list[list[bytes]] | None) -> list[list[str]]:
@@ -196,6 +256,7 @@ def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, sta
         advantages=scores.advantages, links=[LinkEntry(**r.header()) for r in bundle.links],
         received_frames=encode(received_frames), sent_frames=encode(sent_frames),
     )  # fmt: skip
+    data = data.model_copy(update={"receipt": group_receipt(data, total_layers)})
     part = path.with_name(path.name + ".part")
     part.write_text(data.model_dump_json())
     part.replace(path)  # a crash never leaves half a file under the name the uploader picks up
@@ -244,6 +305,8 @@ def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:
         data.frames()
     except ValueError:
         raise GroupFileError("a frame that is not base64") from None
+    if data.version >= 4 and data.receipt is None:
+        raise GroupFileError(f"{data.format} carries a receipt, this file none")
     return data
 
 

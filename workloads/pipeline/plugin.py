@@ -7,10 +7,12 @@ at most the model's layers.
 
 Crediting rule: each member submits its own copy of the batch's file, naming its stage, for its share
 of the work: the batch's output tokens × its layers / the model's layers, rounded up (`GroupFile.
-work_units`). Judging (`PipelineJudge`): the batch is judged once (one prefill, `verify.judge_group`),
-then each member's file gets its verdict: the whole batch accepted → every member paid; a member
-blamed → its file `invalidate` (slashed by the quorum), every other member's `soft_invalidate` (not
-paid, the batch was bad; never slashed); nobody blamed → everyone's `soft_invalidate`.
+work_units`), stated with every other member's in the file's receipt (`files.group_receipt`), which
+the judge holds to the file and `intellect-pool audit --group` reads. Judging (`PipelineJudge`): the
+batch is judged once (one prefill, `verify.judge_group`), then each member's file gets its verdict:
+the whole batch accepted → every member paid; a member blamed → its file `invalidate` (slashed by the
+quorum), every other member's `soft_invalidate` (not paid, the batch was bad; never slashed); nobody
+blamed → everyone's `soft_invalidate`.
 
 A batch accepted chunk by chunk is then judged over the member's window (`pooled.py`): its recent
 files of the same group, pooled per stage, catch a perturbation no single small file shows; the same
@@ -287,7 +289,7 @@ class PipelineJudge:
         (`driver_problems`). The latter is the submitter's fault too, whatever its stage: every member
         runs the same check on the bundle before writing its file, so an honest member never holds a
         file that fails it (a driver breaking the rules stops the group instead)."""
-        from workloads.pipeline.files import driver_problems
+        from workloads.pipeline.files import driver_problems, receipt_problems
         from workloads.pipeline.stages import split_layers
 
         t, own = self.task, []
@@ -308,6 +310,7 @@ class PipelineJudge:
         if submission.work_units is not None and submission.work_units > data.work_units(self.layers):
             own.append(f"work_units: {submission.work_units} claimed, the file is worth "
                        f"{data.work_units(self.layers)}")  # fmt: skip
+        own += receipt_problems(data, self.layers)  # what the pool owner's audit will read of the batch
         driver = driver_problems(
             task_id=data.task_id, group_id=data.group_id, members=data.members, batch=data.batch,
             batches=t.batches, batch_size=t.batch_size, n=t.n, target_lengths=t.target_lengths,

@@ -135,7 +135,8 @@ def run(s: PipelineTaskSettings) -> int:
         print("error: a group member needs INTELLECT_PIPELINE_GROUP_SECRET, _NEXT_ADDRESS and _P2P_PORT "
               "(the task's ${GROUP_SECRET}, ${NEXT_P2P_ADDRESS}, ${WORKER_P2P_PORT})", file=sys.stderr)
         return 2
-    plan = plan_stages(s.model, s.group_size)[s.group_index]
+    plans = plan_stages(s.model, s.group_size)
+    plan, total_layers = plans[s.group_index], plans[-1].layers.stop
     policies = Policies(s)
     stage = load_stage(s.model, plan)
     try:
@@ -242,8 +243,9 @@ def run(s: PipelineTaskSettings) -> int:
             write_group_file(path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
                              layers=(plan.layers.start, plan.layers.stop), model=s.model,
                              max_new_tokens=s.max_new_tokens, bundle=bundle, n=s.n, scores=scores,
-                             received_frames=out.received_frames, sent_frames=out.sent_frames)  # fmt: skip
-            _announce(path, stage_layers_total(s.model))
+                             received_frames=out.received_frames, sent_frames=out.sent_frames,
+                             total_layers=total_layers)  # fmt: skip
+            _announce(path, total_layers)
     except MemberError as exc:  # a peer died, stalled or misbehaved: this batch is dropped, nothing written
         print(f"error: {exc} (member {exc.member}); the batch is redone when the group runs again",
               file=sys.stderr)  # fmt: skip
@@ -255,12 +257,6 @@ def run(s: PipelineTaskSettings) -> int:
         if link is not None:
             link.close()
     return 0
-
-
-def stage_layers_total(model: str) -> int:
-    from workloads.pipeline.stages import plan_stages
-
-    return plan_stages(model, 1)[0].layers.stop
 
 
 def _announce(path: Path, total_layers: int) -> None:
