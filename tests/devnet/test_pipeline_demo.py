@@ -3,7 +3,8 @@ its rollouts made by 2-member node groups (each member one stage of the trainer'
 member run by a cheating operator (its layers skipped, at whichever stage it is given). The trainer
 takes its steps on the groups' validated batches, the quorum slashes and ejects the cheater and only
 the cheater (its partner's files of the blamed batches are not paid, never voted invalid), the other
-group's members earn. Every hop of the groups' rings goes through a delay relay (`--link-delay 20ms`),
+group's members earn, and `intellect-pool audit --group` on the stored files says so batch by batch.
+Every hop of the groups' rings goes through a delay relay (`--link-delay 20ms`),
 and the groups keep batches in flight to hide it. (The reward's rise over many steps is measured by the
 bench, not asserted here.)"""
 
@@ -21,6 +22,7 @@ from ledger.client import LedgerClient
 from ledger.models import ONE_TOKEN
 
 INTELLECT = str(Path(sys.executable).parent / "intellect")
+POOL = str(Path(sys.executable).parent / "intellect-pool")
 STEPS = 3
 
 
@@ -62,6 +64,30 @@ def test_pipeline_demo_trains_on_group_batches_and_slashes_only_the_cheating_mem
         earned = [n for n in honest if report["claimable"][n] + report["pending"][n] > 0]
         assert len(earned) >= 2, report["claimable"]  # the honest group (the cheater's partner may not)
         assert report["claimable"][cheater] + report["pending"][cheater] == 0
+
+        # The pool owner's audit of the run's group batches, from the stored files and the chain.
+        stored = sorted((directory / "orchestrator" / "storage").rglob("pipeline-batch*.json"))
+        audit = subprocess.run(
+            [POOL, "audit", *(a for f in stored for a in ("--group", str(f))), "--json", "--rpc-url",
+             state.rpc_url, "--deployment", state.deployment_path],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert audit.returncode == 0, audit.stderr[-2000:]
+        batches = json.loads(audit.stdout)["batches"]
+        gaps = ("no file given", "never submitted")  # a batch still uploading when the run ended
+        assert all(any(g in p for g in gaps) for b in batches for p in b["problems"]), batches
+        slashed = {v["work_key"] for v in report["slash_votes"]}
+        blamed = [m for b in batches if any(m["work_key"] in slashed for m in b["members"])
+                  for m in b["members"]]  # fmt: skip
+        assert blamed and cheater in {m["node"] for m in blamed}
+        for m in blamed:  # the cheater's files dropped with its stake, its partner's never voted invalid
+            if m["node"] == cheater:
+                assert m["status"] in ("invalidated", "dropped") and m["votes"], m
+            else:
+                assert m["status"] != "invalidated", m
+                assert not any(v["verdict"] == "invalidate" for v in m["votes"]), m
+        honest_batch = [b for b in batches if all(m["status"] == "submitted" for m in b["members"])]
+        assert honest_batch and all(m["units_on_chain"] == m["units"] > 0 for m in honest_batch[0]["members"])
     finally:
         down = subprocess.run([INTELLECT, "devnet", "down", "--dir", str(directory)], capture_output=True,
                               text=True, timeout=120)  # fmt: skip

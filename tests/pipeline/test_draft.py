@@ -107,3 +107,43 @@ def test_a_drafted_position_counts_only_while_every_row_was_fed_its_own_next_tok
     assert kept(inputs, sampled, [False, False, True], EOS, PAD) == 1
     unsure = Fixed({10: [], 11: [1], 12: [1]})  # a row with no guess: the trip runs one position
     assert draft_inputs(last, [False] * 3, contexts, unsure, 3, EOS, PAD).shape == (3, 1)
+
+
+def test_a_driver_keeping_a_wrong_guess_is_blamed_and_no_follower_is() -> None:
+    """The driver says one drafted position more counts than did: every member commits it, the tokens are
+    no longer plain decoding's, and the validator's local replay blames the driver alone (its activations
+    there came from its guess, not from the token the bundle says it was fed)."""
+    from workloads.model.loading import load_model
+    from workloads.pipeline.replay import judge_member
+    from workloads.pipeline.stages import plan_stages
+
+    requests, members = _requests(), 3
+    plain = run_thread_group(members, requests)
+    assert plain.ok, plain.errors
+    tok, model, plans = load_tokenizer("tiny"), load_model("tiny"), plan_stages("tiny", members)
+    run = run_thread_group(members, requests, draft=Oracle(plain, requests, wrong=True), draft_tokens=4,
+                           cheats={0: "over-keep"})  # fmt: skip
+    assert run.ok, run.errors
+    guilty = 0
+    for b, request in enumerate(requests):
+        lied = run.batches[b][0].tokens != plain.batches[b][0].tokens
+        verdicts = [judge_member(model, plans, k, run.batches[b][k].bundle, run.batches[b][k].received_frames,
+                                 run.batches[b][k].sent_frames, task_id="local", group_id="local",
+                                 batch=request.batch, eos=int(tok.eos_token_id), pad=int(tok.pad_token_id))
+                    for k in range(members)]  # fmt: skip
+        assert all(v.proven and not v.guilty for v in verdicts[1:]), [v.reasons for v in verdicts]
+        assert verdicts[0].guilty == lied, (b, verdicts[0].reasons)
+        guilty += lied
+    assert guilty >= 1
+
+
+def test_followers_refuse_a_trip_wider_than_the_task_drafts() -> None:
+    """A driver sending more positions than `draft_tokens` + 1 would make its followers run positions the
+    task never asked for (and nobody pays): the first follower stops the batch, naming the driver."""
+    requests, keys = _requests()[:1], [Wallet.create() for _ in range(2)]
+    plain = run_thread_group(2, requests, keys=keys)
+    run = run_thread_group(2, requests, keys=keys, draft=Oracle(plain, requests), draft_tokens=2,
+                           cheats={0: "over-draft"}, timeout=5.0)  # fmt: skip
+    assert run.errors[1]["member"] == 0 and "activations of step 1" in run.errors[1]["error"], run.errors
+    honest = run_thread_group(2, requests, keys=keys, draft=Oracle(plain, requests), draft_tokens=4)
+    assert honest.ok and _made(honest, 2) == _made(plain, 2)

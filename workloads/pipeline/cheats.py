@@ -9,6 +9,8 @@ Forwarders (a stage before the last, changing what it sends and proving what it 
   ever among a chunk's top-k, so no TOPLOC proof of what it forwards can differ from its honest one.
 Receivers: `false-accuse` says the sender's seal does not match what it received (it does);
 `forge-received` countersigns the digest of frames it did not receive.
+Drivers with a draft (`draft.py`): `over-keep` says one drafted position more counts than did (its
+input was a wrong guess); `over-draft` sends trips two positions wider than the task's `draft_tokens`.
 Others: `weights` (N(0, 1e-2) on one matrix of its layers), `skip` (its layers skipped), `forge-token`
 (the last stage samples greedily), `wrong-plan` (a driver's own seeds).
 """

@@ -215,7 +215,8 @@ class Member(Sealing):
         rows.take(last, lp)
         step, keep = 1, 1
         while not rows.finished and step < limit:
-            guesses = min(self.draft_tokens, limit - 1 - step) if self.draft else 0  # none past the last step
+            wide = self.draft_tokens + (2 if self.cheat == "over-draft" else 0)
+            guesses = min(wide, limit - 1 - step) if self.draft else 0  # none past the last step
             contexts = [list(p) + t for p, t in zip(req.prompts, rows.tokens, strict=True)] if guesses else []
             inputs = draft_inputs(last, rows.done, contexts, self.draft, guesses, self.eos, self.pad,
                                   list(req.seeds), step, req.temperature)  # fmt: skip
@@ -225,6 +226,8 @@ class Member(Sealing):
             frame = yield Want("tok", log=False)
             sampled = self._trip_tokens(frame, step, trip.positions, batch)
             keep = kept(inputs, [t for t, _ in sampled], rows.done, self.eos, self.pad)
+            if self.cheat == "over-keep" and keep < trip.positions:
+                keep += 1  # a position whose input was a wrong guess, committed as if right
             count = 0
             for j in range(keep):  # what counts, as plain decoding would have sent and received it
                 tok, lp = sampled[j]

@@ -14,7 +14,8 @@ from typing import Literal
 ENV_PREFIX = "INTELLECT_PIPELINE_"
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
-                "wrong-plan", "sign-flip", "negate", "small-flip", "false-accuse", "forge-received"]
+                "wrong-plan", "sign-flip", "negate", "small-flip", "false-accuse", "forge-received",
+                "over-keep", "over-draft"]
 CHEATS: tuple[str, ...] = (
     "none",
     "weights",
@@ -29,4 +30,6 @@ CHEATS: tuple[str, ...] = (
     "small-flip",
     "false-accuse",  # receivers: see cheats.py
     "forge-received",
+    "over-keep",  # drivers with a draft: see cheats.py
+    "over-draft",
 )
