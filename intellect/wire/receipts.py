@@ -19,6 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from intellect.wire.base import TooLarge, first_error, read_capped
+
 RECEIPT_FORMAT = "intellect-group-receipt/1"
 MAX_RECEIPT_FILE_BYTES = 64 * 1024 * 1024  # a group batch file, frames included (workloads' own cap)
 _SHA = r"^([0-9a-f]{64})?$"
@@ -101,17 +103,13 @@ class _ReceiptFile(BaseModel):
 def read_receipt(path: Path, max_bytes: int = MAX_RECEIPT_FILE_BYTES) -> tuple[GroupReceipt, str]:
     """(the file's receipt, the file's sha256: its work key on chain). Raises `ReceiptError`."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise ReceiptError(f"{path}: {size} bytes, over the {max_bytes}-byte limit of a group batch")
-        raw = path.read_bytes()[: max_bytes + 1]
-    except OSError as exc:
-        raise ReceiptError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        raw = read_capped(path, max_bytes, "a group batch")
+    except (OSError, TooLarge) as exc:
+        raise ReceiptError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         found = _ReceiptFile.model_validate_json(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "file"
-        hint = " (a group batch file of format 4 or later carries one)" if where == "receipt" else ""
-        raise ReceiptError(f"{path}: no group receipt: {where}: {err['msg']}{hint}") from None
+        reason = first_error(exc)
+        hint = " (a group batch file of format 4 on carries one)" if reason.startswith("receipt:") else ""
+        raise ReceiptError(f"{path}: no group receipt: {reason}{hint}") from None
     return found.receipt, hashlib.sha256(raw).hexdigest()

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from intellect.wire.base import TooLarge, first_error, read_capped
 from intellect.wire.receipts import GroupReceipt, StageReceipt
 from workloads.inference.generate import rewards_for
 from workloads.inference.selection import SEED_HIGH, BatchPlan
@@ -265,18 +266,15 @@ def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, sta
 
 def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise GroupFileError(f"{size} bytes, over the {max_bytes}-byte limit of a group batch")
-        raw = path.read_bytes()[: max_bytes + 1]
+        raw = read_capped(path, max_bytes, "a group batch")
+    except TooLarge as exc:
+        raise GroupFileError(str(exc)) from None
     except OSError as exc:
         raise GroupFileError(f"cannot read it: {exc}") from None
     try:
         data = GroupFile.model_validate_json(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "file"
-        raise GroupFileError(f"not a group batch: {where}: {err['msg']}") from None
+        raise GroupFileError(f"not a group batch: {first_error(exc)}") from None
     rows = len(data.prompts)
     per_row = (data.outputs, data.logprobs, data.seeds, data.problem_ids, data.task_types,
                data.target_lengths, data.task_rewards, data.length_penalties, data.rewards,
