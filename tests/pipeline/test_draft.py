@@ -36,7 +36,11 @@ class Oracle:
                       for p, out in zip(r.prompts, run.batches[b][0].tokens, strict=True)}  # fmt: skip
         self.wrong = wrong
 
-    def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
+    def propose(self, contexts: list[list[int]], k: int, seeds: list[int], step: int, temperature: float
+                ) -> list[list[int]]:  # fmt: skip
+        return [self._one(context, k) for context in contexts]
+
+    def _one(self, context: list[int], k: int) -> list[int]:
         prompt = next(p for p in self.truth if tuple(context[: len(p)]) == p)
         guess = list(self.truth[prompt][len(context) - len(prompt) :][:k])
         if self.wrong:
@@ -77,10 +81,11 @@ def test_a_draft_right_half_right_or_from_the_prompt_changes_nothing_but_the_tri
 
 def test_prompt_lookup_proposes_what_followed_the_newest_ngram() -> None:
     draft = PromptLookup(ngram=3)
-    assert draft.propose([5, 6, 7, 8, 9, 5, 6, 7], 3) == [8, 9, 5]
-    assert draft.propose([5, 6, 7, 8, 2, 7], 2) == [8, 2]  # only the last token recurs: n = 1
-    assert draft.propose([1, 2, 3], 4) == []
-    assert draft.propose([4, 4, 4], 2) == [4]  # the latest earlier occurrence, up to the context's end
+    assert draft.lookup([5, 6, 7, 8, 9, 5, 6, 7], 3) == [8, 9, 5]
+    assert draft.lookup([5, 6, 7, 8, 2, 7], 2) == [8, 2]  # only the last token recurs: n = 1
+    assert draft.lookup([1, 2, 3], 4) == []
+    assert draft.lookup([4, 4, 4], 2) == [4]  # the latest earlier occurrence, up to the context's end
+    assert draft.propose([[1, 2, 1], [3]], 2, [0, 0], 0, 1.0) == [[2, 1], []]
     assert make_draft("none") is None and isinstance(make_draft("prompt-lookup"), PromptLookup)
     with pytest.raises(ValueError, match="one of none, prompt-lookup, model:"):
         make_draft("model")
@@ -91,8 +96,9 @@ def test_a_drafted_position_counts_only_while_every_row_was_fed_its_own_next_tok
         def __init__(self, guesses: dict[int, list[int]]) -> None:
             self.guesses = guesses
 
-        def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
-            return self.guesses[context[0]][:k]
+        def propose(self, contexts: list[list[int]], k: int, seeds: list[int], step: int, temperature: float
+                    ) -> list[list[int]]:  # fmt: skip
+            return [self.guesses[context[0]][:k] for context in contexts]
 
     last, contexts = torch.tensor([7, 8, 9]), [[10], [11], [12]]
     draft = Fixed({10: [3, EOS, 4], 11: [5, 6], 12: [2, 2, 2]})

@@ -13,7 +13,7 @@ occurrence of the row's newest n-gram in its prompt and output (prompt lookup de
 is a small model of the same tokenizer run whole at the driver, drawing with the row's own seed and
 step: wherever its logits are close to the target's, the same Gumbel noise picks the same token, so a
 good draft model is accepted far more often than its top-1 agreement with the target would suggest.
-Any object with `propose` is a draft.
+Any object with `propose` (rows together) is a draft.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ MAX_DRAFT_TOKENS = 15  # a trip carries at most 1 + this many positions
 
 
 class Draft(Protocol):
-    def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
-        """Up to `k` guesses of the tokens that follow `context` (the row's prompt and output so far),
-        the first of them the row's token of output step `step`, drawn with `seed` at `temperature`."""
+    def propose(self, contexts: list[list[int]], k: int, seeds: list[int], step: int, temperature: float
+                ) -> list[list[int]]:  # fmt: skip
+        """For each row, up to `k` guesses of the tokens that follow its context (its prompt and output so
+        far), the first of them the row's token of output step `step`, drawn with the row's seed at
+        `temperature`. Rows come together, so a model draft runs them as one batch."""
         ...
 
 
@@ -40,8 +42,8 @@ class PromptLookup:
             raise ValueError("ngram must be at least 1")
         self.ngram = ngram
 
-    def propose(self, context: list[int], k: int, seed: int = 0, step: int = 0, temperature: float = 1.0
-                ) -> list[int]:  # fmt: skip
+    def lookup(self, context: list[int], k: int) -> list[int]:
+        """One row's guesses."""
         for n in range(min(self.ngram, len(context) - 1), 0, -1):
             tail = context[-n:]
             for start in range(len(context) - n - 1, -1, -1):  # the latest earlier occurrence first
@@ -49,10 +51,16 @@ class PromptLookup:
                     return context[start + n : start + n + k]
         return []
 
+    def propose(self, contexts: list[list[int]], k: int, seeds: list[int], step: int, temperature: float
+                ) -> list[list[int]]:  # fmt: skip
+        return [self.lookup(context, k) for context in contexts]
+
 
 class ModelDraft:
-    """A whole (small) model at the driver, drawing `k` tokens with the row's seed from step `step` on,
-    as the target's last stage would draw them from its own logits (`workloads.model.sampler`)."""
+    """A whole (small) model at the driver, drawing `k` tokens with each row's seed from step `step` on,
+    as the target's last stage would draw them from its own logits (`workloads.model.sampler`). The rows
+    run as one batch, left-padded to the longest context: one prefill and k - 1 one-token steps a trip,
+    whatever the batch size (per row, that was a prefill and k - 1 steps for every row)."""
 
     def __init__(self, model: str) -> None:
         from workloads.model.loading import load_model
@@ -63,21 +71,35 @@ class ModelDraft:
         except (OSError, ValueError) as exc:  # no such folder, not a model, a hub name with no network
             raise ValueError(f"draft model {model!r} cannot be loaded: {exc}") from None
 
-    def propose(self, context: list[int], k: int, seed: int, step: int, temperature: float) -> list[int]:
+    def propose(self, contexts: list[list[int]], k: int, seeds: list[int], step: int, temperature: float
+                ) -> list[list[int]]:  # fmt: skip
         import torch
 
         from workloads.model import sampler
 
-        guesses: list[int] = []
-        cache, x = None, torch.tensor([context], dtype=torch.long)
+        rows = len(contexts)
+        if rows == 0 or k < 1 or any(not c for c in contexts):
+            return [[] for _ in contexts]
+        width = max(len(c) for c in contexts)
+        ids = torch.zeros((rows, width), dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        for i, context in enumerate(contexts):  # left-padded: every row's next token is at the end
+            ids[i, width - len(context) :] = torch.tensor(context, dtype=torch.long)
+            mask[i, width - len(context) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        guesses: list[torch.Tensor] = []
         with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
             for j in range(k):
-                out = self.model(input_ids=x, past_key_values=cache, use_cache=True)
-                cache = out.past_key_values
-                token, _ = sampler.sample(out.logits[:, -1], [seed], [step + j], temperature)
-                guesses.append(int(token[0]))
-                x = token.view(1, 1)
-        return guesses
+                token, _ = sampler.sample(out.logits[:, -1], seeds, [step + j] * rows, temperature)
+                guesses.append(token)
+                if j == k - 1:
+                    break
+                mask = torch.cat([mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
+                pos = pos[:, -1:] + 1
+                out = self.model(input_ids=token.view(rows, 1), attention_mask=mask, position_ids=pos,
+                                 past_key_values=out.past_key_values, use_cache=True)  # fmt: skip
+        return [[int(g[i]) for g in guesses] for i in range(rows)]
 
 
 def check_draft(name: str) -> str:

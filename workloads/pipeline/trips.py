@@ -57,7 +57,9 @@ def draft_inputs(last: torch.Tensor, done: list[bool], contexts: list[list[int]]
     decoding has: the batch advances in step, so a position no row could keep is not worth running."""
     active = [i for i in range(len(done)) if not done[i]] if draft is not None and k > 0 else []
     seeds = seeds or [0] * len(done)
-    guesses = {i: draft.propose(contexts[i], k, seeds[i], step, temperature) for i in active if draft}
+    proposed = draft.propose([contexts[i] for i in active], k, [seeds[i] for i in active], step,
+                             temperature) if draft is not None and active else []  # fmt: skip
+    guesses = {i: list(g)[:k] for i, g in zip(active, proposed, strict=True)}
     width = min((len(g) for g in guesses.values()), default=0)
     rows = []
     for i in range(len(done)):
