@@ -16,6 +16,7 @@ whole bundle came round the ring).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -234,6 +235,11 @@ def run(s: PipelineTaskSettings) -> int:
             # Never write (and be judged on) a batch the driver made against the task's rules.
             if problems and cheat != "wrong-plan":
                 raise MemberMisbehaved(0, "; ".join(problems))
+            # A member that named itself with no node address can be paid nothing, nor stated in a receipt.
+            odd = [k for k, m in enumerate(named) if not re.fullmatch(r"0x[0-9a-fA-F]{40}", m)]
+            if odd:
+                raise MemberMisbehaved(odd[0], f"member {odd[0]} named itself {named[odd[0]][:50]!r}, not a "
+                                       "node address")  # fmt: skip
             bundle = out.bundle
             batch_plan = plan_group_batch(s.task_id, s.group_id, bundle.members, number, len(records),
                                           s.batch_size, s.n, s.target_lengths)  # fmt: skip
