@@ -24,6 +24,7 @@ from intellect.wire.base import TooLarge, first_error, read_capped
 RECEIPT_FORMAT = "intellect-group-receipt/1"
 MAX_RECEIPT_FILE_BYTES = 64 * 1024 * 1024  # a group batch file, frames included (workloads' own cap)
 _SHA = r"^([0-9a-f]{64})?$"
+NODE_ADDRESS = r"^0x[0-9a-fA-F]{40}$"  # what a member must name itself to be stated (and paid)
 
 
 class ReceiptError(ValueError):
@@ -36,7 +37,7 @@ class StageReceipt(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     stage: int = Field(ge=0, le=63)
-    node: str = Field(pattern=r"^0x[0-9a-fA-F]{40}$")
+    node: str = Field(pattern=NODE_ADDRESS)
     layers: tuple[int, int] = Field(description="[first, stop) of the model's layers it ran")
     units: int = Field(ge=0, description="the work units its file is worth (what it is paid for)")
     received_sha256: str = Field(

@@ -91,7 +91,7 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
 
 def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = -1, cheat: str = "none",
               group_id: str = "group-1", secret: str | None = None,
-              exits: dict[int, int] | None = None) -> list[Path]:  # fmt: skip
+              exits: dict[int, int] | None = None, nodes: list[str] = NODES) -> list[Path]:  # fmt: skip
     """Start each member as the worker would: the rendered entry point, env as templates expand it."""
     plugin = PipelinePlugin()
     task = spec({**settings, "cheat": cheat, "cheat_stage": cheat_stage}, [f"{members}x0GB"])
@@ -102,7 +102,7 @@ def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = 
     for i in range(members):
         values = {"GROUP_ID": group_id, "GROUP_INDEX": str(i), "GROUP_SIZE": str(members),
                   "GROUP_SECRET": secret, "NEXT_P2P_ADDRESS": f"127.0.0.1:{ports[(i + 1) % members]}",
-                  "WORKER_P2P_PORT": str(ports[i]), "NODE_ADDRESS": NODES[i], "TASK_ID": "task-1",
+                  "WORKER_P2P_PORT": str(ports[i]), "NODE_ADDRESS": nodes[i], "TASK_ID": "task-1",
                   "P2P_INBOX": "listen", "P2P_OUTBOX": f"127.0.0.1:{ports[(i + 1) % members]}"}
         env = {k: expand(v, values) for k, v in rendered.env_vars.items()}
         data = folder / f"member-{i}"
@@ -247,3 +247,14 @@ def test_a_driver_breaking_the_plan_stops_its_followers_before_they_write(tmp_pa
     judge = PipelineJudge(PipelineSettings(**settings), judge_env(tmp_path, MemorySeenStore()))
     got = judge.judge(driver, Submission(node=NODES[0], pool_id=1))
     assert got.verdict == "invalidate" and any(r.startswith("plan") for r in got.reasons)
+
+
+@pytest.mark.slow
+def test_a_member_naming_itself_no_node_address_stops_the_group_before_anyone_writes(tmp_path: Path) -> None:
+    """A receipt states every member by node address: a member that named itself anything else in the
+    hello round would make its partners' files unwritable (or unpayable), so each stops, naming it."""
+    dirs = run_group(tmp_path, 2, {**SETTINGS, "batches": 1}, exits={0: 3, 1: 3},
+                     nodes=[NODES[0], "not-an-address"])  # fmt: skip
+    assert not any((d / file_name(1, i)).exists() for i, d in enumerate(dirs))
+    log = (tmp_path / "member-0" / "log").read_text()
+    assert "(member 1)" in log and "'not-an-address', not a node address" in log, log[-2000:]

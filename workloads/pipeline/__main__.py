@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workloads.pipeline.commit import signer_from_env
-from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, check_draft, make_draft
+from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, check_draft, make_draft, trip_guesses
 from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.options import CHEATS
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address,
                     signer=signer_from_env(), draft=draft,
-                    draft_tokens=args.draft_tokens if args.draft != "none" else 0)  # fmt: skip
+                    draft_tokens=trip_guesses(args.draft, args.draft_tokens))  # fmt: skip
     outputs: list[dict] = []
     try:
         member.introduce()

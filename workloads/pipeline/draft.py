@@ -109,6 +109,12 @@ def check_draft(name: str) -> str:
     raise ValueError(f"draft {name!r}: one of {', '.join(DRAFTS)}")
 
 
+def trip_guesses(name: str, draft_tokens: int) -> int:
+    """The guesses a trip may carry for a task whose draft is `name`: `draft_tokens`, or none without a
+    draft. Every member bounds the trips it accepts by it, the followers too (which hold no draft)."""
+    return draft_tokens if check_draft(name) != "none" else 0
+
+
 def make_draft(name: str) -> Draft | None:
     """The draft a member is configured with by name (`DRAFTS`); None: no draft."""
     if check_draft(name) == "none":

@@ -192,8 +192,8 @@ def group_receipt(data: GroupFile, total_layers: int) -> GroupReceipt:
 def receipt_problems(data: GroupFile, total_layers: int) -> list[str]:
     """What is wrong with the file's receipt (format 4 on: none is wrong only before it). A member writes
     it from its own file with `group_receipt`, so an honest member's receipt never differs."""
-    if data.receipt is None:
-        return [] if data.version < 4 else ["receipt: the file carries none"]
+    if data.receipt is None:  # format 3 or before (`read_group_file` refuses a later one without)
+        return []
     try:
         want = group_receipt(data, total_layers)
     except ValueError as exc:  # a member list the split cannot serve (judged as bounds already)
@@ -236,9 +236,11 @@ def score_rows(records: list[TaskRecord], plan: BatchPlan, texts: list[str], len
 
 def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, stage: int,
                      layers: tuple[int, int], model: str, max_new_tokens: int, bundle: GroupBundle,
-                     n: int, scores: Scores, received_frames: list[list[bytes]] | None = None,
-                     sent_frames: list[list[bytes]] | None = None, total_layers: int) -> Path:  # fmt: skip
-    """The member's file of the batch, written whole or not at all; `total_layers`: the model's."""
+                     n: int, scores: Scores, total_layers: int,
+                     received_frames: list[list[bytes]] | None = None,
+                     sent_frames: list[list[bytes]] | None = None) -> GroupFile:  # fmt: skip
+    """The member's file of the batch, written whole or not at all (`total_layers`: the model's); what it
+    holds, so the caller need not read it back."""
     policy = bundle.policy
 
     def encode(frames: list[list[bytes]] | None) -> list[list[str]]:
@@ -261,7 +263,7 @@ def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, sta
     part = path.with_name(path.name + ".part")
     part.write_text(data.model_dump_json())
     part.replace(path)  # a crash never leaves half a file under the name the uploader picks up
-    return path
+    return data
 
 
 def read_group_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> GroupFile:

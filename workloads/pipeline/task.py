@@ -27,7 +27,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from intellect.settings import IntellectSettings
-from workloads.pipeline.draft import check_draft, make_draft
+from intellect.wire.receipts import NODE_ADDRESS
+from workloads.pipeline.draft import check_draft, make_draft, trip_guesses
 from workloads.pipeline.member import BatchRequest, Member, Policy
 from workloads.pipeline.options import CHEATS, ENV_PREFIX, Cheat
 
@@ -159,7 +160,7 @@ def run(s: PipelineTaskSettings) -> int:
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
                     address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
                     signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id,
-                    draft=draft, draft_tokens=s.draft_tokens if s.draft != "none" else 0)  # fmt: skip
+                    draft=draft, draft_tokens=trip_guesses(s.draft, s.draft_tokens))  # fmt: skip
     member.policy = Policy(0, 0, policies.base_sha256)  # what `load_stage` above loaded
     s.output_dir.mkdir(parents=True, exist_ok=True)
     records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file
@@ -236,7 +237,7 @@ def run(s: PipelineTaskSettings) -> int:
             if problems and cheat != "wrong-plan":
                 raise MemberMisbehaved(0, "; ".join(problems))
             # A member that named itself with no node address can be paid nothing, nor stated in a receipt.
-            odd = [k for k, m in enumerate(named) if not re.fullmatch(r"0x[0-9a-fA-F]{40}", m)]
+            odd = [k for k, m in enumerate(named) if not re.fullmatch(NODE_ADDRESS, m)]
             if odd:
                 raise MemberMisbehaved(odd[0], f"member {odd[0]} named itself {named[odd[0]][:50]!r}, not a "
                                        "node address")  # fmt: skip
@@ -246,12 +247,13 @@ def run(s: PipelineTaskSettings) -> int:
             texts = [completion_text(tok, o) for o in bundle.outputs]
             lengths = [len(o) for o in bundle.outputs]
             scores = score_rows(records, batch_plan, texts, lengths, s.length_penalty)
-            write_group_file(path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
-                             layers=(plan.layers.start, plan.layers.stop), model=s.model,
-                             max_new_tokens=s.max_new_tokens, bundle=bundle, n=s.n, scores=scores,
-                             received_frames=out.received_frames, sent_frames=out.sent_frames,
-                             total_layers=total_layers)  # fmt: skip
-            _announce(path, total_layers)
+            written = write_group_file(
+                path, task_id=s.task_id, group_id=s.group_id, batch=number, stage=s.group_index,
+                layers=(plan.layers.start, plan.layers.stop), model=s.model, max_new_tokens=s.max_new_tokens,
+                bundle=bundle, n=s.n, scores=scores, total_layers=total_layers,
+                received_frames=out.received_frames, sent_frames=out.sent_frames,
+            )  # fmt: skip
+            _announce(path, written.work_units(total_layers))
     except MemberError as exc:  # a peer died, stalled or misbehaved: this batch is dropped, nothing written
         print(f"error: {exc} (member {exc.member}); the batch is redone when the group runs again",
               file=sys.stderr)  # fmt: skip
@@ -265,13 +267,11 @@ def run(s: PipelineTaskSettings) -> int:
     return 0
 
 
-def _announce(path: Path, total_layers: int) -> None:
+def _announce(path: Path, units: int) -> None:
     if not os.environ.get("INTELLECT_SOCKET_PATH"):
         return
     from workloads.bridge_client import announce_file
-    from workloads.pipeline.files import read_group_file
 
-    units = read_group_file(path).work_units(total_layers)
     announce_file(path, work_units=units)
 
 
