@@ -33,9 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import make_rollouts  # noqa: E402
-from workloads.inference.judge.calibration import find_calibration  # noqa: E402
+from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.inference.judge.checks.model import recompute  # noqa: E402
-from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.selection import plan_batch  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
 from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
@@ -48,12 +47,11 @@ MODELS = ROOT / "bench" / "out" / "models"
 def model_and_limits(size: str, batch: int):  # noqa: ANN201
     """The shape's model folder (seeded random weights) and the limits of its shipped calibration record."""
     folder = build_model_dir(size, MODELS)
-    record = find_calibration(folder)
-    if record is None:
+    limits = resolve_limits(folder, {"prefill_batch_size": batch})
+    if limits.record is None:
         fix = f".venv/bin/python bench/calibrate_shapes.py --shape {size} --write"
         sys.exit(f"no calibration record for {size}: run {fix}")
-    th = ValidationThresholds(prefill_batch_size=batch).model_copy(update=record.thresholds)
-    return load_model(folder), th
+    return load_model(folder), limits.thresholds
 
 
 def measure(size: str, length: int, batch: int, repeats: int) -> dict[str, float]:

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemorySeenStore  # noqa: E402
+from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.inference.judge.checks.model import FileStats, recompute  # noqa: E402
 from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
 from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
@@ -100,7 +101,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few hundred honest sequences")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    th = ValidationThresholds()
+    limits = resolve_limits("tiny", {})  # the tiny model's record, no pool override
+    th = limits.thresholds
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="intellect-calibration-"))
     # (generation batch size, threads, batches): 4 completions per prompt, 32 new tokens
@@ -161,7 +163,7 @@ def main() -> None:
     rows.append({"statistic": "row mean |err| / limit(n)", "threshold": 1.0, "worst honest": max(row_share),
                  "honest margin": 1.0 - max(row_share)})  # fmt: skip
     # the full pipeline on every honest file: false positives
-    pipelines = {bs: Pipeline(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), ModelCheckpoints("tiny"), th)
+    pipelines = {bs: Pipeline(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), ModelCheckpoints("tiny"), limits)
                  for bs in set(batch_of.values())}  # fmt: skip
     sequences = 0
     invalidated = []
@@ -173,7 +175,7 @@ def main() -> None:
     caught = {}
     for name, paths in attacks.items():
         fresh = Pipeline(
-            task.model_copy(update={"batch_size": 16}), MemorySeenStore(), ModelCheckpoints("tiny"), th
+            task.model_copy(update={"batch_size": 16}), MemorySeenStore(), ModelCheckpoints("tiny"), limits
         )
         caught[name] = sum(fresh.judge(p, Submission()).verdict == "invalidate" for p in paths) / len(paths)
     report = {

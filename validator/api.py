@@ -10,9 +10,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from intellect.http_guard import guard
+from intellect.wire.verdicts import JudgedBy
 from validator.service import ValidatorService
 from validator.store import VerdictRow
 
@@ -30,6 +31,7 @@ class VerdictItem(BaseModel):
     step: int | None
     seconds: float
     timings: dict[str, float]
+    judged_by: JudgedBy | None = Field(None, description="the limits that judged it: its calibration record")
     tx_hash: str | None
     vote_state: str
     decided_at: float
@@ -77,6 +79,7 @@ def _verdict(row: VerdictRow) -> VerdictItem:
         verdict=row.verdict, reasons=json.loads(row.reasons), rows=row.rows, tokens=row.tokens, step=row.step,
         seconds=row.seconds, timings=json.loads(row.timings), tx_hash=row.vote_tx, vote_state=row.vote_state,
         decided_at=row.decided_at,
+        judged_by=JudgedBy.model_validate_json(row.judged_by) if row.judged_by else None,
     )  # fmt: skip
 
 

@@ -105,7 +105,8 @@ def check(
         for v in verdicts:
             print(json.dumps({"file": v.file, "verdict": v.verdict, "reasons": v.reasons, "rows": v.rows,
                               "seconds": v.seconds, "tokens": v.tokens, "step": v.step,
-                              "timings": v.timings}))  # fmt: skip
+                              "timings": v.timings,
+                              "judged_by": v.judged_by.model_dump() if v.judged_by else None}))  # fmt: skip
     else:
         table = Table(title="validation")
         for col in ("file", "verdict", "rows", "tokens", "seconds", "reasons"):
@@ -115,6 +116,8 @@ def check(
             table.add_row(Path(v.file).name, f"[{color}]{v.verdict}[/{color}]", str(v.rows), str(v.tokens),
                           f"{v.seconds:.2f}", "\n".join(v.reasons))  # fmt: skip
         console.print(table)
+        for label in sorted({v.judged_by.label() for v in verdicts if v.judged_by}):
+            console.print(f"limits: {label}", markup=False)
     if any(v.verdict != "accept" for v in verdicts):
         raise typer.Exit(1)
 

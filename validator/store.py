@@ -108,6 +108,7 @@ class VerdictRow(Base):
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     seconds: Mapped[float] = mapped_column(Float)
     timings: Mapped[str] = mapped_column(Text)  # JSON object
+    judged_by: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON JudgedBy: its limits' record
     block_number: Mapped[int] = mapped_column(BigInteger)
     file_path: Mapped[str | None] = mapped_column(Text, nullable=True)  # kept copy (accepted files)
     vote_tx: Mapped[str | None] = mapped_column(String(66), nullable=True)
@@ -177,6 +178,7 @@ ADDED_COLUMNS = [
     ("submissions", "log_index", "INTEGER NOT NULL DEFAULT 0"),
     ("submissions", "leaf", "INTEGER NOT NULL DEFAULT 0"),
     ("submissions", "trainer_step_before", "INTEGER"),
+    ("verdicts", "judged_by", "TEXT"),
 ]
 
 
@@ -383,6 +385,7 @@ class Verdicts:
                 step=verdict.step,
                 seconds=verdict.seconds,
                 timings=json.dumps(verdict.timings),
+                judged_by=verdict.judged_by.model_dump_json() if verdict.judged_by else None,
                 block_number=sub.block_number,
                 file_path=str(kept) if kept else None,
                 vote_state="pending" if vote and verdict.verdict != "accept" else "none",

@@ -61,8 +61,8 @@ from bench.gpu.summary import Cell, Judged, Report, markdown, verdict, write  # 
 from intellect.device import ATTENTION, model_dtype, resolve_device, synchronize  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import make_rollouts  # noqa: E402
+from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.inference.judge.checks.model import recompute  # noqa: E402
-from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.selection import BatchPlan, plan_batch  # noqa: E402
 from workloads.inference.verify import token_checks  # noqa: E402
 from workloads.model import sampler  # noqa: E402
@@ -140,7 +140,7 @@ class Bench:
         self.budget = Budget(args.budget)
         self.tokenizer = load_tokenizer("tiny")  # prompts; ids beyond its 99 decode to nothing
         self.records = load_dataset("demo")
-        self.thresholds = ValidationThresholds()
+        self.thresholds = resolve_limits("tiny", {}).thresholds  # the tiny record, as every judge resolves it
         self.files = Path(tempfile.mkdtemp(prefix="intellect-gpu-bench-"))
         self.step_s: dict[tuple[str, int], float] = {}  # (model, batch) -> decode seconds a step
         self.val_per_gen = 0.25  # validation time / generation time, until measured

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads.inference.judge.calibration import resolve_limits
 from workloads.inference.judge.checks.model import FileStats, distribution_reasons, pooled
 from workloads.inference.judge.thresholds import ValidationThresholds
 
@@ -103,7 +104,7 @@ def worst(judged: list[Judged], key: str, th: ValidationThresholds) -> float | N
     return max(values) if values else None
 
 
-SHIPPED, REFERENCE = ValidationThresholds(), ValidationThresholds.reference()
+SHIPPED, REFERENCE = resolve_limits("tiny", {}).thresholds, ValidationThresholds.reference()
 
 
 def calibration_table(judged: list[Judged]) -> list[str]:

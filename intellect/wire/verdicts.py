@@ -33,6 +33,24 @@ class Submission(BaseModel):
     counters_unknown: int = 0
 
 
+class JudgedBy(BaseModel):
+    """Which limits judged a file: a calibration record made on the task's model (the only source that
+    lets a measured rule slash), or none ("uncalibrated": what the recomputation finds is at most not
+    paid, never slashed), and the settings the pool set explicitly on top."""
+
+    source: Literal["record", "uncalibrated"]
+    record: str = Field("", description="the record's name (the model it was made on)")
+    model_id: str = Field("", description="the model's content address, as the record names it")
+    overrides: dict[str, float | int] = Field(
+        default_factory=dict, description="limits the pool set explicitly (INTELLECT_VALIDATOR_*)"
+    )
+
+    def label(self) -> str:
+        base = f"record {self.record} ({self.model_id[:12]})" if self.source == "record" else "uncalibrated"
+        extra = ", ".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+        return f"{base}; pool overrides: {extra}" if extra else base
+
+
 class Verdict(BaseModel):
     """accept: pay it. soft_invalidate: do not pay, do not slash (the fault may not be the node's).
     invalidate: the node cheated or broke its task's rules: slash (by the pool's quorum)."""
@@ -45,3 +63,4 @@ class Verdict(BaseModel):
     step: int | None = None  # the file's trainer step, when it has one and it could be read
     seconds: float = 0.0
     timings: dict[str, float] = Field(default_factory=dict)  # check name -> seconds
+    judged_by: JudgedBy | None = None  # the limits that judged it, where its workload has such limits

@@ -163,11 +163,11 @@ class InferencePlugin:
 
     def file_judge(self, settings: BaseModel, env: ValidatorEnv) -> FileJudge:
         from workloads.inference.judge.pipeline import Pipeline
-        from workloads.inference.judge.thresholds import ValidationThresholds
         from workloads.model.loading import ModelCheckpoints
 
         task = settings if isinstance(settings, TaskSettings) else TaskSettings.model_validate(settings)
-        return Pipeline(task, env.seen, ModelCheckpoints(task.model, env.checkpoints), ValidationThresholds(),
+        # limits: the record of the task's model and the pool's explicit settings (resolve_limits)
+        return Pipeline(task, env.seen, ModelCheckpoints(task.model, env.checkpoints),
                         max_bytes=env.max_file_bytes, windows=env.windows, task_id=env.task_id,
                         device=env.device)  # fmt: skip
 

@@ -43,6 +43,8 @@ from intellect.workloads import (
 )
 from workloads.pipeline.options import CHEATS, ENV_PREFIX
 
+WORKLOAD = "pipeline"  # this plug-in's name: the one its calibration records name too
+
 if TYPE_CHECKING:
     from workloads.pipeline.pooled import PooledVerdict
     from workloads.pipeline.replay import MemberVerdict
@@ -143,7 +145,7 @@ def _member_env(settings: BaseModel) -> dict[str, str]:
 class PipelinePlugin:
     """`workload: {"type": "pipeline", "settings": {...}}` with a group topology."""
 
-    name: ClassVar[str] = "pipeline"
+    name: ClassVar[str] = WORKLOAD
 
     def task_settings(self, spec: TaskSpec) -> PipelineSettings:
         given = dict(spec.workload.settings) if spec.workload else {}
@@ -219,6 +221,20 @@ class PipelineJudge:
         self._verdicts: OrderedDict[str, _BatchVerdict] = OrderedDict()
         self.keep = keep
         self.windows: NodeWindows = env.windows
+        # The replay's limits (verify.GroupThresholds, replay.ForwardLimits) were measured on the tiny
+        # model only: on a model whose record does not name this workload, what the replay finds is at
+        # most "not paid", never a slash (calibration.resolve_limits, the one place that says).
+        from workloads.inference.judge.calibration import resolve_limits
+
+        self.limits = resolve_limits(task.model)
+        self.calibrated = self.limits.calibrated(WORKLOAD)
+
+    def _measured(self, reasons: list[str]) -> tuple[VerdictKind, list[str]]:
+        """A failure of the replay's measured limits: slashed only on a calibrated model."""
+        if self.calibrated:
+            return "invalidate", reasons
+        why = f" [no pipeline calibration for model {self.task.model!r}: not paid, not slashed]"
+        return "soft_invalidate", [r + why for r in reasons]
 
     def judge(self, path: Path, submission: Submission) -> Verdict:
         from workloads.pipeline.files import GroupFileError, read_group_file, row_keys
@@ -227,7 +243,8 @@ class PipelineJudge:
 
         def verdict(kind: VerdictKind, reasons: list[str], rows: int = 0, tokens: int = 0) -> Verdict:
             return Verdict(file=str(path), verdict=kind, reasons=reasons, rows=rows, tokens=tokens,
-                           seconds=round(time.perf_counter() - started, 6))  # fmt: skip
+                           seconds=round(time.perf_counter() - started, 6),
+                           judged_by=self.limits.judged_by(WORKLOAD))  # fmt: skip
 
         path = Path(path)
         if not path.is_file():
@@ -271,11 +288,12 @@ class PipelineJudge:
         # batch is right (and so paid), never who is guilty.
         local = self._member_verdict(data)
         if local.guilty:
-            return verdict("invalidate", local.reasons, rows, tokens)
+            kind, why = ("invalidate", local.reasons) if local.exact else self._measured(local.reasons)
+            return verdict(kind, why, rows, tokens)
         if accepted:
             batch, own = self._pooled_verdict(data, submission, key, stats, local)
             if own.out:
-                return verdict("invalidate", own.reasons, rows, tokens)
+                return verdict(*self._measured(own.reasons), rows, tokens)
             if batch.out:  # the group's figures are out, but not this member's own: not paid
                 return verdict("soft_invalidate", batch.reasons, rows, tokens)
             return verdict("accept", [], rows, tokens)

@@ -68,6 +68,7 @@ TINY_FORWARD = ForwardLimits(position=0.05, share=0.02, worst=0.25)
 class MemberVerdict:
     guilty: bool = False
     proven: bool = True  # False: the evidence (link records, frames) cannot say who
+    exact: bool = False  # guilty by its own signed records (no limit measured on a model decides it)
     reasons: list[str] = field(default_factory=list)
     worst: float = 0.0  # a stage before the last: the largest per-position relative error
     share_out: float = 0.0  # ...and the share of positions above `ForwardLimits.position`
@@ -90,7 +91,7 @@ def evidence(bundle: GroupBundle, stage: int, received: list[list[bytes]], sent:
         if problem:
             return MemberVerdict(proven=False, reasons=[f"links: {problem}: nobody can be blamed"])
     own = _own_frames(incoming, outgoing, received, sent)
-    return MemberVerdict(guilty=True, reasons=[own]) if own else MemberVerdict()
+    return MemberVerdict(guilty=True, exact=True, reasons=[own]) if own else MemberVerdict()
 
 
 def _own_frames(incoming: LinkRecord | None, outgoing: LinkRecord | None, received: list[list[bytes]],

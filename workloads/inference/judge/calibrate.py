@@ -41,7 +41,7 @@ import torch
 from pydantic import BaseModel, Field
 from transformers import AutoModelForCausalLM
 
-from workloads.inference.judge.calibration import CalibrationRecord, model_id
+from workloads.inference.judge.calibration import CalibrationRecord, limits_of, model_id
 from workloads.inference.judge.checks.model import recompute
 from workloads.inference.judge.grades import Finding, grade
 from workloads.inference.judge.limits import Sample, derive, failing_rules
@@ -292,11 +292,13 @@ def calibrate(
                                   grid.cheat_files)  # fmt: skip
             lengths[kind] = grid.max_new_tokens
         progress("recomputing every file at prefill batches " + ", ".join(map(str, grid.prefill_batches)))
-        prefills, default = grid.prefill_batches, ValidationThresholds()
+        # The pool's own INTELLECT_VALIDATOR_* settings play no part in a measurement: the shipped
+        # defaults, loose enough here that every file's statistics are kept.
+        prefills, default = grid.prefill_batches, ValidationThresholds.defaults()
         honest = [s for s, _ in recompute_all(model, files, checkpoints, prefills, lengths, default)]
         cheating = [s for s, _ in recompute_all(model, cheats, {}, [max(prefills)], lengths, default)]
         derived = derive(honest, cheating)
-        th = default.model_copy(update=derived.thresholds)
+        th = limits_of(None, derived.thresholds).thresholds  # the record's limits, as judges get them
         progress("judging every file again under the derived limits")
         honest_verdicts = recompute_all(model, files, checkpoints, prefills, lengths, th)
         cheat_verdicts = recompute_all(model, cheats, {}, [max(prefills)], lengths, th)

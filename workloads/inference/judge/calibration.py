@@ -18,8 +18,15 @@ checkpoints
 of a short training run, or the operator's own, when it makes a record.
 
 Records are JSON files: the shipped ones in `workloads/inference/judge/calibrations/`, and the operator's
-in the
-folders of `INTELLECT_VALIDATOR_CALIBRATIONS` (os.pathsep-separated).
+in the folders of `INTELLECT_VALIDATOR_CALIBRATIONS` (os.pathsep-separated).
+
+**One place resolves a verdict's limits**: `resolve_limits`. Every judge that recomputes (the inference
+judge behind `intellect-validator check` and `run`, the pipeline workload's judge, the calibrate
+command's own re-judging, the benches, the tests) gets its limits there: the shipped defaults, then the
+record's, then the pool's explicit settings (`INTELLECT_VALIDATOR_*` env vars, or a bench's own); and
+whether its measured rules may slash at all (only under a record made on the task's model). Issue 54:
+the plug-in once handed the judge the tiny model's limits whatever the record said, and honest files of
+every wider model were slashed; a judge now has no way to get limits but this one.
 """
 
 from __future__ import annotations
@@ -27,11 +34,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from intellect.wire.verdicts import JudgedBy
+from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.model.loading import base_checkpoint_sha256, resolve
 
 SHIPPED = Path(__file__).resolve().parent / "calibrations"
@@ -48,6 +59,11 @@ class CalibrationRecord(BaseModel):
         default_factory=dict, description="ValidationThresholds fields that differ from the defaults"
     )
     measured: dict[str, Any] = Field(default_factory=dict, description="honest and cheating figures, margins")
+    workloads: list[str] = Field(
+        default_factory=lambda: ["inference"],
+        description="the judges whose measured rules this record calibrates (the pipeline workload's "
+        "replay limits were measured on the tiny model alone: bench/pipeline_calibration.py)",
+    )
 
 
 def model_id(name_or_path: str | Path | None) -> str | None:
@@ -81,3 +97,48 @@ def find_calibration(name_or_path: str | Path | None) -> CalibrationRecord | Non
             if record.model_id == wanted:
                 return record
     return None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What judges one task's files: the thresholds, the record they rest on (None: uncalibrated, so a
+    measured rule's failure is at most "not paid"), and what the pool set explicitly."""
+
+    thresholds: ValidationThresholds
+    record: CalibrationRecord | None
+    overrides: dict[str, float | int]
+    model_id: str | None = None
+
+    def calibrated(self, workload: str = "inference") -> bool:
+        return self.record is not None and workload in self.record.workloads
+
+    def judged_by(self, workload: str = "inference") -> JudgedBy:
+        if self.record is None or not self.calibrated(workload):
+            return JudgedBy(source="uncalibrated", model_id=self.model_id or "", overrides=self.overrides)
+        return JudgedBy(source="record", record=self.record.name, model_id=self.record.model_id,
+                        overrides=self.overrides)  # fmt: skip
+
+
+def pool_overrides() -> dict[str, float | int]:
+    """The thresholds this validator's operator set explicitly (`INTELLECT_VALIDATOR_*`, .env)."""
+    env = ValidationThresholds()
+    return {name: getattr(env, name) for name in sorted(env.model_fields_set)}
+
+
+def limits_of(
+    record: CalibrationRecord | None, overrides: Mapping[str, float | int] | None = None,
+    model_id: str | None = None,
+) -> Limits:
+    """Defaults ← the record's limits ← the overrides (a record being made: its own derived limits)."""
+    given = dict(overrides or {})
+    update = {**(record.thresholds if record else {}), **given}
+    thresholds = ValidationThresholds.defaults().model_copy(update=update)
+    return Limits(thresholds, record, given, model_id or (record.model_id if record else None))
+
+
+def resolve_limits(model: str | Path | None, overrides: Mapping[str, float | int] | None = None) -> Limits:
+    """THE way a judge gets its limits for a task's `model` (the module's docstring). `overrides`
+    None: the pool's explicit settings from the environment; a mapping: exactly those (a bench, a test)."""
+    wanted = model_id(model)
+    found = find_calibration(model)
+    return limits_of(found, pool_overrides() if overrides is None else overrides, wanted)

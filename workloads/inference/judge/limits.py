@@ -68,7 +68,7 @@ def _up(value: float, places: int = 3) -> float:
 
 def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
     """The limits for the model these samples were measured on (the rules in the module's docstring)."""
-    d = ValidationThresholds()
+    d = ValidationThresholds.defaults()
     new: dict[str, float | int] = {}
     table: list[dict[str, Any]] = []
     files = [s.stats for s in honest if s.stats.chunks >= d.file_min_chunks]

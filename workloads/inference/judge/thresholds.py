@@ -100,6 +100,14 @@ class ValidationThresholds(IntellectSettings):
         return self.logprob_bias_floor + self.logprob_bias_k * spread
 
     @classmethod
+    def defaults(cls) -> ValidationThresholds:
+        """The shipped defaults, whatever the environment says (records and overrides go on top of
+        these: `calibration.resolve_limits`)."""
+        return cls.model_construct(**{
+            name: field.get_default(call_default_factory=True) for name, field in cls.model_fields.items()
+        })  # fmt: skip
+
+    @classmethod
     def reference(cls) -> ValidationThresholds:
         """The reference's per-chunk limits for large models (INTELLECT-2 / SYNTHETIC-2)."""
         return cls(
