@@ -8,7 +8,10 @@ measured, but honest noise has a tail (a near tie, a busy machine, another kerne
 row past a limit took an honest node's stake (issue 37). So its findings are graded:
 
 - **strong**: what no honest noise makes. Rows of the file failing recomputed rules: at least
-  `strong_rows` (3) of them (honest failures are single rare events: one row in thousands); or a
+  `strong_rows` (3) of them (honest failures are single rare events: one row in thousands); or one
+  row failing far past anything honest (a Gumbel gap or a token's logprob error `row_far_factor` (10)
+  times its limit; a TOPLOC chunk with twice the limit's exponent mismatches or 1.5 times its mantissa
+  mean: a proof of other hidden states), seen again alone at another prefill batch; or a
   file-level statistic (TOPLOC fingerprint, logprob bias, outlier tokens; each over at least a
   file's worth of tokens) at `file_strong_factor` (1.25) times its limit or more; or an exact rule
   found while recomputing (tokens after EOS, an output cut short). → `invalidate` (slash).
@@ -44,6 +47,10 @@ class Finding(BaseModel):
     rows: list[int] = Field(default_factory=list, description="rows of the file it fails (row rules)")
     excess: float = Field(0.0, description="file statistics: the value over its limit (1.0 = at the limit)")
     exact: bool = Field(False, description="a rule no rounding can break (tokens after EOS, cut short)")
+    far_rows: list[int] = Field(
+        default_factory=list, description="rows failing far past anything honest (row_far_factor, "
+        "toploc_far_mismatches): strong evidence one row at a time",
+    )
 
 
 def grade(findings: list[Finding], th: ValidationThresholds) -> Grade:
@@ -57,7 +64,15 @@ def grade(findings: list[Finding], th: ValidationThresholds) -> Grade:
         return "strong"
     if any(not f.rows and f.excess >= th.file_strong_factor for f in findings):
         return "strong"
+    if any(f.far_rows for f in findings):
+        return "strong"
     return "marginal"
+
+
+def strong_by_far_rows_alone(findings: list[Finding], th: ValidationThresholds) -> bool:
+    """Strong only because of far rows: those few rows are looked at again before anyone is slashed."""
+    rest = [f.model_copy(update={"far_rows": []}) for f in findings]
+    return grade(findings, th) == "strong" and grade(rest, th) != "strong"
 
 
 def marked_files(window: list[dict[str, Any]]) -> int:
@@ -65,6 +80,23 @@ def marked_files(window: list[dict[str, Any]]) -> int:
     error of the validator's is in the window twice)."""
     marked = {str(e.get("file") or i) for i, e in enumerate(window) if e.get("marginal")}
     return len(marked)
+
+
+CLOSED = "closed"  # a window entry: the node's file of that sha256 was judged `invalidate`
+
+
+def open_window(window: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries after the node's last `invalidate` (issue 54: a caught cheat's statistics once kept
+    failing the node's honest files after it, pooled). Each slash rests on its own evidence."""
+    last = max((i for i, e in enumerate(window) if e.get(CLOSED)), default=-1)
+    return window[last + 1 :]
+
+
+def window_named(window: list[dict[str, Any]], shown: int = 16) -> str:
+    """What a node's window holds, for a reason: `the node's 3 files since its last slash or the
+    window's start (sha256 1a2b3c4d, …)`."""
+    names = ", ".join(str(e.get("file") or "?")[:8] for e in window[:shown])
+    return f"the node's {len(window)} file{'s' if len(window) != 1 else ''} in its window ({names})"
 
 
 def unique_files(window: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -74,6 +74,25 @@ class ValidationThresholds(IntellectSettings):
     file_strong_factor: float = Field(
         1.25, ge=1, description="a file statistic this many times its limit is strong evidence"
     )
+    # Evidence weighed by its size (issue 54): one row far past anything honest is enough. Honest worst
+    # values sit at most at half of each row limit (limits.py), so 10x a limit is >= 20x the worst honest
+    # value of every shipped record (Gumbel gap: >= 105x; token logprob error: >= 55x).
+    row_far_factor: float = Field(
+        10.0, ge=1, description="a row's Gumbel gap or token logprob error this many times its limit is "
+        "strong evidence alone",
+    )
+    # A proof made for other hidden states: tiny, 682 pairs of equal-length rows of one file, each row
+    # judged with the other's proofs (tests/workloads/judge/test_evidence.py makes such a file): the
+    # worst chunk's exponent mismatches median 106 of 128, 5th percentile 43; 97.6 % reach 2x the limit
+    # (24), 99 % with the mantissa rule (the rest are rows with the same tokens, hence the same proof).
+    # Honest chunks reach 12 exponent mismatches (qwen-0.5b; 10 medium, 8 small) and a mantissa mean of
+    # 2.3 (tiny-long): the far levels sit at >= 4x and >= 5x those, past limits that are >= 2x them.
+    toploc_far_factor: float = Field(
+        2.0, ge=1, description="a chunk with this many times chunk_max_exp_mismatches: strong evidence alone"
+    )
+    toploc_far_mant_factor: float = Field(
+        1.5, ge=1, description="a chunk whose mantissa mean is this many times chunk_max_mant_mean: the same"
+    )
     marginal_files: int = Field(
         4, ge=1, description="the node's marginal files among its last pool_files that make a slash"
     )
@@ -82,6 +101,11 @@ class ValidationThresholds(IntellectSettings):
     reward_tolerance: float = Field(1e-4, ge=0, description="float32 round-off allowed on rewards")
     advantage_tolerance: float = Field(1e-3, ge=0, description="float32 round-off allowed on advantages")
     prefill_batch_size: int = Field(64, ge=1, description="rows recomputed per forward pass")
+
+    def far_chunk(self, exp_mismatches: int, mant_mean: float) -> bool:
+        """One TOPLOC chunk that is strong evidence alone (a proof of other hidden states)."""
+        return (exp_mismatches >= self.toploc_far_factor * max(1, self.chunk_max_exp_mismatches)
+                or mant_mean >= self.toploc_far_mant_factor * self.chunk_max_mant_mean)  # fmt: skip
 
     def replay_limits(self) -> ReplayLimits:
         return ReplayLimits(self.sampling_tolerance, self.sampling_max_gap, self.sampling_max_near_ties)

@@ -18,6 +18,8 @@ from workloads.model.sampler import replay_fault
 from workloads.rollouts import Rollout
 from workloads.toploc import ToplocThresholds, verify_proofs_batch
 
+FAR = "; far past honest noise: "  # where a reason names its far rows (strong evidence alone)
+
 
 class FileStats(BaseModel):
     """What calibration looks at: per-file aggregates and per-row worst values."""
@@ -118,6 +120,8 @@ def recompute(
         max_mant_err_median=th.chunk_max_mant_median,
     )
     failed: dict[str, list[int]] = {}
+    far: dict[str, list[int]] = {}  # rows failing far past anything honest (strong alone)
+    far_gap = th.row_far_factor * th.sampling_max_gap
     sampling_why: list[str] = []  # the first two faults, with their rows, for the reason
     replay = th.replay_limits()
     means, medians, exps, gaps_all, lp_errors, eos_lps = [], [], [], [], [], []
@@ -138,10 +142,14 @@ def recompute(
                 exps.append(c.exp_mismatches)
             if not verdict.passed:
                 failed.setdefault("toploc", []).append(i)
+                if any(th.far_chunk(c.exp_mismatches, c.mant_err_mean) for c in verdict.chunks):
+                    far.setdefault("toploc", []).append(i)
             gaps_all.append(float(gaps[i - start].max()))
             fault = replay_fault(gaps[i - start], replay)
             if fault:
                 failed.setdefault("sampling", []).append(i)
+                if gaps_all[-1] >= far_gap:
+                    far.setdefault("sampling", []).append(i)
                 if len(sampling_why) < 2:
                     sampling_why.append(f"row {i}: {fault}")
             lp = logprobs[i - start]
@@ -159,6 +167,8 @@ def recompute(
             if (err > th.logprob_tolerance or float(diff.mean()) > th.row_mean_limit(len(r.output_tokens))
                     or outliers > th.logprob_max_outliers):  # fmt: skip
                 failed.setdefault("logprobs", []).append(i)
+                if err >= th.row_far_factor * th.logprob_tolerance:
+                    far.setdefault("logprobs", []).append(i)
             tokens = r.output_tokens
             if eos_token_id in tokens[:-1]:
                 failed.setdefault("tokens after EOS", []).append(i)
@@ -198,11 +208,20 @@ def recompute(
                     f"{th.logprob_max_outliers} token(s) > {th.logprob_outlier})",
     }
     exact = {"tokens after EOS", "output cut short (no EOS, under the task's max_new_tokens)"}
+    far_why = {
+        "toploc": f"a chunk with {th.toploc_far_factor * th.chunk_max_exp_mismatches:g}+ of its 128 "
+                  "exponents wrong or a mantissa mean of "
+                  f"{th.toploc_far_mant_factor * th.chunk_max_mant_mean:g}+ (a proof of other hidden states)",
+        "sampling": f"a Gumbel gap of {far_gap:g}+ ({th.row_far_factor:g}x the limit)",
+        "logprobs": f"a token off by {th.row_far_factor * th.logprob_tolerance:g}+ nats "
+                    f"({th.row_far_factor:g}x the limit)",
+    }
     findings = [
         Finding(
-            rule=what, rows=rows_, exact=what in exact,
+            rule=what, rows=rows_, exact=what in exact, far_rows=far.get(what, []),
             reason=f"{'termination' if what not in labels else what}: {rows_named(rows_)} with "
-            f"{labels.get(what, what)}",
+            f"{labels.get(what, what)}" + (f"{FAR}{rows_named(far[what])} with "
+                                          f"{far_why[what]}" if far.get(what) else ""),
         )  # fmt: skip
         for what, rows_ in failed.items()
     ]
