@@ -95,3 +95,42 @@ def test_exact_rules_slash_on_any_model(tmp_path: Path, other_model: Path) -> No
     assert pipeline.calibration is None
     assert verdict.verdict == "invalidate", verdict.reasons
     assert not any("no calibration" in r for r in verdict.reasons)
+
+
+def test_one_place_resolves_the_limits(monkeypatch: pytest.MonkeyPatch, other_model: Path) -> None:
+    """`resolve_limits` (issue 54.1): the shipped defaults, the record of the task's model, the pool's
+    explicit settings on top, whatever entry point asks (the plug-in, the pipeline judge, benches)."""
+    from workloads.inference.judge.calibration import resolve_limits
+    from workloads.inference.judge.thresholds import ValidationThresholds
+
+    for name in ValidationThresholds.model_fields:
+        monkeypatch.delenv(f"INTELLECT_VALIDATOR_{name.upper()}", raising=False)
+    monkeypatch.chdir(other_model)  # no stray .env
+    own = {"file_max_mant_mean": 0.9, "chunk_max_exp_mismatches": 16}
+    record = CalibrationRecord(model_id=model_id(other_model) or "", name="other", made_by="a test",
+                               thresholds=own)  # fmt: skip
+    folder = other_model.parent / "records"
+    folder.mkdir(exist_ok=True)
+    (folder / "other.json").write_text(record.model_dump_json())
+    monkeypatch.setenv(ENV, str(folder))
+    limits = resolve_limits(other_model)
+    assert limits.record == record and limits.overrides == {}
+    assert (limits.thresholds.file_max_mant_mean, limits.thresholds.chunk_max_exp_mismatches) == (0.9, 16)
+    assert limits.judged_by().model_dump() == {"source": "record", "record": "other",
+                                               "model_id": record.model_id, "overrides": {}}  # fmt: skip
+    monkeypatch.setenv("INTELLECT_VALIDATOR_CHUNK_MAX_EXP_MISMATCHES", "20")
+    limits = resolve_limits(other_model)  # the pool's explicit setting wins over the record's
+    assert limits.thresholds.chunk_max_exp_mismatches == 20 and limits.thresholds.file_max_mant_mean == 0.9
+    assert limits.judged_by().overrides == {"chunk_max_exp_mismatches": 20}
+    assert resolve_limits(other_model, {}).thresholds.chunk_max_exp_mismatches == 16  # a bench's own: none
+    # the plug-in's judge (what `check` and `run` use) holds exactly these limits
+    from intellect.workloads import NoCheckpoints, ValidatorEnv
+    from workloads.inference.plugin import InferencePlugin
+
+    judge = InferencePlugin().file_judge(task_for(other_model), ValidatorEnv(
+        seen=MemorySeenStore(), data_dir=other_model.parent, checkpoints=NoCheckpoints()))  # fmt: skip
+    assert isinstance(judge, Pipeline) and judge.thresholds == limits.thresholds
+    monkeypatch.delenv(ENV)
+    assert resolve_limits(other_model).judged_by().source == "uncalibrated"
+    # a pipeline workload's record must name it: the group judge's replay limits are the tiny model's
+    assert resolve_limits("tiny").calibrated("pipeline") and not limits.calibrated("pipeline")
