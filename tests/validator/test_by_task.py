@@ -10,7 +10,9 @@ a node that deviates from its task's batch shape (still caught), a third-party p
 inference form (no workload named: the inference plug-in claims its program, the stored task names
 it, its honest file is accepted as before the seam) and a file whose task no plug-in claims
 (accepted as *unjudged*, saying so in the POST's answer; its file soft-invalidated: it cannot be
-pinned on the node)."""
+pinned on the node), and a task on a model wider than the tiny one (the `small` shape, issue 54): its
+honest file accepted and an int8 node's slashed, both judged under the record `small` (`/verdicts`
+names it), where the plug-in once applied the tiny model's limits."""
 
 from __future__ import annotations
 
@@ -35,11 +37,14 @@ from validator.api import create_app  # noqa: E402
 from validator.cli import build_judge  # noqa: E402
 from validator.service import ValidatorService  # noqa: E402
 from validator.settings import ValidatorSettings  # noqa: E402
+from workloads.inference.judge.calibrate import Grid, cheat_workload  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
+from workloads.model.shapes import build_model_dir  # noqa: E402
 from workloads.rollouts import read_rollouts  # noqa: E402
 
 REVERSE = {"dataset": "reverse", "batch_size": 2, "n": 2, "max_new_tokens": 12, "target_lengths": [6]}
+WIDER = {"batch_size": 4, "n": 4, "max_new_tokens": 32}  # `small` shape (hidden 512, 8 layers); 16 chunks
 DEMO = {"dataset": "demo", "batch_size": 3, "n": 3, "max_new_tokens": 16}
 
 
@@ -48,6 +53,22 @@ def rollout_file(node: Wallet, out: Path, settings: dict, task_id: str) -> tuple
     with pytest.MonkeyPatch.context() as env:
         env.setenv("INTELLECT_TASK_ID", task_id)
         workload = InferenceWorkload(InferenceSettings(node_address=node.address, output_dir=out, **settings))
+    report = workload.run_batch()
+    assert report is not None
+    rows, _ = read_rollouts(report.path)
+    return Path(report.path), sum(len(r.output_tokens) for r in rows)
+
+
+def wider_file(node: Wallet, out: Path, model: Path, task_id: str, cheat: str | None) -> tuple[Path, int]:
+    """A batch of the `small` shape, honest or one of its record's cheats made as `calibrate` made it."""
+    grid = Grid(max_new_tokens=WIDER["max_new_tokens"], completions=WIDER["n"])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("INTELLECT_TASK_ID", task_id)
+        if cheat is None:
+            settings = InferenceSettings(node_address=node.address, output_dir=out, model=str(model), **WIDER)
+            workload = InferenceWorkload(settings)
+        else:
+            workload = cheat_workload(str(model), cheat, out, WIDER["batch_size"], grid, node.address)
     report = workload.run_batch()
     assert report is not None
     rows, _ = read_rollouts(report.path)
@@ -142,6 +163,15 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
         odd.write_bytes(b"not a rollout file")
         keys["no workload"] = upload_and_submit(devnet, orch, provider, honest_a, plain, odd, 1)
 
+        # task 6: a model wider than the tiny one (issue 54): judged under its own calibration record
+        small = build_model_dir("small", tmp_path / "models")
+        wider = orch.create_task({"name": "wider", "workload": {
+            "type": "inference", "settings": {**WIDER, "model": str(small)}}})  # fmt: skip
+        path, units = wider_file(honest_b, tmp_path / "w", small, wider, None)
+        keys["honest small shape"] = upload_and_submit(devnet, orch, provider, honest_b, wider, path, units)
+        path, units = wider_file(deviant, tmp_path / "w8", small, wider, "int8 weights")
+        keys["int8 small shape"] = upload_and_submit(devnet, orch, provider, deviant, wider, path, units)
+
         wallet = Wallet.from_key(key)
         service = ValidatorService(settings, wallet, build_judge(settings, wallet))
         service.start()
@@ -151,8 +181,11 @@ def test_each_file_is_judged_by_its_own_task(devnet, redis_url, tmp_path, monkey
         assert got == {
             "honest reverse": "accept", "deviant": "invalidate", "honest demo": "accept",
             "honest words": "accept", "forged words": "invalidate", "no workload": "soft_invalidate",
-            "raw form": "accept",
+            "raw form": "accept", "honest small shape": "accept", "int8 small shape": "invalidate",
         }, {name: seen[k]["reasons"] for name, k in keys.items()}  # fmt: skip
+        for name in ("honest small shape", "int8 small shape"):  # /verdicts names the record that judged
+            assert seen[keys[name]]["judged_by"]["record"] == "small", seen[keys[name]]
+        assert seen[keys["honest demo"]]["judged_by"]["record"] == "tiny"
         assert any("the task's batch has 4" in r for r in seen[keys["deviant"]]["reasons"])  # 6 rows
         assert any("9 words, the task asks for 7" in r for r in seen[keys["forged words"]]["reasons"])
         assert "names no workload" in " ".join(seen[keys["no workload"]]["reasons"])

@@ -84,8 +84,9 @@ def _node(label: str) -> str:
 
 
 def _workload(model: str, out: Path, batch: int, grid: Grid, **extra: Any) -> InferenceWorkload:
+    node = extra.pop("node_address", None) or _node(str(out))  # a folder's files: a node of their own
     return InferenceWorkload(InferenceSettings(
-        model=model, node_address=_node(str(out)), output_dir=out, batch_size=batch, n=grid.completions,
+        model=model, node_address=node, output_dir=out, batch_size=batch, n=grid.completions,
         max_new_tokens=extra.pop("max_new_tokens", grid.max_new_tokens), device="cpu", **extra,
     ))  # fmt: skip
 
@@ -128,11 +129,13 @@ def _reseed(model: torch.nn.Module, seed: int = 1) -> None:
     model.load_state_dict({k: v.to(dtype) for k, v in fresh.state_dict().items()})
 
 
-def cheat_workload(model: str, kind: str, out: Path, batch: int, grid: Grid) -> InferenceWorkload:
-    """The inference workload producing one of `CHEATS`."""
+def cheat_workload(model: str, kind: str, out: Path, batch: int, grid: Grid,
+                   node_address: str | None = None) -> InferenceWorkload:  # fmt: skip
+    """The inference workload producing one of `CHEATS` (planned for `node_address`, or for an address
+    of the folder's own)."""
     if kind == "fp16 weights":
-        return _workload(model, out, batch, grid, dtype="float16")
-    workload = _workload(model, out, batch, grid)
+        return _workload(model, out, batch, grid, dtype="float16", node_address=node_address)
+    workload = _workload(model, out, batch, grid, node_address=node_address)
     assert workload.model is not None
     if kind == "int8 weights":
         _quantize(workload.model, 8)
