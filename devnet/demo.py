@@ -264,7 +264,10 @@ def start_learning_services(
             "--public-url", trainer_url, "--port", str(trainer_port), "--rollouts", validator_urls[0],
             "--pool-id", str(state.pool_id),
             "--output-dir", str(directory / "trainer"), "--max-steps", str(plan.steps),
-            "--poll-seconds", "0.5", "--keep", "10"]),
+            "--poll-seconds", "0.5", "--keep", "10",
+            # the checkpoints files may name stay served until those files' vote window has passed
+            # (the validators judge the last steps' files after the trainer's last step)
+            "--vote-window-seconds", str(DEMO_INVALIDATION_WINDOW_SECONDS)]),
         env | {"OMP_NUM_THREADS": "2"},
         directory,
         trainer_url,
@@ -345,7 +348,8 @@ def submit(state: DevnetState, task_file: Path) -> str:
 
 
 def finish(state: DevnetState, task_id: str) -> None:
-    """The run is over: delete the task, so the workers stop generating for a trainer that stopped."""
+    """The run is over: delete the task, so the workers stop generating for a trainer that took its last
+    step (it serves its checkpoints on for the judges of the last files: `--vote-window-seconds`)."""
     with _client(state) as client:
         client.delete(task_id)
 
@@ -378,7 +382,7 @@ def watch(
     checkpoints = CheckpointDir(Path(state.directory) / "trainer")
     down_since: dict[str, float] = {}  # a process found dead, since when (a restart replaces it)
     while time.monotonic() - started < plan.timeout:
-        history = checkpoints.history()  # from disk: the trainer stops by itself after the last step
+        history = checkpoints.history()  # from disk: the trainer stops training after the last step
         report.curve = [float(item.get("task_reward_mean", 0.0)) for item in history]
         report.steps = len(report.curve)
         trainer, validators = _followed(state, trainer, validators)

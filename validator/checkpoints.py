@@ -1,15 +1,21 @@
 """Checkpoints as the trainer publishes them: its step counter (`GET /step`) lists, for each step a
-worker may still use, the checkpoint's URL and sha256. Step 0, the base model, is the judge's to
-resolve when the trainer lists none (`workloads.model.loading.ModelCheckpoints`). Files are fetched
-once, verified, and cached by sha256: the newest `keep` steps' files (default 16; the trainer keeps 5
-on disk and lists only those its async level still allows, so an older one could not be fetched again
-anyway, and a validator that lags more than that gives such files a soft verdict), so a long run does
-not fill the validator's disk with every checkpoint it ever saw."""
+worker may still use, the checkpoint's URL and sha256; a step no longer listed (a validator that lags
+more than the async level, or judges after the trainer's last step) is looked up by itself
+(`GET /checkpoints/{step}` beside `/step`): the trainer keeps and serves every checkpoint that files
+still waiting for judgement may name until their vote window has passed (docs/trainer.md,
+"Checkpoints kept for the judges"). Step 0, the base model, is the judge's to resolve when the trainer
+lists none (`workloads.model.loading.ModelCheckpoints`). Files are fetched once, verified, and cached
+by sha256: the `keep` most recently used (default 16), so a long run does not fill the validator's
+disk with every checkpoint it ever saw, and a lagging validator does not drop the old checkpoint it is
+judging files against because the trainer has moved on (the rule was once "the newest 16 steps": a
+step fetched behind them was deleted as soon as it was fetched)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -51,8 +57,25 @@ class TrainerCheckpoints:
         except (httpx.HTTPError, ValueError):
             return
         for step, entry in (body.get("checkpoints") or {}).items():
-            if isinstance(entry, dict) and entry.get("url") and entry.get("sha256"):
-                self.known[int(step)] = (str(entry["url"]), str(entry["sha256"]).lower())
+            self._remember(int(step), entry)
+
+    def _remember(self, step: int, entry: object) -> None:
+        if isinstance(entry, dict) and entry.get("url") and entry.get("sha256"):
+            self.known[step] = (str(entry["url"]), str(entry["sha256"]).lower())
+
+    def _look_up(self, step: int) -> None:
+        """A step the listing no longer names: `/checkpoints/{step}` beside the step URL (404 once the
+        trainer dropped it; a trainer older than that lookup answers 404 too)."""
+        url = httpx.URL(self.step_url).join(f"checkpoints/{step}")
+        try:
+            response = http_client().get(url, timeout=self.timeout)
+            if response.status_code != 200:
+                return
+            body = response.json()
+        except (httpx.HTTPError, ValueError):
+            return
+        if isinstance(body, dict) and body.get("step") == step:
+            self._remember(step, body)
 
     def checkpoint_for(self, step: int) -> tuple[Path, str] | None:
         with self._lock:
@@ -62,10 +85,14 @@ class TrainerCheckpoints:
         if step not in self.known:
             self._refresh()
         if step not in self.known:
+            self._look_up(step)
+        if step not in self.known:
             return None
         url, sha = self.known[step]
         target = self.cache_dir / f"{sha}.safetensors"
-        if not target.exists():
+        if target.exists():
+            _touch(target)  # used now: the cache drops the least recently used
+        else:
             part = target.with_suffix(".part")
             digest = hashlib.sha256()
             try:
@@ -82,13 +109,21 @@ class TrainerCheckpoints:
                 part.unlink(missing_ok=True)
                 return None
             part.replace(target)
-            self._prune()
+            _touch(target)
+            self._prune(target)
         return target, sha
 
-    def _prune(self) -> None:
-        """Drop cached files that belong to none of the newest `keep` known steps."""
-        newest = sorted(self.known, reverse=True)[: self.keep]
-        wanted = {f"{self.known[step][1]}.safetensors" for step in newest}
-        for cached in self.cache_dir.glob("*.safetensors"):
-            if cached.name not in wanted:
-                cached.unlink(missing_ok=True)
+    def _prune(self, fetched: Path) -> None:
+        """Keep the `keep` most recently used cached files (by modification time: set when fetched,
+        touched when used again, so also across a restart), never the one just fetched."""
+        cached = sorted(self.cache_dir.glob("*.safetensors"), key=lambda p: p.stat().st_mtime_ns)
+        for old in cached[: -self.keep]:
+            if old != fetched:
+                old.unlink(missing_ok=True)
+
+
+def _touch(path: Path) -> None:
+    """Modification time now, to the nanosecond (the file system's own clock may tick in milliseconds:
+    files fetched in one tick would tie)."""
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))

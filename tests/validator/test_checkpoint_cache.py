@@ -59,3 +59,24 @@ def test_the_cache_keeps_the_newest_steps_verified(tmp_path: Path) -> None:
         kept = {p.read_bytes() for p in (tmp_path / "cache").glob("*.safetensors")}
         assert kept == {weights(s) for s in (17, 18, 19, 20)}
         assert not list((tmp_path / "cache").glob("*.part"))
+
+
+def test_a_lagging_validator_keeps_the_old_checkpoint_it_judges_against(tmp_path: Path) -> None:
+    """Issue 54.7: the cache drops the least recently used file, not the oldest step: a validator that
+    judges step 5's files while the trainer is at step 20 keeps step 5's checkpoint (the rule "the
+    newest `keep` steps" deleted it as soon as it was fetched, and the judge got a path to nothing)."""
+    current = [1]
+    app = trainer(current, lie_about=set())
+    with ServerThread(app) as server:
+        app.state.base[0] = server.url
+        cache = TrainerCheckpoints(f"{server.url}/step", tmp_path / "cache", keep=4)
+        for step in range(1, 21):
+            current[0] = step
+            if step != 5:  # step 5's files are still waiting: this validator lags
+                assert cache.checkpoint_for(step) is not None
+        for _ in range(3):  # now it judges them, between newer files
+            found = cache.checkpoint_for(5)
+            assert found is not None and found[0].read_bytes() == weights(5)
+            assert cache.checkpoint_for(20) is not None
+        kept = {p.read_bytes() for p in (tmp_path / "cache").glob("*.safetensors")}
+        assert kept == {weights(s) for s in (5, 18, 19, 20)}

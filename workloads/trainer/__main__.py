@@ -7,6 +7,11 @@ tiny-model overrides (see `TrainerSettings.for_cpu_demo`).
 A bad start is refused before the model loads, in one line and a non-zero exit: invalid settings or
 `--rollouts` neither a URL nor a folder (2), a step-counter port already taken (1). A trainer that
 trained on without its step counter would write checkpoints no worker is ever told about.
+
+After `--max-steps` the trainer stops training but serves on (step counter and checkpoints) until its
+last files can no longer be judged: `--vote-window-seconds` after both its last step and the last
+request for a step or a checkpoint (`step_counter.linger`); SIGTERM or Ctrl-C ends it at once, and
+`--vote-window-seconds 0` stops at the last step as before.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from pydantic_settings import CliApp
 
 from intellect.http_server import bind_listener, server_options
 from intellect.logs import configure_logging
+from workloads.trainer.checkpoints import SUBMISSION_GRACE_SECONDS
 from workloads.trainer.loop import Trainer
 from workloads.trainer.settings import TrainerSettings
 from workloads.trainer.sources import source_for
-from workloads.trainer.step_counter import create_app
+from workloads.trainer.step_counter import create_app, linger
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings.model_copy(update={"port": listener.getsockname()[1]})
     configure_logging()
     trainer = Trainer(settings, source)
-    server = uvicorn.Server(uvicorn.Config(create_app(trainer), host=settings.host, port=settings.port,
+    app = create_app(trainer)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level="warning", **server_options()))  # fmt: skip
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True,
                               name="step-counter")  # fmt: skip
@@ -60,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trainer at step {trainer.step}; step counter on {trainer.public_url}/step", flush=True)
     try:
         trainer.run(stop.is_set)
+        if settings.vote_window_seconds and not stop.is_set():
+            window = settings.vote_window_seconds + SUBMISSION_GRACE_SECONDS
+            print(f"trainer took its last step ({trainer.step}); serving its checkpoints until nobody has "
+                  f"asked for {window:.0f} s (files made for them may still be judged)", flush=True)
+            linger(trainer.checkpoints, lambda: float(app.state.last_asked), window, stop)
     except KeyboardInterrupt:
         pass
     finally:

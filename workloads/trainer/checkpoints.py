@@ -4,8 +4,12 @@ metrics, sha256) and `step_<N>.state.pt` (optimizer, consumed files, RNG: exact 
 
 Files are written to a temporary name and renamed, manifest last, so a crash mid-write leaves the
 previous step as the newest complete one; a restart resumes from it without repeating or skipping a
-step. Only the last `keep` steps' weights and state stay on disk;
-manifests stay (the reward curve). Step 0, the base model, is never written here.
+step. Manifests stay (the reward curve). Weights and state stay for the last `keep` steps; with a
+vote window the weights (not the optimizer state: only a resume reads it, from the newest) also stay
+for every step whose files validators may still judge (`CheckpointDir.kept_until`): honest files may
+name step s's checkpoint until the trainer passes step s + 2 x async level, and may be judged until
+that time plus the window; after that a step's weights go. Step 0, the base model, is never written
+here.
 
 torch, safetensors and transformers are imported where weights are saved or loaded: reading the
 manifests (the devnet's demo follows the reward curve from them) costs no torch import, which on a busy
@@ -38,10 +42,25 @@ class Manifest(BaseModel):
     files: list[str] = Field(default_factory=list, description="rollout files (sha256) trained on")
 
 
+# How long after the trainer passed a step a submission may still count as made at that step: the
+# validators' clock grace (validator/watcher.py CLOCK_GRACE_SECONDS, 30 s: a file is "behind" only
+# against the step in force that long before its block) and a margin for the chain's and the
+# trainer's clocks.
+SUBMISSION_GRACE_SECONDS = 60.0
+
+
 class CheckpointDir:
-    def __init__(self, root: Path, keep: int = 5) -> None:
+    """`keep`: the newest steps whose weights always stay. `vote_window` (seconds; None: `keep` alone,
+    what a reader of the folder passes): also every step whose files may still be judged stays, see
+    `kept_until`; `async_level`: the trainer's."""
+
+    def __init__(
+        self, root: Path, keep: int = 5, *, vote_window: float | None = None, async_level: int = 0
+    ) -> None:
         self.root = root
         self.keep = max(1, keep)
+        self.vote_window = vote_window
+        self.async_level = max(0, async_level)
         root.mkdir(parents=True, exist_ok=True)
 
     def weights(self, step: int) -> Path:
@@ -58,8 +77,13 @@ class CheckpointDir:
         return sorted(int(p.stem.split("_")[1]) for p in self.root.glob("step_*.json"))
 
     def steps(self) -> list[int]:
-        """Steps with a complete checkpoint on disk (manifest written last, weights kept), oldest first."""
-        return [s for s in self.all_steps() if self.weights(s).exists() and self.state_path(s).exists()]
+        """Steps whose weights are on disk (the manifest is written last: a step with one is complete),
+        oldest first: what the step counter serves."""
+        return [s for s in self.all_steps() if self.weights(s).exists()]
+
+    def resumable(self) -> list[int]:
+        """Steps a restart can resume from (weights and optimizer state: the newest `keep`), oldest first."""
+        return [s for s in self.steps() if self.state_path(s).exists()]
 
     def step_at(self, when: float) -> int:
         """The trainer's step in force at unix time `when`: the newest step whose checkpoint was
@@ -103,7 +127,7 @@ class CheckpointDir:
         tmp_manifest = self.manifest_path(step).with_suffix(".tmp")
         tmp_manifest.write_text(manifest.model_dump_json(indent=2))
         tmp_manifest.replace(self.manifest_path(step))
-        self._prune()
+        self.prune()
         return manifest
 
     def load_weights(self, model: PreTrainedModel, step: int) -> None:
@@ -124,14 +148,35 @@ class CheckpointDir:
         """Metrics of every step since the start, also of pruned ones: the whole reward curve."""
         return [{"step": m.step, **m.metrics} for m in (self.manifest(s) for s in self.all_steps())]
 
-    def _prune(self) -> None:
-        for step in self.steps()[: -self.keep]:  # weights and state go; the small manifest stays
-            for path in (
-                self.weights(step),
-                self.state_path(step),
-                self.root / f"step_{step}.safetensors.sha256",
-            ):
-                path.unlink(missing_ok=True)
+    def kept_until(self, step: int) -> float:
+        """Unix time until which validators may still need step `step`'s weights (inf: no end yet).
+
+        An honest file generated for step t names a checkpoint in [t - async level, t], and is paid
+        only while the trainer is at most async level steps past t at its submission (files further
+        behind are soft-invalidated whatever the checkpoint); so files naming step s's checkpoint may
+        be submitted until the trainer writes step s + 2 x async level + 1 (plus the clock grace), and
+        judged until the vote window has passed after that. Until that step is written: inf."""
+        if self.vote_window is None:
+            return 0.0
+        passed = step + 2 * self.async_level + 1
+        if not self.manifest_path(passed).exists():
+            return float("inf")
+        return self.manifest(passed).created_at + SUBMISSION_GRACE_SECONDS + self.vote_window
+
+    def prune(self, now: float | None = None) -> list[int]:
+        """Steps older than the newest `keep` lose their optimizer state (only a resume reads it, from
+        the newest), and their weights too once their files can no longer be judged (`kept_until`
+        passed); returns the steps whose weights went. Called after each save, and by a trainer that
+        serves on after its last step. The small manifest stays."""
+        now = time.time() if now is None else now
+        older = self.steps()[: -self.keep]
+        for step in older:
+            self.state_path(step).unlink(missing_ok=True)
+        dropped = [s for s in older if self.kept_until(s) <= now]
+        for step in dropped:
+            self.weights(step).unlink(missing_ok=True)
+            (self.root / f"step_{step}.safetensors.sha256").unlink(missing_ok=True)
+        return dropped
 
 
 def config_hash(values: dict[str, Any]) -> str:

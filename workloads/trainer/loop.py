@@ -79,9 +79,14 @@ class Trainer:
             self.policy.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
         )
         self.grpo = GrpoConfig(settings.epsilon, settings.delta, settings.kl_coef, settings.entropy_coef)
-        self.checkpoints = CheckpointDir(settings.output_dir, settings.keep)
+        # Checkpoints that files still waiting for judgement may name stay (and stay served) until those
+        # files' vote window has passed: workloads/trainer/checkpoints.py, CheckpointDir.kept_until.
+        window = settings.vote_window_seconds or None
+        self.checkpoints = CheckpointDir(settings.output_dir, settings.keep, vote_window=window,
+                                         async_level=settings.async_level)  # fmt: skip
         # The device as resolved ("cpu", "cuda:0"), not the setting: "auto" says nothing of where it ran.
-        hashed = settings.model_dump(exclude={"host", "port", "public_url", "max_steps"})
+        serving = {"host", "port", "public_url", "max_steps", "vote_window_seconds"}  # not what is learned
+        hashed = settings.model_dump(exclude=serving)
         self.config_hash = config_hash(hashed | {"device": str(self.device)})
         self.step = 0
         self.consumed: set[str] = set()
@@ -107,7 +112,7 @@ class Trainer:
 
     # ---- state ---------------------------------------------------------------------------------
     def resume(self) -> None:
-        steps = self.checkpoints.steps()
+        steps = self.checkpoints.resumable()
         if not steps:
             return
         last = steps[-1]

@@ -57,7 +57,18 @@ class TrainerSettings(IntellectSettings):
         "updates (at most max_updates_per_step), so a bigger pool does not learn slower per step",
     )
     max_updates_per_step: int = Field(8, ge=1, description="cap on updates when minibatch_rows is set")
-    keep: int = Field(5, ge=1, description="checkpoints kept on disk")
+    keep: int = Field(5, ge=1, description="newest checkpoints kept on disk whatever their age (older ones "
+                      "stay while files naming them may still be judged: vote_window_seconds)")
+    vote_window_seconds: float = Field(
+        24 * 3600.0, ge=0, description="seconds validators may vote on a file after its submission: the "
+        "pool's slashing-policy window on chain, else the contract's invalidation window (deploy default "
+        "24 h; the devnet demo's 300 s). Checkpoints stay on disk and served by URL (GET /checkpoints/N) "
+        "until the files that may name them can no longer be judged (until the trainer passes step "
+        "N + 2 x async_level, plus this window and a 60 s grace), and after max_steps the trainer serves "
+        "on until nobody has asked for a step or a checkpoint for this long. Set it to the pool's window: "
+        "shorter, an honest file judged late is not paid ('no checkpoint of step N can be had'); 0: keep "
+        "only `keep` and stop at max_steps",
+    )
     seed: int = Field(0)
     poll_seconds: float = Field(1.0, gt=0)
 

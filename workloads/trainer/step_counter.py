@@ -8,11 +8,21 @@ and fetches `/checkpoints/{step}.safetensors` (+ `.sha256`) unless a broadcast r
 `GET /step?at=<unix time>`: the same for the step in force then (the newest step whose checkpoint was
 written by that time): validators judge a file's freshness at its submission's block time, so a
 validator that reads the chain late, or restarts, gives the same verdict.
+`GET /checkpoints/{step}` → {"step", "url", "sha256"} for any step whose weights the trainer still
+keeps, listed or not: a validator that lags more than the async level behind the trainer (or judges
+after the last step) finds there the checkpoint a file names, for as long as that file may be judged
+(the trainer keeps it that long: `workloads/trainer/checkpoints.py`, `vote_window_seconds`).
 Also `GET /history` (per-step metrics: the reward curve), `/health`, `/metrics`.
+
+The app records when it was last asked for a step or a checkpoint (`app.state.last_asked`, unix time):
+a trainer past its last step serves on until nobody has asked for a vote window (`linger`).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -40,11 +50,18 @@ def get_view(request: Request) -> TrainerView:
     return view
 
 
+def asked(request: Request) -> None:
+    """Workers and validators asked for a step or a checkpoint (a monitor's /health or /metrics does
+    not keep a finished trainer serving)."""
+    request.app.state.last_asked = time.time()
+
+
 View = Annotated[TrainerView, Depends(get_view)]
+ASKED = [Depends(asked)]
 router = APIRouter()
 
 
-@router.get("/step", summary="the step to generate for, and the checkpoints still usable")
+@router.get("/step", dependencies=ASKED, summary="the step to generate for, and the checkpoints usable")
 def step(
     view: View,
     at: Annotated[float | None, Query(ge=0, description="unix time: the step in force then instead of "
@@ -65,7 +82,8 @@ def step(
     return body
 
 
-@router.get("/checkpoints/{step}.safetensors", response_class=FileResponse, summary="weights of a step")
+@router.get("/checkpoints/{step}.safetensors", dependencies=ASKED, response_class=FileResponse,
+            summary="weights of a step")
 def weights(step: int, view: View) -> FileResponse:
     path = view.checkpoints.weights(step)
     if step < 1 or step not in view.checkpoints.steps() or not path.exists():
@@ -73,11 +91,23 @@ def weights(step: int, view: View) -> FileResponse:
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
 
-@router.get("/checkpoints/{step}.safetensors.sha256", response_class=PlainTextResponse)
+@router.get("/checkpoints/{step}.safetensors.sha256", dependencies=ASKED, response_class=PlainTextResponse)
 def sidecar(step: int, view: View) -> str:
     if step < 1 or step not in view.checkpoints.steps():
         raise HTTPException(404, f"no checkpoint of step {step}")
     return f"{view.checkpoints.manifest(step).sha256}  step_{step}.safetensors\n"
+
+
+@router.get("/checkpoints/{step:int}", dependencies=ASKED,
+            summary="a kept checkpoint's URL and sha256, listed by /step or not")
+def checkpoint(step: int, view: View) -> dict[str, Any]:
+    if step == 0:
+        return {"step": 0, "url": None, "sha256": base_checkpoint_sha256(view.model_name)}
+    kept = view.checkpoints.steps()
+    if step not in kept:
+        raise HTTPException(404, f"no checkpoint of step {step} (kept: {kept})")
+    return {"step": step, "url": f"{view.public_url}/checkpoints/{step}.safetensors",
+            "sha256": view.checkpoints.manifest(step).sha256}  # fmt: skip
 
 
 @router.get("/history", summary="per-step metrics: the reward curve")
@@ -101,5 +131,27 @@ def metrics(view: View) -> Response:
 def create_app(view: TrainerView) -> FastAPI:
     app = FastAPI(title="Intellect trainer", version="1", description=__doc__)
     app.state.view = view
+    app.state.last_asked = time.time()
     app.include_router(router)
     return guard(app, max_body=1024)
+
+
+def linger(
+    checkpoints: CheckpointDir, last_asked: Callable[[], float], window: float, stop: threading.Event,
+    poll: float = 5.0,
+) -> None:  # fmt: skip
+    """Serve on after the last step (the caller keeps the server up until this returns): files made
+    for the trainer's last steps may still be submitted while workers run its task, and judged for a
+    vote window after that. Returns once `window` seconds have passed since both the last step and the
+    last request for a step or a checkpoint (workers poll the step while they work; each validator
+    asks for the step at a submission when it reads it from the chain, and for the checkpoint when it
+    judges), or at once when `stop` is set. Meanwhile checkpoints whose files can no longer be judged
+    are dropped as during training."""
+    steps = checkpoints.all_steps()
+    last_step = checkpoints.manifest(steps[-1]).created_at if steps else time.time()
+    while not stop.is_set():
+        checkpoints.prune()
+        quiet_until = max(last_step, last_asked()) + window
+        if time.time() >= quiet_until:
+            return
+        stop.wait(min(poll, max(0.0, quiet_until - time.time())))
