@@ -31,6 +31,11 @@ class FileMissing(FetchError):
     """The orchestrator has no completed upload of this file: it was never uploaded (so far)."""
 
 
+class FileTooLarge(FetchError):
+    """The file is bigger than this validator reads (`max_file_bytes`): the node made it so, and no
+    retry changes it. Never "storage unreachable": that would let a node skip a counter unheld."""
+
+
 class StorageUnreachable(FetchError):
     """Storage or the orchestrator could not be reached or answered with an error: not the node's fault."""
 
@@ -74,7 +79,7 @@ class Fetcher:
                     for block in resp.iter_bytes(1 << 20):
                         size += len(block)
                         if size > self.max_bytes:
-                            raise FetchError(f"file {sha256} is larger than {self.max_bytes} bytes")
+                            raise FileTooLarge(f"file {sha256} is larger than {self.max_bytes} bytes")
                         out.write(block)
         except httpx.HTTPError as exc:
             part.unlink(missing_ok=True)

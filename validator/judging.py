@@ -32,7 +32,7 @@ import structlog
 
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import FileJudge
-from validator.fetch import Fetcher, FetchError, FileMissing
+from validator.fetch import Fetcher, FetchError, FileMissing, FileTooLarge
 from validator.store import UNFETCHED, SubmissionRow, Submissions, Verdicts
 from validator.tasks import TaskUnreachable
 
@@ -184,6 +184,11 @@ class JudgeLoop:
             return Verdict(file=sha, verdict="invalidate", reasons=[
                 f"data availability: the file was still not in the pool's storage {age:.0f} s after its "
                 f"submission (an honest node uploads before it submits; allowed: {available:.0f} s): {exc}"
+            ])  # fmt: skip
+        if isinstance(exc, FileTooLarge):  # the node's file, whatever the storage: no retry changes it
+            return Verdict(file=sha, verdict="soft_invalidate", reasons=[
+                f"size: {exc}; this validator does not read it (not paid, not slashed; its counter is used, "
+                "so the node's next file is held as after a withheld batch)"
             ])  # fmt: skip
         if not isinstance(exc, FileMissing) and age > soft_at:
             return Verdict(file=sha, verdict="soft_invalidate", reasons=[

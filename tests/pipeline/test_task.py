@@ -231,6 +231,17 @@ def test_a_cheating_member_is_the_only_one_invalidated(tmp_path: Path, members: 
     verdicts = [judge.judge(dirs[i] / file_name(1, i), Submission(node=NODES[i], pool_id=1)).verdict
                 for i in range(members)]  # fmt: skip
     assert verdicts == ["invalidate" if i == stage else "soft_invalidate" for i in range(members)]
+    if cheat == "small-flip":  # the replay's limits were measured on the tiny model alone (issue 54):
+        # judged where no record names the pipeline workload, the same guilty file is not paid, never slashed
+        from workloads.inference.judge.calibration import limits_of
+
+        other = PipelineJudge(PipelineSettings(**settings), judge_env(tmp_path, MemorySeenStore()))
+        assert other.calibrated and other.limits.judged_by("pipeline").record == "tiny"
+        other.limits = limits_of(None, {})  # as resolve_limits answers for a model without such a record
+        other.calibrated = other.limits.calibrated("pipeline")
+        v = other.judge(dirs[stage] / file_name(1, stage), Submission(node=NODES[stage], pool_id=1))
+        assert v.verdict == "soft_invalidate" and "no pipeline calibration" in v.reasons[0], v.reasons
+        assert v.judged_by is not None and v.judged_by.source == "uncalibrated"
 
 
 @pytest.mark.slow

@@ -260,3 +260,52 @@ def test_a_file_storage_kept_from_the_validator_may_have_used_the_next_counter(t
     with db.transaction() as s:
         rows = {k: s.get(SubmissionRow, (1, k)) for k in (a3, a4)}
     assert [submissions.unread_before(r) for r in rows.values() if r] == [1, 0]
+
+
+def test_a_file_bigger_than_the_validator_reads_uses_its_counter_and_holds_the_next(tmp_path: Path) -> None:
+    """Issue 54 (selection): a node that makes its file bigger than the validator reads (the pool's
+    storage may take more) once bought a skipped counter with no hold, as if storage had lost the file:
+    a way to drop a batch for free. Now the download, from a real HTTP storage on loopback, stops at the
+    limit with a verdict of its own ("size:", at once: no retry makes it smaller); it is no unread file,
+    so the node's next counter is a gap, held as after a withheld batch. Storage that stays unreachable
+    still allows the skip unheld (the test above)."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    from tests.support.testing import ServerThread
+
+    sizes = {}
+    storage = FastAPI()
+
+    @storage.get("/storage/files/{sha}")
+    def grant(sha: str) -> dict[str, str]:
+        return {"url": f"{server.url}/blob/{sha}"}
+
+    @storage.get("/blob/{sha}")
+    def blob(sha: str) -> Response:
+        return Response(b"1" * sizes.get(sha, 1))
+
+    server = ServerThread(storage).start()
+    try:
+        db = Database(open_database(None, tmp_path))
+        submissions, verdicts = Submissions(db), Verdicts(db)
+        fetcher = Fetcher(server.url, Wallet.from_key("0x" + "01" * 32), tmp_path / "files", max_bytes=4096,
+                          timeout=5)  # fmt: skip
+        a1, a2, a3 = key(1), key(2), key(3)
+        queue(db, [(a1, A, 10, 0), (a2, A, 11, 0), (a3, A, 12, 0)])
+        sizes[a2[2:]] = 3 * 1024 * 1024  # counter 2: the burnt file
+        for work_key, counter in ((a1, 1), (a3, 3)):
+            fetcher.path_for(work_key[2:]).write_text(str(counter))
+        loop = JudgeLoop(submissions, verdicts, fetcher, OrderJudge(), fetch_window=600, vote=False,
+                         base_delay=0.0)  # fmt: skip
+        loop.run_once()
+        judged = {v.work_key: (v.verdict, json.loads(v.reasons))
+                  for v in verdicts.page(pool_id=1, node=None, after=0, limit=10)}  # fmt: skip
+        assert judged[a2][0] == "soft_invalidate" and judged[a2][1][0].startswith("size:"), judged[a2]
+        assert judged[a1][0] == "accept", judged[a1]
+        assert judged[a3][0] == "soft_invalidate" and "where 2 was due" in judged[a3][1][0], judged[a3]
+        with db.transaction() as s:
+            row = s.get(SubmissionRow, (1, a3))
+        assert row is not None and submissions.unread_before(row) == 0
+    finally:
+        server.stop()

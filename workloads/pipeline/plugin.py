@@ -288,8 +288,9 @@ class PipelineJudge:
         # batch is right (and so paid), never who is guilty.
         local = self._member_verdict(data)
         if local.guilty:
-            kind, why = ("invalidate", local.reasons) if local.exact else self._measured(local.reasons)
-            return verdict(kind, why, rows, tokens)
+            if local.exact:  # its own frames against what it signed: no measured limit decides it
+                return verdict("invalidate", local.reasons, rows, tokens)
+            return verdict(*self._measured(local.reasons), rows, tokens)
         if accepted:
             batch, own = self._pooled_verdict(data, submission, key, stats, local)
             if own.out:

@@ -86,7 +86,9 @@ def test_a_marginal_file_is_not_paid_and_the_fourth_in_a_window_slashes(
     """One row of a file with two -0.45 dents (each token under the cap, the row mean under its limit,
     two outliers where honest rows hold at most one; the file's two outliers within its count): before,
     `invalidate` at once. One row is no evidence beyond honest noise: not paid, marked; the node's
-    fourth such file in its window slashes. An honest file between them is paid."""
+    fourth such file in its window slashes. An honest file between them passes every check but is
+    held (issue 54: a marginal file's counter is forfeited, as a withheld batch's, so that a node
+    cannot drop a batch by making it marginal)."""
     pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model), windows=MemoryNodeWindows())
     verdicts = []
     for k, src in enumerate(long_files):
@@ -94,9 +96,10 @@ def test_a_marginal_file_is_not_paid_and_the_fourth_in_a_window_slashes(
         verdicts.append(pipeline.judge(path, Submission(node=NODE)))
     kinds = [v.verdict for v in verdicts]
     assert TH.marginal_files == 4
-    assert kinds == ["soft_invalidate", "accept", "soft_invalidate", "soft_invalidate", "invalidate"], [
-        v.reasons for v in verdicts
-    ]
+    assert kinds == ["soft_invalidate"] * 4 + ["invalidate"], [v.reasons for v in verdicts]
+    honest = verdicts[1].reasons  # held, and nothing else
+    assert len(honest) == 1, honest
+    assert "is held: counter 1 was not judged on its merits (a marginal" in honest[0], honest
     assert "marginal: not paid, not slashed" in verdicts[0].reasons[0]
     assert "seen again at prefill batch 1" in verdicts[0].reasons[0]
     assert "repeated" in verdicts[4].reasons[0], verdicts[4].reasons

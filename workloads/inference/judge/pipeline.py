@@ -32,21 +32,30 @@ from intellect.workloads import (
     SeenStore,
 )
 from workloads.datasets import load_dataset
-from workloads.inference.judge.calibration import CalibrationRecord, find_calibration, model_id
+from workloads.inference.judge.calibration import CalibrationRecord, Limits, resolve_limits
 from workloads.inference.judge.checks.basic import file_identity, schema_and_bounds, work_units
 from workloads.inference.judge.checks.context import FileContext, rows_named
 from workloads.inference.judge.checks.history import (
     counter_order,
     duplicates,
+    forfeit,
     freshness,
     plan_derivation,
     unverifiable_freshness,
 )
-from workloads.inference.judge.checks.model import FileStats, distribution_findings, pooled, recompute
+from workloads.inference.judge.checks.model import FAR, FileStats, distribution_findings, pooled, recompute
 from workloads.inference.judge.checks.rewards import rewards_and_advantages
-from workloads.inference.judge.grades import Finding, grade, marked_files, unique_files
+from workloads.inference.judge.grades import (
+    CLOSED,
+    Finding,
+    grade,
+    marked_files,
+    open_window,
+    strong_by_far_rows_alone,
+    unique_files,
+    window_named,
+)
 from workloads.inference.judge.reader import CappedReader, shared_reader
-from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.task import TaskSettings
 from workloads.model.loading import load_model, load_tokenizer, load_weights
 from workloads.rollouts import Rollout
@@ -63,7 +72,7 @@ class Pipeline:
         task: TaskSettings,
         seen: SeenStore,
         checkpoints: CheckpointSource,
-        thresholds: ValidationThresholds | None = None,
+        limits: Limits | None = None,
         *,
         max_bytes: int = DEFAULT_MAX_FILE_BYTES,
         models_kept: int = 3,
@@ -78,18 +87,16 @@ class Pipeline:
         self.task_id = task_id  # the task these files were uploaded for ("" = not known: not bound)
         self.seen = seen
         self.checkpoints = checkpoints
-        # The record made on the task's model (workloads/inference/judge/calibration.py); without one,
-        # recomputation
-        # failures are never slashed.
-        found = find_calibration(task.model)
-        self.calibration: CalibrationRecord | None = found
-        self.thresholds = thresholds or ValidationThresholds().model_copy(
-            update=found.thresholds if found else {}
-        )
-        if found is None:
+        # The one place limits come from (calibration.resolve_limits): the record made on the task's
+        # model, the pool's explicit settings on top; without a record, recomputation failures are
+        # never slashed.
+        self.limits = limits or resolve_limits(task.model)
+        self.calibration: CalibrationRecord | None = self.limits.record
+        self.thresholds = self.limits.thresholds
+        if self.calibration is None:
             log.warning(
                 "no calibration for the task's model: recomputation failures are not paid, never slashed",
-                model=task.model, model_id=model_id(task.model),
+                model=task.model, model_id=self.limits.model_id,
             )  # fmt: skip
         self.max_bytes = max_bytes
         self.windows: NodeWindows = windows or MemoryNodeWindows()
@@ -135,7 +142,7 @@ class Pipeline:
             return Verdict(
                 file=str(path), verdict=kind, reasons=reasons, rows=len(ctx.rows), tokens=ctx.tokens,
                 step=ctx.info.step if ctx.info else None, seconds=round(time.perf_counter() - started, 6),
-                timings=timings,
+                timings=timings, judged_by=self.limits.judged_by(),
             )  # fmt: skip
 
         self.last_stats = None
@@ -162,11 +169,14 @@ class Pipeline:
         self.seen.remember(submission.pool_id, ctx.sha256, ctx.row_hashes + [ctx.plan_key])
         if reasons:
             return verdict("invalidate", reasons)
-        if recomputed[0]:  # graded by its evidence (workloads/inference/judge/grades.py)
-            return verdict(recomputed[1], recomputed[0])
-        if unverifiable:  # not paid, never slashed: the validator's timing, not the node's deed
-            return verdict("soft_invalidate", unverifiable)
-        return verdict("soft_invalidate", selection) if selection else verdict("accept", [])
+        said, kind = recomputed  # graded by its evidence (workloads/inference/judge/grades.py)
+        if not said and unverifiable:  # not paid, never slashed
+            said, kind = unverifiable, "soft_invalidate"
+        elif not said and selection:
+            said, kind = selection, "soft_invalidate"
+        if kind == "soft_invalidate":  # its counter used, not paid on its merits: held as a withheld batch
+            forfeit(ctx, self.windows, said)
+        return verdict(kind, said)
 
     def _recompute(self, ctx: FileContext) -> tuple[list[str], VerdictKind]:
         """Check 8, graded (workloads/inference/judge/grades.py): its reasons and the verdict they make.
@@ -194,34 +204,49 @@ class Pipeline:
         if findings and self.calibration is None and not any(f.exact for f in findings):
             return [f.reason + uncalibrated for f in findings], "soft_invalidate"
         graded = grade(findings, th)
+        if graded == "marginal" or strong_by_far_rows_alone(findings, th):
+            findings = self._second_look(ctx, findings, findings_for)  # what does not repeat is no evidence
+            graded = grade(findings, th)
         if graded == "strong":
-            return [f.reason for f in findings], "invalidate"
-        if graded == "marginal":
-            findings = self._second_look(ctx, findings, findings_for)
-            stats.marginal = bool(findings)
+            return self._close(ctx, [f.reason for f in findings])
+        stats.marginal = bool(findings)  # marginal, and seen again
         # Pooled over the node's recent files: a small file has too few chunks or tokens for the
         # distribution statistics, a node's window has enough (a cheater cannot stay under a minimum).
-        node = ctx.submission.node or ctx.info.node_address
+        # Only the files since the node's last `invalidate` (`open_window`): a slashed file's evidence
+        # was used once, and never counts against the files after it.
         entry = stats.model_dump()
-        window = unique_files(self.windows.push(ctx.submission.pool_id, node, entry, th.pool_files))
+        window = open_window(unique_files(self.windows.push(ctx.submission.pool_id, self._node(ctx), entry,
+                                                            th.pool_files)))  # fmt: skip
+        held = window_named(window)
         if findings:
             marked = marked_files(window)
             if marked < th.marginal_files:
-                return [f"{f.reason} [marginal: not paid, not slashed; the node's marginal files in "
-                        f"its last {len(window)}: {marked}, {th.marginal_files} slash]"
-                        for f in findings], "soft_invalidate"  # fmt: skip
-            return [f"{f.reason} [repeated: the node's marginal file {marked} of its last {len(window)}; "
-                    f"{th.marginal_files} slash]" for f in findings], "invalidate"  # fmt: skip
+                why = f"marginal: not paid, not slashed; marginal files among {held}: {marked}"
+                return [f"{f.reason} [{why}, {th.marginal_files} slash]" for f in findings], "soft_invalidate"
+            return self._close(ctx, [f"{f.reason} [repeated: marginal file {marked} among {held}; "
+                                     f"{th.marginal_files} slash]" for f in findings])  # fmt: skip
         if len(window) < 2:
             return [], "accept"
         together = pooled([FileStats.model_validate(w) for w in window])
-        found = distribution_findings(together, th, f"the node's last {len(window)} files")
+        found = distribution_findings(together, th, held)
         if not found:
             return [], "accept"
         if self.calibration is None:
             return [f"{f.reason} (pooled){uncalibrated}" for f in found], "soft_invalidate"
-        kind: VerdictKind = "invalidate" if grade(found, th) == "strong" else "soft_invalidate"
-        return [f"{f.reason} (pooled)" for f in found], kind
+        if grade(found, th) == "strong":
+            return self._close(ctx, [f"{f.reason} (pooled)" for f in found])
+        return [f"{f.reason} (pooled)" for f in found], "soft_invalidate"
+
+    def _node(self, ctx: FileContext) -> str:
+        assert ctx.info is not None
+        return ctx.submission.node or ctx.info.node_address
+
+    def _close(self, ctx: FileContext, reasons: list[str]) -> tuple[list[str], VerdictKind]:
+        """`invalidate`, and the node's window closed behind this file: the files after it are pooled
+        and counted from here on (`open_window`), so a caught cheat never weighs on them."""
+        self.windows.push(ctx.submission.pool_id, self._node(ctx), {"file": ctx.sha256, CLOSED: True},
+                          self.thresholds.pool_files)  # fmt: skip
+        return reasons, "invalidate"
 
     def _second_look(
         self,
@@ -239,10 +264,12 @@ class Pipeline:
         again, _ = findings_for([ctx.rows[r] for r in rows], self.thresholds.recheck_prefill_batch_size)
         for f in again:
             if f.rows:  # rows of the subset → rows of the file
-                named = [rows[i] for i in f.rows]
+                named, far = [rows[i] for i in f.rows], [rows[i] for i in f.far_rows]
+                head, sep, tail = f.reason.partition(FAR)
                 kept.append(f.model_copy(update={
-                    "rows": named,
-                    "reason": f.reason.replace(rows_named(f.rows), rows_named(named), 1) + " (seen again at "
+                    "rows": named, "far_rows": far,
+                    "reason": head.replace(rows_named(f.rows), rows_named(named), 1) + sep
+                    + tail.replace(rows_named(f.far_rows), rows_named(far), 1) + " (seen again at "
                     f"prefill batch {self.thresholds.recheck_prefill_batch_size})",
                 }))  # fmt: skip
         return kept

@@ -93,6 +93,40 @@ def plan_derivation(ctx: FileContext) -> list[str]:
 
 
 HOLD = 8  # after a gap in a node's counters, its next HOLD counters are not paid either
+# The first words of the hold's own reasons (a gap, a held counter): the only soft reasons that never
+# forfeit a counter (`forfeit`), or a hold would extend itself for ever.
+ORDER = "selection: batch counter "
+
+
+def _keep() -> int:
+    """Entries a node's counter window keeps: a hold's reach and the file before it (HOLD + 2 files),
+    each with room for its forfeit mark."""
+    return 2 * (HOLD + 2)
+
+
+def _entry(ctx: FileContext) -> tuple[str, dict[str, Any]]:
+    """The window (pool, node and task) and this file's entry in it."""
+    assert ctx.info is not None
+    info = ctx.info
+    node = (ctx.submission.node or info.node_address).lower()
+    entry = {"file": ctx.sha256, "counter": info.batch_counter, "skipped": ctx.submission.counters_unknown,
+             "step": info.step, "checkpoint_step": info.checkpoint_step}  # fmt: skip
+    return f"{node}#{info.task_id}", entry
+
+
+def _files(window: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A window's files, oldest first, each once (a file judged again counts where it was first
+    judged), with the forfeit of its latest judgment: a plain entry starts a judgment, a mark ends it."""
+    files: dict[Any, dict[str, Any]] = {}
+    for item in window:
+        key = item.get("file")
+        if key not in files:
+            files[key] = dict(item)
+        elif item.get("forfeit"):
+            files[key]["forfeit"] = item["forfeit"]
+        else:  # judged again: what this judgment finds replaces the last one's
+            files[key].pop("forfeit", None)
+    return list(files.values())
 
 
 def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
@@ -103,47 +137,63 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
       workloads/inference/selection.py), judged in chain order (the judge loop holds a node's file
       until its earlier ones have verdicts). A counter past the next one is a gap: a batch the node
       made (or may have made) and withheld. The file is not paid, and neither are the node's next
-      HOLD counters: a node that withholds a bad batch forfeits nine, so withholding never pays, and
-      what is trained on from it is not what it chose. Soft (never slashed): an honest worker can
-      leave a gap (an upload refused for good), and the count goes on after the hold.
+      HOLD counters: a node that withholds a bad batch forfeits nine more, so withholding never pays
+      (it is paid for a seventh of what it made: bench/selection.py). Soft (never
+      slashed): an honest worker can leave a gap (an upload refused for good), and the count goes on
+      after the hold.
+    - A counter used but not judged on its merits counts as a withheld batch (`forfeit`): a file
+      soft-invalidated for anything the node can cause (a stale step label, a checkpoint the trainer
+      never had, a label or checkpoint that goes back, a marginal or uncalibrated recomputation) holds
+      the node's next file and the HOLD after it, or a node would drop a batch by labelling it stale
+      instead of withholding it.
+    - A file the validator never read because storage stayed unreachable (`Submission.counters_unknown`:
+      soft, "fetch:") may have used the counters up to this file's: that many are allowed skipped, and
+      no hold follows. Only storage counts there (validator/store.py `unread_before`), which a node
+      cannot make unreachable; a file the node made bigger than the validator reads is a verdict of its
+      own ("size:", validator/judging.py), not an unread one, so the file after it is a gap and held.
+      Storage losing a file costs an honest node that file alone (the design: nothing of the judge's
+      environment counts against a node).
     - A node's step labels and checkpoints do not go back: a label only chooses the checkpoint that
       generated a batch (the plan has no step), and a node free to go back could make its next batch
       with each checkpoint of the async window and submit the best. Soft too: an honest node's
-      checkpoint can go back once (a restart, a relay that lost the newest), which is then unpaid.
+      checkpoint can go back once (a restart, a relay that lost the newest), which is then unpaid
+      (and, a soft reason the node caused, counts as a withheld batch).
 
     Every submitted file whose header can be read counts, whatever its verdict: the pipeline calls
     this before any other check can fail (counting only accepted files made the node's next honest
     file look like a gap). A file judged again (a retry after an error of the validator's) is not
-    counted twice: the window names each entry's file. A file the validator never read (storage
-    unreachable until the deadline, `Submission.counters_unknown`) may have used the next counter:
-    that many are allowed skipped, and no hold follows."""
+    counted twice: the window names each entry's file."""
     assert ctx.info is not None
     info = ctx.info
-    node = (ctx.submission.node or info.node_address).lower()
-    entry = {"file": ctx.sha256, "counter": info.batch_counter, "skipped": ctx.submission.counters_unknown,
-             "step": info.step, "checkpoint_step": info.checkpoint_step}  # fmt: skip
-    window = windows.push(ctx.submission.pool_id, f"{node}#{info.task_id}", entry, keep=HOLD + 2)
-    files: list[dict[str, Any]] = []
-    for item in window:  # oldest first; a file judged again counts once, where it was first judged
-        if item.get("file") not in {f.get("file") for f in files}:
-            files.append(item)
-    files = [f for f in files if f.get("file") != ctx.sha256] + [entry]
-    if len(window) < HOLD + 2:  # the node's whole history is here: it starts from counter 0
+    key, entry = _entry(ctx)
+    window = windows.push(ctx.submission.pool_id, key, entry, keep=_keep())
+    files = [f for f in _files(window) if f.get("file") != ctx.sha256] + [entry]
+    if len(window) < _keep():  # the node's whole history is here: it starts from counter 0
         files.insert(0, {"counter": 0})
-    held_until, reasons = 0, []
+    held_until, cause, reasons = 0, "", []
     for before, item in zip(files, files[1:], strict=False):
-        if int(item["counter"]) > int(before["counter"]) + 1 + int(item.get("skipped", 0)):
-            held_until = max(held_until, int(item["counter"]) + HOLD)
+        at, after, unread = int(item["counter"]), int(before["counter"]), int(item.get("skipped", 0))
+        # Each hold: (the last counter held, why). A withheld batch holds the next file (the gap) and
+        # the HOLD after it; a file never read, or a counter forfeited, counts as a withheld batch.
+        as_withheld = f"which counts as a withheld batch: the next file and the {HOLD} after it are not paid"
+        holds = []
+        if at > after + 1 + unread:
+            holds.append((at + HOLD, f"a gap in this node's counters is followed by {HOLD} unpaid ones"))
+        if item.get("forfeit") and item is not entry:
+            holds.append((at + 1 + HOLD, f"counter {at} was not judged on its merits ({item['forfeit']}), "
+                          f"{as_withheld}"))  # fmt: skip
+        for until, why in holds:
+            if until > held_until:
+                held_until, cause = until, why
     previous = files[-2] if len(files) > 1 else {"counter": 0}
     counter, skipped = info.batch_counter, ctx.submission.counters_unknown
     if not int(previous["counter"]) + 1 <= counter <= int(previous["counter"]) + 1 + skipped:
         due = int(previous["counter"]) + 1
         due_text = f"{due}" if not skipped else f"{due} to {due + skipped}"
-        reasons.append(f"selection: batch counter {counter} where {due_text} was due (a node's counters "
-                       f"follow each other over the task; after a gap its next {HOLD} are not paid)")
+        reasons.append(f"{ORDER}{counter} where {due_text} was due (a node's counters follow each other "
+                       f"over the task; after a gap its next {HOLD} are not paid)")  # fmt: skip
     elif counter <= held_until:
-        reasons.append(f"selection: batch counter {counter} is held: a gap in this node's counters is "
-                       f"followed by {HOLD} unpaid ones (paid again from counter {held_until + 1})")
+        reasons.append(f"{ORDER}{counter} is held: {cause} (paid again from counter {held_until + 1})")
     labels = [int(f["step"]) for f in files[:-1] if f.get("step") is not None]
     if labels and info.step < max(labels):
         reasons.append(f"selection: step label {info.step} after this node's label {max(labels)} (a "
@@ -154,6 +204,48 @@ def counter_order(ctx: FileContext, windows: NodeWindows) -> list[str]:
         reasons.append(f"selection: checkpoint of step {mine} after this node's checkpoint of step "
                        f"{max(used)} (a node's checkpoints do not go back)")  # fmt: skip
     return reasons
+
+
+def _why(reason: str) -> str:
+    """A soft reason in a few words, for the sentences of the hold it starts."""
+    for start, short in (
+        ("freshness: step", "stale step label"),
+        ("freshness: no checkpoint", "a checkpoint the trainer does not have"),
+        ("selection: step label", "its step label went back"),
+        ("selection: checkpoint", "its checkpoint went back"),
+    ):
+        if reason.startswith(start):
+            return short
+    text = reason.split(" [", 1)[0]
+    text = text if len(text) <= 80 else text[:79] + "…"
+    if "[marginal" in reason:
+        return f"a marginal recomputation: {text}"
+    if "[no calibration" in reason:
+        return f"a recomputation failure on an uncalibrated model: {text}"
+    return f"soft: {text}"
+
+
+def forfeit(ctx: FileContext, windows: NodeWindows, reasons: list[str]) -> str | None:
+    """A file whose counter is used (`counter_order` ran) but that is not paid on its merits: its
+    soft reasons `reasons`. Unless they are only the hold's own (a gap, a held counter: a hold must
+    not extend itself), the counter is forfeited: marked in the node's counter window, where
+    `counter_order` counts it as a withheld batch (the next file and the HOLD after it are held), so a
+    node cannot cause such a reason to drop a batch for free (a stale label, a checkpoint the trainer
+    never had, a label or checkpoint that goes back, a marginal or uncalibrated recomputation, ...). The
+    validator's own trouble (file missing, unreadable, too big, another sha256) never gets here:
+    `file_identity` refuses it before the counter is read. Returns why in a few words (None: not
+    forfeited); the held files' reasons say it ("selection: batch counter 7 is held: counter 5 was
+    not judged on its merits (stale step label) ..."), the file's own verdict keeps its own reasons.
+    Judged again, a file's latest judgment replaces its mark (`_files`): it counts once."""
+    if ctx.info is None:
+        return None
+    own = [r for r in reasons if not r.startswith(ORDER)]
+    if not own:
+        return None
+    why = _why(own[0])
+    key, entry = _entry(ctx)
+    windows.push(ctx.submission.pool_id, key, {**entry, "forfeit": why}, keep=_keep())
+    return why
 
 
 def freshness(ctx: FileContext) -> list[str]:
@@ -195,7 +287,10 @@ def unverifiable_freshness(ctx: FileContext) -> list[str]:
       or restarts judges the same; a trainer that cannot say (older, or down) gives the step now, which
       can only make an honest file look stale, hence soft;
     - the checkpoint it names can no longer be had: the trainer lists only its window and keeps few
-      files, and a validator that fell behind may never have fetched it."""
+      files, and a validator that fell behind may never have fetched it.
+    A node can cause both (a stale label, a checkpoint the trainer never had), so such a file's
+    counter is forfeited (`forfeit`: it counts as a withheld batch), or a node would drop a batch by
+    labelling it so instead of withholding it."""
     assert ctx.info is not None
     info, level, reasons = ctx.info, ctx.task.async_level, []
     trainer = ctx.submission.trainer_step_before
