@@ -99,7 +99,9 @@ def sidecar(step: int, view: View) -> str:
 
 
 @router.get("/checkpoints/{step:int}", dependencies=ASKED,
-            summary="a kept checkpoint's URL and sha256, listed by /step or not")
+            summary="a kept checkpoint's URL and sha256, listed by /step or not",
+            responses={404: {"description": "no checkpoint of that step is kept (never made, or its files' "
+                                            "vote window has passed)"}})  # fmt: skip
 def checkpoint(step: int, view: View) -> dict[str, Any]:
     if step == 0:
         return {"step": 0, "url": None, "sha256": base_checkpoint_sha256(view.model_name)}
