@@ -286,8 +286,9 @@ def unverifiable_freshness(ctx: FileContext) -> list[str]:
       the trainer for the step in force at the block's time, so a validator that reads the chain late
       or restarts judges the same; a trainer that cannot say (older, or down) gives the step now, which
       can only make an honest file look stale, hence soft;
-    - the checkpoint it names can no longer be had: the trainer lists only its window and keeps few
-      files, and a validator that fell behind may never have fetched it.
+    - the checkpoint it names can no longer be had from the trainer, which keeps every checkpoint that
+      files awaiting judgement may name until their vote window has passed (docs/trainer.md,
+      "Checkpoints kept for the judges"): an honest file meets this only where the trainer is gone.
     A node can cause both (a stale label, a checkpoint the trainer never had), so such a file's
     counter is forfeited (`forfeit`: it counts as a withheld batch), or a node would drop a batch by
     labelling it so instead of withholding it."""
