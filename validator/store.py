@@ -159,6 +159,7 @@ def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
         event.listen(engine, "connect", _sqlite_pragmas)
     Base.metadata.create_all(engine)
     _add_missing_columns(engine)
+    _widen_columns(engine)
     return sessionmaker(engine, expire_on_commit=False)
 
 
@@ -188,6 +189,22 @@ def _add_missing_columns(engine: Engine) -> None:
         if column not in {c["name"] for c in have.get_columns(table)}:
             with engine.begin() as conn:
                 conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+
+
+# Columns made wider after the first release: (table, column, length). SQLite enforces no VARCHAR length;
+# a PostgreSQL database written by an older validator gets the new one here.
+WIDENED_COLUMNS = [("node_windows", "node", 256)]
+
+
+def _widen_columns(engine: Engine) -> None:
+    if engine.dialect.name == "sqlite":
+        return
+    have = inspect(engine)
+    for table, column, length in WIDENED_COLUMNS:
+        kind = next((c["type"] for c in have.get_columns(table) if c["name"] == column), None)
+        if kind is not None and (getattr(kind, "length", None) or length) < length:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE VARCHAR({length})"))
 
 
 class Database:
@@ -443,7 +460,9 @@ class NodeWindowRow(Base):
 
     __tablename__ = "node_windows"
     pool_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    node: Mapped[str] = mapped_column(String(42), primary_key=True)
+    # a node address, or "<address>#<task id>" for the counter window (checks/history.py): 42 would cut
+    # the latter on PostgreSQL (SQLite does not enforce a VARCHAR length)
+    node: Mapped[str] = mapped_column(String(256), primary_key=True)
     entries: Mapped[str] = mapped_column(Text, default="[]")
 
 
