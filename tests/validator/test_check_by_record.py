@@ -9,7 +9,8 @@ median >= 1"), and the tests, which built the judge themselves, never saw it. He
 - the record's cheats on that shape (int8 weights, N(0, 1e-3) noise on every matrix, one perturbed
   matrix), made as `calibrate` made them: `invalidate`;
 - a pool's explicit override (an env var) goes on top of the record, and each verdict names it;
-- the issue's own case, an honest file of the `medium` shape: accepted under the record `medium`;
+- the issue's own case, an honest file of the `medium` shape (made by the same workload in-process:
+  the command's start-up is paid once, for `small`): accepted under the record `medium`;
 - a model nobody calibrated (the same shape, another seed): honest files accepted, a cheat not paid
   and never slashed, `judged_by` saying "uncalibrated"."""
 
@@ -24,6 +25,8 @@ from pathlib import Path
 import pytest
 
 from workloads.inference.judge.calibrate import Grid, cheat_workload
+from workloads.inference.settings import InferenceSettings
+from workloads.inference.workload import InferenceWorkload
 from workloads.model.shapes import build_model_dir
 
 pytestmark = pytest.mark.slow  # other interpreters: the workload's command and the validator's
@@ -33,11 +36,11 @@ NODE = "0x00000000000000000000000000000000000000a5"
 BATCH = ["--batch-size", "4", "-n", "4", "--max-new-tokens", "32"]
 
 
-def make(model: Path, out: Path, *extra: str, batches: int = 2) -> list[Path]:
+def make(model: Path, out: Path, batches: int = 2) -> list[Path]:
     """Files written by the inference workload's command, as a worker's container runs it."""
     subprocess.run(
         [sys.executable, "-m", "workloads.inference", "--model", str(model), "--output-dir", str(out),
-         "--node-address", NODE, "--max-batches", str(batches), *BATCH, *extra],
+         "--node-address", NODE, "--max-batches", str(batches), *BATCH],
         check=True, cwd=ROOT, timeout=300, capture_output=True,
     )  # fmt: skip
     return sorted(out.glob("*.parquet"))
@@ -52,6 +55,17 @@ def check(paths: list[Path], model: Path, tmp: Path, **env: str) -> list[dict]:
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def made_here(model: Path, out: Path) -> list[Path]:
+    """One honest file made by the same workload in this process (the command's own start-up, ~8 s,
+    is paid once above, for `small`)."""
+    settings = InferenceSettings(model=str(model), node_address=NODE, output_dir=out, batch_size=4, n=4,
+                                 max_new_tokens=32)  # fmt: skip
+    workload = InferenceWorkload(settings)
+    report = workload.run_batch()
+    assert report is not None
+    return [Path(report.path)]
 
 
 def cheats(model: Path, out: Path, kinds: tuple[str, ...]) -> list[Path]:
@@ -90,14 +104,14 @@ def test_honest_files_are_accepted_under_their_record_and_its_cheats_are_slashed
     # the issue's case: an honest file of the medium shape (hidden 1024, 12 layers), whose honest
     # TOPLOC mantissa errors sit past the tiny model's limits (0.91 against 0.72): accepted
     medium = build_model_dir("medium", models)
-    [v] = check(make(medium, tmp_path / "medium", batches=1), medium, tmp_path)
+    [v] = check(made_here(medium, tmp_path / "medium"), medium, tmp_path)
     assert v["verdict"] == "accept", v["reasons"]
     assert v["judged_by"]["record"] == "medium"
 
 
 def test_a_model_nobody_calibrated_never_slashes(models: Path, tmp_path: Path) -> None:
     other = build_model_dir("small", models, seed=1)  # the same shape, other weights: no record
-    honest = make(other, tmp_path / "honest", batches=1)
+    honest = made_here(other, tmp_path / "honest")
     good, bad = check([*honest, *cheats(other, tmp_path / "cheats", ("perturbed layer",))], other, tmp_path)
     assert good["verdict"] == "accept", good["reasons"]
     assert good["judged_by"]["source"] == "uncalibrated" and len(good["judged_by"]["model_id"]) == 64
