@@ -7,51 +7,51 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "orchestrator"))
-from postgres_cluster import postgres_bin, start_cluster  # noqa: E402
+from postgres_cluster import PostgresCluster, postgres_bin, start_cluster  # noqa: E402
 
 from validator.store import Database, SqlNodeWindows, open_database  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a PostgreSQL server
 
 
-def test_counter_windows_keyed_by_node_and_task_survive_a_restart_on_postgres(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PostgresCluster]:
     if postgres_bin() is None:
         pytest.skip("no PostgreSQL binaries (initdb) on this machine; scripts/ci-services.sh installs them")
-    cluster = start_cluster()
-    try:
-        url = cluster.fresh_database("validator_windows")
-        key = f"0x{'ab' * 20}#{uuid.uuid4()}"  # 79 characters
-        windows = SqlNodeWindows(Database(open_database(url, tmp_path)))
-        for counter in (1, 2, 3):
-            windows.push(1, key, {"file": f"f{counter}", "counter": counter}, keep=2)
-        again = SqlNodeWindows(Database(open_database(url, tmp_path)))  # a restarted validator
-        window = again.push(1, key, {"file": "f4", "counter": 4, "forfeit": "stale step label"}, keep=2)
-        assert [e["counter"] for e in window] == [3, 4] and window[-1]["forfeit"] == "stale step label"
-    finally:
-        cluster.stop()
+    started = start_cluster()
+    yield started
+    started.stop()
 
 
-def test_an_older_validators_postgres_database_is_widened(tmp_path: Path) -> None:
+def test_counter_windows_keyed_by_node_and_task_survive_a_restart_on_postgres(
+    cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    url = cluster.fresh_database("validator_windows")
+    key = f"0x{'ab' * 20}#{uuid.uuid4()}"  # 79 characters
+    windows = SqlNodeWindows(Database(open_database(url, tmp_path)))
+    for counter in (1, 2, 3):
+        windows.push(1, key, {"file": f"f{counter}", "counter": counter}, keep=2)
+    again = SqlNodeWindows(Database(open_database(url, tmp_path)))  # a restarted validator
+    window = again.push(1, key, {"file": "f4", "counter": 4, "forfeit": "stale step label"}, keep=2)
+    assert [e["counter"] for e in window] == [3, 4] and window[-1]["forfeit"] == "stale step label"
+
+
+def test_an_older_validators_postgres_database_is_widened(cluster: PostgresCluster, tmp_path: Path) -> None:
     """A database made when the column held 42 characters takes the longer key after a restart."""
-    if postgres_bin() is None:
-        pytest.skip("no PostgreSQL binaries (initdb) on this machine; scripts/ci-services.sh installs them")
     from sqlalchemy import create_engine, text
 
-    cluster = start_cluster()
-    try:
-        url = cluster.fresh_database("validator_old")
-        engine = create_engine(url)
-        with engine.begin() as conn:
-            conn.execute(text("CREATE TABLE node_windows (pool_id INTEGER NOT NULL, node VARCHAR(42) "
-                              "NOT NULL, entries TEXT, PRIMARY KEY (pool_id, node))"))
-        engine.dispose()
-        windows = SqlNodeWindows(Database(open_database(url, tmp_path)))
-        key = f"0x{'cd' * 20}#{uuid.uuid4()}"
-        assert windows.push(1, key, {"file": "f1", "counter": 1}, keep=4) == [{"file": "f1", "counter": 1}]
-    finally:
-        cluster.stop()
+    url = cluster.fresh_database("validator_old")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE node_windows (pool_id INTEGER NOT NULL, node VARCHAR(42) "
+                          "NOT NULL, entries TEXT, PRIMARY KEY (pool_id, node))"))
+    engine.dispose()
+    windows = SqlNodeWindows(Database(open_database(url, tmp_path)))
+    key = f"0x{'cd' * 20}#{uuid.uuid4()}"
+    assert windows.push(1, key, {"file": "f1", "counter": 1}, keep=4) == [{"file": "f1", "counter": 1}]
