@@ -85,7 +85,10 @@ def record_folders() -> list[Path]:
 
 def find_calibration(name_or_path: str | Path | None) -> CalibrationRecord | None:
     """The record made on this model's content, or None (then recomputation failures never slash)."""
-    wanted = model_id(name_or_path)
+    return _record_for(model_id(name_or_path))
+
+
+def _record_for(wanted: str | None) -> CalibrationRecord | None:
     if wanted is None:
         return None
     for folder in record_folders():
@@ -140,5 +143,4 @@ def resolve_limits(model: str | Path | None, overrides: Mapping[str, float | int
     """THE way a judge gets its limits for a task's `model` (the module's docstring). `overrides`
     None: the pool's explicit settings from the environment; a mapping: exactly those (a bench, a test)."""
     wanted = model_id(model)
-    found = find_calibration(model)
-    return limits_of(found, pool_overrides() if overrides is None else overrides, wanted)
+    return limits_of(_record_for(wanted), pool_overrides() if overrides is None else overrides, wanted)
