@@ -29,19 +29,18 @@ simulated where said so).
    c. cheap answer: commits to garbage, answers C·r with A·(B·r) (O(n²), right by Freivalds) and opens
       the garbage rows; also opening the true rows (computed after the probe) under the garbage tree;
    d. partly computed: a fraction f (0.5, 0.75, 0.9) of C's rows right, garbage elsewhere, C·r right:
-      the pass rate measured against the exact bound (hypergeometric: none of the 8 opened rows is a
-      garbage row) and f⁸;
+      the pass rate measured against the exact bound (hypergeometric: none of the 64 opened rows is a
+      garbage row) and f⁶⁴;
    e. claims 10× its FLOP/s: the commitment carries the node's own `seconds`, which nothing uses; the
-      proven figure is 2n³ over the challenger's time less the measured round trip. With the prover
-      times of 1. and a simulated round trip of 0, 10, 50 ms measured exactly, the proven figure is
-      the node's own (2n³ over its commit time: below its product's speed, since the time includes
-      building A and B and hashing C); a round trip measured short (1 ms of a true 50) only lowers it.
-      The round trip is the shortest of three TCP handshakes and three `/health` answers, all from the
-      node, so a node that delays all of them by D lengthens the measured round trip by D; the
-      challenger takes off at most half the challenge's time, so what that gains is at most 2×:
-      printed too;
+      proven figure is 2n³ over the challenger's time from sending the challenge to receiving the
+      commitment, nothing subtracted. With the prover times of 1. and a simulated link of 0, 10, 50 ms,
+      the proven figure is the node's own over its commit time plus one round trip. A node that delays
+      the round-trip probes by D gains nothing now; beside it, what issue 38's challenger (the probed
+      round trip taken off, at most half the time) gave it: up to 2×;
    f. relays to a faster helper: the helper computes the true product, so no check can tell; only the
-      time bound and the measured round trip limit what the relay gains. Stated, not measured;
+      time bound limits what the relay gains. Simulated: a helper k× faster (10, 100, 1000) 1 ms from
+      the node, the node 10 ms from the challenger; proven over the node's own figure, now and before
+      (with the probes delayed);
    g. lower precision: A and B computed in bfloat16 (or float16), passed off as float32.
 4. Traffic and CPU per node per hour at the default schedule (`hardware_n` 1024, float32, one
    challenge before the invite, then re-challenges with a mean interval of `hardware_recheck_seconds`
@@ -241,25 +240,32 @@ def honest_child(count: int, seed: int, threads: int) -> dict[str, Any]:
 
 
 def flops_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The proven figure as the challenger computes it (orchestrator/hardware/challenger.py), from the
-    prover's measured commit time and a simulated round trip."""
+    """The proven figure as the challenger computes it (orchestrator/hardware/challenger.py: 2n³ over the
+    exchange on its clock, nothing subtracted), from the prover's measured commit time and a simulated
+    round trip; `before` is issue 38's challenger (the probed round trip taken off, at most half)."""
 
-    def proven(n: int, commit: float, true_rtt: float, measured_rtt: float) -> float:
-        elapsed = commit + true_rtt  # the challenger's clock: the challenge's trip, the work, the answer's
-        # as orchestrator/hardware/challenger.py: at most half the elapsed time is taken off for the link
+    def proven(n: int, elapsed: float, measured_rtt: float | None = None) -> float:
+        if measured_rtt is None:
+            return hardware.proven_flops(n, elapsed) / 1e9
         return hardware.proven_flops(n, elapsed - min(measured_rtt, elapsed / 2)) / 1e9
 
     table = []
     for row in rows:
-        n, commit = row["n"], row["prover_ms"]["commit"] / 1e3
+        n, t = row["n"], row["prover_ms"]["commit"] / 1e3
+        own = proven(n, t + 0.010)  # its own speed seen through a 10 ms link
+        # a relay to a helper k× faster, 1 ms away, probes delayed (D ≥ the elapsed time) or not
+        relay = {f"{k}x": {"now": proven(n, t / k + 0.001 + 0.010) / own,
+                           "before_delayed": proven(n, t / k + 0.011, 1.0) / own}
+                 for k in (10, 100, 1000)}  # fmt: skip
         table.append({
-            "n": n, "precision": row["precision"], "commit_ms": commit * 1e3,
+            "n": n, "precision": row["precision"], "commit_ms": t * 1e3,
             "multiply_gflops": row["multiply_gflops"],
-            "proven_gflops": {str(ms): proven(n, commit, ms / 1e3, ms / 1e3) for ms in (0, 10, 50)},
-            "claimed_10x_gflops": 10 * hardware.proven_flops(n, commit) / 1e9,
-            "rtt_measured_short_gflops": proven(n, commit, 0.050, 0.001),
-            "health_delayed_gflops": {f"{share:g}": proven(n, commit, 0.010, 0.010 + share * commit)
-                                      for share in (0.5, 0.9, 1.0)},
+            "proven_gflops": {str(ms): proven(n, t + ms / 1e3) for ms in (0, 10, 50)},
+            "claimed_10x_gflops": 10 * hardware.proven_flops(n, t) / 1e9,
+            "health_delayed_gflops": {f"{share:g}": proven(n, t + 0.010) for share in (0.5, 0.9, 1.0)},
+            "health_delayed_before_gflops": {f"{share:g}": proven(n, t + 0.010, 0.010 + share * t)
+                                             for share in (0.5, 0.9, 1.0)},
+            "relay_factor": relay,
         })  # fmt: skip
     return table
 
@@ -298,10 +304,8 @@ def traffic(row: dict[str, Any]) -> dict[str, Any]:
 # --- the report ----------------------------------------------------------------------------------------
 
 
-RELAY = ("f. relays to a faster helper: the helper computes the true product, so no check tells it apart "
-         "(nothing to measure); only the time bound, with the challenger's round trip to the node measured "
-         "and subtracted, limits what a relay gains: the relayed answer proves the helper's speed less the "
-         "relay's delay, for this node's key.")  # fmt: skip
+RELAY = ("the helper computes the true product, so no check tells it apart; only the time bound limits "
+         "what a relay gains: the relayed answer proves the helper's speed less the relay's delay.")
 
 
 def report(f: dict[str, Any]) -> None:
@@ -356,23 +360,28 @@ def report(f: dict[str, Any]) -> None:
     for d in li["partial"]:
         print(f"     f = {d['f']:<4} ({d['right_rows']:>3} of {li['n']} rows right): passed {d['passed']:>3}/"
               f"{d['trials']} = {d['rate']:.4f}; bound {d['hypergeometric']:.4f} (hypergeometric), "
-              f"f^8 {d['f8']:.4f}")
-    print("  e. claims 10× its FLOP/s: the proven figure is 2n³ / (challenger's time − measured round trip)")
-    print(f"     {'n':>5} {'commit ms':>9} {'A·B alone':>9} | "
-          f"{'proven at rtt 0/10/50 ms, measured exactly':>42} | {'claimed':>8} | {'rtt 50 measured 1':>17}")
+              f"f^{ROWS_OPENED} {d['f8']:.4f}")
+    print("  e. claims 10× its FLOP/s: the proven figure is 2n³ / (the challenger's time, round trip in)")
+    print(f"     {'n':>5} {'commit ms':>9} {'A·B alone':>9} | {'proven at rtt 0/10/50 ms':>26} | "
+          f"{'claimed':>8}")
     for e in li["flops"]:
         proven = " / ".join(f"{v:.2f}" for v in e["proven_gflops"].values())
-        print(f"     {e['n']:>5} {e['commit_ms']:9.2f} {e['multiply_gflops']:9.2f} | {proven:>42} | "
-              f"{e['claimed_10x_gflops']:8.2f} | {e['rtt_measured_short_gflops']:17.2f}   (GFLOP/s)")
-    print("     the claim (the commitment's own `seconds` ÷ 10) is ignored; a round trip measured exactly "
-          "gives the\n     node's own speed over its commit time, one measured short only lowers it.")
-    print("     The round trip is the shortest of 3 TCP handshakes and 3 GET /health, all answered by the")
-    print("     node: one that delays them by D (a share of its commit time, true rtt 10 ms) proves")
-    print("     (GFLOP/s; at most half the challenge's time is taken off, so at most 2× its own figure):")
+        print(f"     {e['n']:>5} {e['commit_ms']:9.2f} {e['multiply_gflops']:9.2f} | {proven:>26} | "
+              f"{e['claimed_10x_gflops']:8.2f}   (GFLOP/s)")
+    print("     the claim (the commitment's own `seconds` ÷ 10) is ignored. A node that delays the")
+    print("     round-trip probes by D (a share of its commit time t, true rtt 10 ms) proves, now and")
+    print("     before (GFLOP/s):")
     for e in li["flops"]:
-        delayed = ", ".join(f"D = {k}·t: {v:.3g}" for k, v in e["health_delayed_gflops"].items())
-        print(f"     {e['n']:>5}: {delayed}")
-    print(f"  {RELAY}")
+        now = ", ".join(f"D = {k}·t: {v:.3g}" for k, v in e["health_delayed_gflops"].items())
+        before = ", ".join(f"{v:.3g}" for v in e["health_delayed_before_gflops"].values())
+        print(f"     {e['n']:>5}: {now}   (before: {before})")
+    print("  f. relays to a helper k× faster, 1 ms away, link 10 ms: proven ÷ its own figure, now / before")
+    print("     (before: with the probes delayed)")
+    for e in li["flops"]:
+        shown = ", ".join(f"{k}: {v['now']:.1f}× / {v['before_delayed']:.1f}×"
+                          for k, v in e["relay_factor"].items())  # fmt: skip
+        print(f"     {e['n']:>5}: {shown}")
+    print(f"     {RELAY}")
     for g in li["lower_precision"]:
         line(f"g. computed in {g['precision']}, passed off as float32", g)
 

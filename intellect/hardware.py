@@ -15,10 +15,13 @@ The node returns C·r and the asked rows with their Merkle proofs, and the chall
 
 A node that committed a C it did not compute in full is caught on every opened row it skipped: with
 a fraction f of C's rows computed, the chance of passing is at most f^k for k opened rows
-(`ROWS_OPENED`). The time from the challenge to the commitment, less the measured round trip, bounds
-the time the node needed, so 2n³ over it bounds its sustained FLOP/s for that precision: a node can
-prove less than it has (then it is placed by what it proved), and more only by slowing the probes
-that measure its round trip, which the challenger caps at 2× (orchestrator/hardware/challenger.py).
+(`ROWS_OPENED`: 64, so a node that computed 90 % of the rows passes one challenge 1 time in 850, and
+a node that committed and then does not open counts as failed: orchestrator/hardware/challenger.py).
+The time from sending the challenge to receiving the commitment, as the challenger's clock sees it,
+bounds the time the node needed (a round trip included, nothing subtracted), so 2n³ over it bounds
+its sustained FLOP/s for that precision: a node can prove less than it has (then it is placed by what
+it proved); more only by having someone faster compute for it (a relay), which no time bound tells
+apart (docs/hardware.md has the measured factors).
 
 Tolerances follow how float error grows, per precision: u times the value plus u times the root sum
 of squares of its terms (`_allowed`, × a margin). Honest float error is far below them (measured:
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 PRECISIONS = ("float32", "float16", "bfloat16")
-ROWS_OPENED = 8
+ROWS_OPENED = 64  # rows opened per challenge (min(64, n)): a 90 %-computed C passes with 0.9⁶⁴ ≈ 0.1 %
 MAX_N = 8192  # 8192² float32 = 256 MiB per matrix: the largest challenge a node must hold
 DOMAIN = b"intellect-hardware/1"
 
@@ -258,5 +261,6 @@ def check(a: np.ndarray, b: np.ndarray, precision: str, root: str, p: Probe, cr:
 
 
 def proven_flops(n: int, seconds: float) -> float:
-    """The sustained FLOP/s a node proved: 2n³ multiply-adds over the time it took (round trip removed)."""
+    """The sustained FLOP/s a node proved: 2n³ multiply-adds over the time the challenger saw it take
+    (one round trip included: nothing the node can inflate is subtracted)."""
     return 2.0 * n**3 / max(seconds, 1e-6)

@@ -46,18 +46,41 @@ def judge(address: str, challenge: HardwareChallenge, commitment: dict[str, Any]
     reasons = unsigned(address, challenge, commitment, secret, answer)
     if reasons:  # unsigned words are no evidence: judged, but nothing below would be the node's
         return reasons
-    probe = hardware.probe(secret, challenge.n)
+    # the probe opens as many rows as the node's signed answer holds: a challenger cannot claim it
+    # asked for more than the node answered (the challenger refuses a short opening itself, off chain)
+    probe = hardware.probe(secret, challenge.n, len(answer["rows"]))
     result = hardware.check(a, b, challenge.precision, commitment["root"], probe, answer["cr"],
                             answer["rows"], answer["proofs"])  # fmt: skip
     return result.reasons
+
+
+def judge_unopened(address: str, evidence: dict[str, Any]) -> tuple[str, list[str]]:
+    """A commitment the node never opened (`unopened`: what happened instead). ("unopened", what
+    happened) when the commitment is the node's signed words, else ("unsigned", why not). Never
+    "wrong": that the opening did not come (or came late, or malformed) rests on the challenger's word
+    alone, so it refuses invites and placement off chain and takes no stake (docs/hardware.md)."""
+    try:
+        challenge = HardwareChallenge.model_validate(evidence["challenge"])
+        commitment = dict(evidence["commitment"])
+        said = commitment_text(challenge, address, str(commitment["root"]))
+        signed = verify_message(said, str(commitment["signature"]), address)
+        happened = str(evidence["unopened"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a hardware challenge's evidence: {type(exc).__name__} {exc}") from None
+    if not signed or commitment.get("challenge_id") != challenge.challenge_id:
+        return "unsigned", ["the commitment is not signed by the node's key for this challenge"]
+    return "unopened", [f"committed, not opened: {happened}"]
 
 
 def judge_evidence(address: str, evidence: dict[str, Any]) -> tuple[str, list[str]]:
     """One recorded piece of evidence (`challenge`, `commitment`, `secret`, `answer`, as `GET
     /nodes/{address}/hardware` lists it) judged again: ("wrong", reasons) when it convicts `address`
     (its own signed words contradict the challenge), ("unsigned", reasons) when the words are not
-    its own (no evidence), ("right", []) when the answer holds. A record that is not evidence at all
-    raises ValueError."""
+    its own (no evidence), ("right", []) when the answer holds, ("unopened", what happened) for a
+    signed commitment that was never opened (`judge_unopened`: no stake). A record that is not
+    evidence at all raises ValueError."""
+    if isinstance(evidence, dict) and "unopened" in evidence and "answer" not in evidence:
+        return judge_unopened(address, evidence)
     try:
         challenge = HardwareChallenge.model_validate(evidence["challenge"])
         secret = bytes.fromhex(evidence["secret"])

@@ -75,7 +75,8 @@ def judged(who: str, pieces: list[Any]) -> list[dict[str, Any]]:
     for piece in pieces:
         try:
             kind, reasons = judge_evidence(who, piece)
-            digest: str | None = "0x" + evidence_digest(piece).hex()
+            # an unopened commitment is no slashable evidence: nothing for a vote to name
+            digest: str | None = None if kind == "unopened" else "0x" + evidence_digest(piece).hex()
         except ValueError as exc:
             kind, reasons, digest = "not evidence", [str(exc)], None
         challenge = piece.get("challenge", {}) if isinstance(piece, dict) else {}
@@ -101,7 +102,8 @@ def hardware_evidence(
         table.add_column(col, overflow="fold")
     for r in rows:
         labels = {"wrong": "[red]wrong, signed by the node[/red]", "unsigned": "not its signed words",
-                  "right": "the answer holds"}  # fmt: skip
+                  "right": "the answer holds",
+                  "unopened": "committed, never opened: not invited (off chain, no stake)"}  # fmt: skip
         shown = labels.get(str(r["verdict"]), str(r["verdict"]))
         table.add_row(str(r["challenge_id"])[:16] + "…", str(r["n"]), str(r["precision"]), shown,
                       "; ".join(r["reasons"])[:300])  # fmt: skip

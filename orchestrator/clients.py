@@ -82,10 +82,10 @@ class SignedClient:
         """The shortest round trip to the worker, in seconds: of `tries` TCP handshakes (answered by
         the node's kernel) and `tries` GET /health (no retries: a retry's wait is not the link's).
 
-        The node gains by making this LONGER (it is subtracted from its challenge's time), so the
-        shortest of both kinds is kept: to inflate it, a node must delay its kernel's handshakes and
-        its /health, and not its challenge answer. What it can gain that way is capped by the
-        challenger (at most half the challenge's time is taken off: orchestrator/hardware/)."""
+        Shown with the node's hardware figure and used as a bound on its links in placement; never
+        subtracted from the challenge's time (orchestrator/hardware/challenger.py): the node answers
+        these probes itself and could delay them, which gained it up to 2× when it was (issue 56). The
+        shortest of both kinds is kept."""
         url = httpx.URL(worker_url)
         host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
         best = float("inf")

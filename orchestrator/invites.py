@@ -24,7 +24,7 @@ from orchestrator.context import Context
 from orchestrator.hardware.challenger import challenge_node
 from orchestrator.models import NodeRow, utcnow
 from orchestrator.pacing import Pacing
-from orchestrator.store.hardware import WRONG
+from orchestrator.store.hardware import FAILED, MAX_FAILED, WRONG
 
 log = structlog.get_logger("intellect.orchestrator.invites")
 MAX_CONCURRENT_INVITES = 16
@@ -75,24 +75,42 @@ async def invite_one(ctx: Context, row: NodeRow) -> None:
 
 
 async def hardware_passes(ctx: Context, row: NodeRow) -> bool:
-    """Challenge the node's hardware before its invite (docs/hardware.md). A wrong answer is refused
-    the invite (retried with the invite back-off, with a fresh challenge); an unanswered challenge
-    (unreachable, e.g. behind NAT, or too slow) proves nothing and costs nothing: the node is invited
-    and placed after the nodes with a proven figure."""
+    """Challenge the node's hardware before its invite (docs/hardware.md). A wrong answer, or a signed
+    commitment not opened, is refused the invite (retried with the invite back-off, with a fresh
+    challenge) until `MAX_FAILED` such failures are on record: then the node is Banned here (off chain)
+    and never challenged nor invited again, so a liar that declines the openings it cannot answer tries
+    its luck a bounded number of times. An unanswered challenge (unreachable, e.g. behind NAT, or too
+    slow, before any commitment) proves nothing and costs nothing: the node is invited and placed
+    after the nodes with a proven figure."""
     settings = ctx.settings
+    if await run_in_threadpool(ctx.hardware.failed, row.address) >= MAX_FAILED:
+        await _strike_out(ctx, row)
+        return False
     proof = await challenge_node(ctx.peers, row.address, row.worker_url or "", settings.hardware_n,
                                  settings.hardware_precision, settings.hardware_timeout_seconds)  # fmt: skip
     await run_in_threadpool(ctx.hardware.record, proof)
     ctx.metrics.hardware.labels(proof.outcome).inc()
-    if proof.outcome != WRONG:
+    if proof.outcome not in FAILED:
         return True
+    if await run_in_threadpool(ctx.hardware.failed, row.address) >= MAX_FAILED:
+        await _strike_out(ctx, row)
+        return False
     attempts = row.invite_attempts + 1
     backoff = min(settings.invite_interval_seconds * 2 ** (attempts - 1), settings.invite_max_backoff_seconds)
+    what = "answered wrongly" if proof.outcome == WRONG else "committed and not opened"
     await ctx.book.transition(row.address, NodeState.DISCOVERED,
-                              f"hardware challenge answered wrongly: {'; '.join(proof.reasons[:2])}"[:1000],
+                              f"hardware challenge {what}: {'; '.join(proof.reasons[:2])}"[:1000],
                               actor="hardware", only_from=NodeState(row.state), invite_attempts=attempts,
                               next_invite_at=utcnow() + timedelta(seconds=backoff))  # fmt: skip
     return False
+
+
+async def _strike_out(ctx: Context, row: NodeRow) -> None:
+    log.warning("hardware challenges failed too often: not invited again", node=row.address)
+    await ctx.book.transition(row.address, NodeState.BANNED,
+                              f"{MAX_FAILED} hardware challenges failed (wrong or not opened): not invited "
+                              "again (off chain; the pool owner decides on chain)", actor="hardware",
+                              only_from=NodeState(row.state))  # fmt: skip
 
 
 # Every this many passes the whole Redis state mirror is rewritten from SQL (one pipelined write), in

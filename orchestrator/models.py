@@ -141,12 +141,12 @@ class HardwareProofRow(Base):
     at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
     n: Mapped[int] = mapped_column(Integer)
     precision: Mapped[str] = mapped_column(String(16))
-    outcome: Mapped[str] = mapped_column(String(16))  # proven | wrong | unanswered
+    outcome: Mapped[str] = mapped_column(String(16))  # proven | wrong | unopened | unanswered
     flops: Mapped[float | None] = mapped_column(Float)  # proven lower bound (proven only)
     rtt_ms: Mapped[float | None] = mapped_column(Float)  # measured round trip to the node's API
-    seconds: Mapped[float | None] = mapped_column(Float)  # challenge → commitment, less the round trip
+    seconds: Mapped[float | None] = mapped_column(Float)  # challenge sent → commitment received
     reasons: Mapped[list[str] | None] = mapped_column(JSON)
-    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # wrong answers only
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # wrong and unopened only
 
 
 class RoundTripRow(Base):

@@ -73,7 +73,7 @@ class HardwareProver:
                 self._held = None
                 raise UnknownChallenge(f"challenge {reveal.challenge_id[:16]}… expired ({HOLD_SECONDS:.0f}s)")
             self._held = None  # one reveal per challenge: a second probe would open more rows
-        probe = hardware.probe(bytes.fromhex(reveal.secret), held.challenge.n)
+        probe = hardware.probe(bytes.fromhex(reveal.secret), held.challenge.n, reveal.opened)
         cr, rows, proofs = hardware.answer(held.product, held.levels, probe)
         said = answer_text(reveal.challenge_id, self.node_address, reveal.secret, cr, rows, proofs)
         signature = self.sign(said)

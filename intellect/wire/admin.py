@@ -15,13 +15,14 @@ from intellect.wire.nodes import NodeState
 class HardwareFigures(WireModel):
     """A node's latest hardware challenge (docs/hardware.md): what it proved, not what it claims."""
 
-    outcome: Literal["proven", "wrong", "unanswered"]
+    outcome: Literal["proven", "wrong", "unopened", "unanswered"]
     at: datetime
     n: int
     precision: str
     flops: float | None = Field(default=None, description="proven lower bound on sustained FLOP/s")
     rtt_ms: float | None = Field(default=None, description="measured round trip to the node's API")
-    seconds: float | None = Field(default=None, description="challenge to commitment, less the round trip")
+    seconds: float | None = Field(default=None, description="challenge sent to commitment received, round "
+                                   "trip included")
     reasons: list[str] = Field(default_factory=list, description="why nothing was proven")
 
 
@@ -40,12 +41,13 @@ class HardwareHistory(WireModel):
     node_address: str
     proofs: list[HardwareFigures]
     evidence: list[dict[str, Any]] = Field(
-        default_factory=list, description="the signed evidence of each wrong answer, newest first: "
-        "challenge, commitment, secret and answer (anyone can check it again)",
+        default_factory=list, description="the signed evidence of each wrong answer (challenge, commitment, "
+        "secret and answer: anyone can check it again) and of each commitment not opened (challenge, "
+        "commitment, secret, `unopened`: what happened), newest first",
     )  # fmt: skip
     round_trips: dict[str, float] = Field(
-        default_factory=dict, description="ms to each node both ends measured (the larger of their figures): "
-        "what groups are placed by",
+        default_factory=dict, description="ms to each node both ends measured (the larger of their figures); "
+        "groups are placed by those whose ends agree (docs/hardware.md)",
     )  # fmt: skip
 
 

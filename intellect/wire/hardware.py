@@ -17,14 +17,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from intellect.hardware import MAX_N, PRECISIONS
+from intellect.hardware import MAX_N, PRECISIONS, ROWS_OPENED
 from intellect.wire.base import WireModel
 
 HEX32 = r"^[0-9a-f]{64}$"
 Row = Annotated[list[float], Field(max_length=MAX_N)]
 Proof = Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)]  # depth ≤ 13 at MAX_N
-# The largest honest answer: C·r and 8 rows of MAX_N numbers (~25 bytes each in JSON) and 8 proofs.
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# The largest honest answer: C·r and 64 rows of MAX_N numbers (~25 bytes each in JSON, 13.5 MB) and 64
+# proofs (55 kB).
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 PRECISION_PATTERN = "^(" + "|".join(PRECISIONS) + ")$"
 
 
@@ -45,6 +46,9 @@ class HardwareCommitment(WireModel):
 class HardwareReveal(WireModel):
     challenge_id: str = Field(pattern=HEX32)
     secret: str = Field(pattern=HEX32, description="the challenger's secret, the probe's seed (r and rows)")
+    opened: int = Field(default=ROWS_OPENED, ge=1, le=64,
+                        description="rows to open (min(opened, n)); the signed answer's row count says "
+                        "how many were: its evidence needs no more")  # fmt: skip
 
 
 class HardwareAnswer(WireModel):

@@ -1,19 +1,25 @@
-"""Pure group formation: which healthy, ungrouped nodes go together: fastest first, nearest among equals.
+"""Pure group formation: which healthy, ungrouped nodes go together: equally fast nodes, near ones.
 
-A group runs at its slowest member's pace (one batch's stages run one after another), so the fastest
-free node seeds each group and is joined by nodes of similar proven throughput (within
-`SIMILAR_SPEED` of it), nearest first; then by the next fastest; nodes with no proven figure come
-last, nearest first. Throughput is what the node PROVED: the FLOP/s lower bound of its latest
-hardware challenge (a matrix product checked by Freivalds' algorithm, docs/hardware.md), never the
-figure its worker reports of itself (`worker/benchmark.py`, shown but not used here): a node can prove
-less than it has, never more.
+A group runs at its slowest member's pace (one batch's stages run one after another). The fastest
+free node's proven throughput sets a band (`SIMILAR_SPEED` of it); the seed is drawn among the nodes
+in that band and joined by nodes of similar proven throughput, near ones first; then by the next
+fastest; nodes with no proven figure come last. Throughput is what the node PROVED: the FLOP/s lower
+bound of its latest hardware challenge (docs/hardware.md), never the figure its worker reports of
+itself. A node can prove less than it has at will, not more by delaying the challenger's probes (the
+time is taken around the exchange itself), and more without bound only through a faster machine
+answering for it (a relay), which no time bound tells apart. Drawing the seed within the band means
+proving a figure a little above the others buys nothing: issue 56 found a node that proved 1.01× its
+peers seeding every group it was in.
 
-"Nearest" is measured, not declared: the round trip between the two nodes as both of them measured it
-(the larger figure, orchestrator/store/round_trips.py); where that link is not measured yet, the sum
-of the orchestrator's own round trips to each (a bound on the link by the triangle inequality, taken
-with the hardware proof); the location a node reports of itself only where neither exists (a pool
-that challenges no hardware). Ties are broken by a draw nobody in the group controls (sha256 of the
-pass's random `draw` and the address), not by address order, which a node picks.
+"Near" is measured, not declared, and no node's own reports can single out a neighbour
+(orchestrator/groups/nearness.py): a link counts when both ends measured it and agree; a link not
+measured is bounded by the sum of the orchestrator's own round trips to each end (the triangle
+inequality), never dropped; a node whose reports contradict its peers' has none of its links
+counted (the caller leaves them out of `links`); the location a node reports of itself only where
+no round trip exists (a pool that challenges no hardware). Candidates within `NEAR_FACTOR` of the
+seed's nearest are equally near, in the draw's order: a round trip's few ms of noise, or a liar's
+`AGREE_FACTOR` of slack, choose nobody. The draw (a fresh random value per pass, sha256 with each
+address) is one nobody can predict or grind.
 
 No I/O here: the scheduler feeds candidates in and persists what comes out, so this is easy to test.
 """
@@ -26,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from intellect.wire.nodes import ComputeSpecs, Location
+from orchestrator.groups.nearness import AGREE_FACTOR
 from orchestrator.groups.topology import Topology
 
 EARTH_RADIUS_KM = 6371.0
@@ -43,6 +50,14 @@ class Candidate:
 
 
 SIMILAR_SPEED = 0.8  # a node at least this fraction of the seed's throughput counts as equally fast
+# Candidates within this factor (+ slack) of the seed's nearest count as equally near and are taken in
+# the draw's order. Above AGREE_FACTOR, so the most an undisputed liar can stretch a link (to
+# AGREE_FACTOR × what its other end saw) does not push an equally near peer out of the band.
+# Honest links within NEAR_FACTOR / AGREE_FACTOR (1.6×) of the nearest stay in the band however a liar
+# stretches them.
+NEAR_FACTOR = 2.0
+NEAR_SLACK_MS = 2.0
+assert NEAR_FACTOR > AGREE_FACTOR
 
 
 def _speed(c: Candidate) -> float:
@@ -53,14 +68,15 @@ Links = Mapping[frozenset[str], float]
 
 
 def nearness(seed: Candidate, c: Candidate, links: Links) -> tuple[int, float]:
-    """How near `c` is to `seed`, smaller first: (0, the measured link), (1, the sum of the
-    orchestrator's round trips), (2, km between declared locations), in that order of trust."""
+    """How near `c` is to `seed`, smaller first: (0, ms) by the link both ends measured and agree on,
+    else by the sum of the orchestrator's round trips to both (an upper bound on the link); (1, km
+    between declared locations) only where neither exists."""
     measured = links.get(frozenset((seed.address, c.address)))
     if measured is not None:
         return (0, measured)
     if seed.rtt_ms is not None and c.rtt_ms is not None:
-        return (1, seed.rtt_ms + c.rtt_ms)
-    return (2, distance_km(seed.location, c.location))
+        return (0, seed.rtt_ms + c.rtt_ms)
+    return (1, distance_km(seed.location, c.location))
 
 
 def _tie(c: Candidate, draw: str | None) -> str:
@@ -69,13 +85,49 @@ def _tie(c: Candidate, draw: str | None) -> str:
     return hashlib.sha256(f"intellect-formation:{draw}:{c.address.lower()}".encode()).hexdigest()
 
 
-def _joining_order(seed: Candidate, c: Candidate, links: Links,
-                   draw: str | None) -> tuple[int, tuple[int, float] | float, str]:  # fmt: skip
+def _near_order(seed: Candidate, others: list[Candidate], links: Links,
+                draw: str | None) -> dict[str, tuple[int, int, float, str]]:  # fmt: skip
+    """Each candidate's place by nearness to `seed`: those within NEAR_FACTOR of the nearest first, in
+    the draw's order; the rest by how near."""
+    near = {c.address: nearness(seed, c, links) for c in others}
+    best = min(near.values(), default=(0, 0.0))
+    order: dict[str, tuple[int, int, float, str]] = {}
+    for c in others:
+        tier, value = near[c.address]
+        # declared places (tier 1) are the node's own word either way: ordered as given
+        equal = tier == best[0] == 0 and value <= NEAR_FACTOR * best[1] + NEAR_SLACK_MS
+        order[c.address] = (tier, 0, 0.0, _tie(c, draw)) if equal else (tier, 1, value, _tie(c, draw))
+    return order
+
+
+def _kind(seed: Candidate, c: Candidate) -> int:
+    """0: as fast as the seed (joins by nearness); 1: slower (joins by speed); 2: unproven, or the seed is."""
     if seed.throughput is None or c.throughput is None:
-        return (2, nearness(seed, c, links), _tie(c, draw))
-    if _speed(c) >= SIMILAR_SPEED * _speed(seed):
-        return (0, nearness(seed, c, links), _tie(c, draw))
-    return (1, -_speed(c), _tie(c, draw))
+        return 2
+    return 0 if _speed(c) >= SIMILAR_SPEED * _speed(seed) else 1
+
+
+def _joining(seed: Candidate, rest: list[Candidate], links: Links, draw: str | None) -> list[Candidate]:
+    """`rest` in the order it joins `seed`: the equally fast by nearness, then the slower by speed,
+    then the unproven by nearness (nearness compared within each kind)."""
+    kinds = {c.address: _kind(seed, c) for c in rest}
+    near: dict[str, tuple[int, int, float, str]] = {}
+    for kind in (0, 2):
+        near.update(_near_order(seed, [c for c in rest if kinds[c.address] == kind], links, draw))
+
+    def key(c: Candidate) -> tuple[int, tuple[int, int, float, str] | float, str]:
+        kind = kinds[c.address]
+        return (kind, -_speed(c) if kind == 1 else near[c.address], _tie(c, draw))
+
+    return sorted(rest, key=key)
+
+
+def _drawn_seed(fitting: list[Candidate], draw: str | None) -> Candidate:
+    """The seed: drawn among the free nodes within SIMILAR_SPEED of the fastest (all unproven ones
+    when none proved anything), so a figure slightly above the others does not make a node the seed."""
+    top = _speed(fitting[0])
+    band = [c for c in fitting if (_speed(c) >= SIMILAR_SPEED * top if top > 0 else _speed(c) == top)]
+    return min(band, key=lambda c: _tie(c, draw))
 
 
 @dataclass
@@ -95,10 +147,10 @@ def distance_km(a: Location | None, b: Location | None) -> float:
 
 def form_groups(candidates: list[Candidate], topologies: list[Topology], links: Links | None = None,
                 draw: str | None = None) -> list[ProposedGroup]:  # fmt: skip
-    """Greedy: for each topology in order, seed with the fastest free node (the draw's order among
-    equals; address order without one) and add free nodes of similar speed, nearest first (`links`:
-    measured round trips by pair), then the next fastest, up to max_size; keep the group only if it
-    reaches min_size."""
+    """Greedy: for each topology in order, seed with a node drawn among the fastest free ones (the
+    draw's order; address order without one) and add free nodes of similar speed, near ones first
+    (`links`: measured round trips by pair, those formation may trust: nearness.py), then
+    the next fastest, up to max_size; keep the group only if it reaches min_size."""
     measured: Links = links or {}
     free = sorted(candidates, key=lambda c: (-_speed(c), _tie(c, draw).lower()))
     groups: list[ProposedGroup] = []
@@ -107,8 +159,9 @@ def form_groups(candidates: list[Candidate], topologies: list[Topology], links: 
             fitting = [c for c in free if topology.fits(c.specs)]
             if len(fitting) < topology.min_size:
                 break
-            seed = fitting[0]
-            others = sorted(fitting[1:], key=lambda c: _joining_order(seed, c, measured, draw))
+            seed = _drawn_seed(fitting, draw)
+            rest = [c for c in fitting if c.address != seed.address]
+            others = _joining(seed, rest, measured, draw)
             members = _callable_ring([seed, *others], topology.max_size)
             if len(members) < topology.min_size:  # the seed is behind NAT and too few can be called
                 free = [c for c in free if c.address != seed.address]

@@ -25,11 +25,12 @@ from orchestrator.groups.failures import (
     recently_failed,
 )
 from orchestrator.groups.formation import Candidate, form_groups, merge_candidates, ring_order
+from orchestrator.groups.nearness import trusted_links
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
-from orchestrator.store.hardware import PROVEN, latest_proofs
+from orchestrator.store.hardware import MAX_FAILED, PROVEN, failed_counts, latest_proofs
 from orchestrator.store.nodes import audit
-from orchestrator.store.round_trips import links
+from orchestrator.store.round_trips import reports
 
 log = structlog.get_logger("intellect.orchestrator.groups")
 
@@ -93,6 +94,14 @@ def candidate(row: NodeRow, proven: dict[str, float] | None = None,
                      # its API could not be called when it was invited (it fetched the invite itself):
                      # nobody can open a connection to it, its peers included
                      reachable=row.joined_via != "pull")
+
+
+def placement_links(session: Session, free: list[Candidate]) -> tuple[dict[frozenset[str], float], set[str]]:
+    """What formation may trust of the round trips the free nodes reported (orchestrator/groups/
+    nearness.py): the links both ends measured and agree on, none touching a node whose reports
+    contradict its peers' (those nodes, returned too, are placed by the orchestrator's round trips)."""
+    said = reports(session, [c.address for c in free])
+    return trusted_links(said, [c.address for c in free if not c.reachable])
 
 
 def _dissolve(session: Session, group: NodeGroupRow, reason: str, changes: Changes) -> None:
@@ -199,13 +208,17 @@ def reconcile(session: Session, configured: dict[str, Topology],
         wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
     sitting_out = recently_failed(failed, failed_cooldown_seconds, utcnow())
     grouped = {m.node_address for ms in members.values() for m in ms}
+    # a member with MAX_FAILED failed hardware challenges (wrong, or committed and not opened) is not
+    # grouped again (docs/hardware.md): the pool owner decides on chain, the orchestrator on placement
+    struck = {a for a, count in failed_counts(session).items() if count >= MAX_FAILED}
     free = [candidate(row, proven, rtt) for row in nodes.values()
-            if row.state == NodeState.HEALTHY.value and row.address not in grouped]
+            if row.state == NodeState.HEALTHY.value and row.address not in grouped | struck]
     addresses = {gid: {m.node_address for m in ms} for gid, ms in members.items()}
-    measured = links(session, [c.address for c in free]) if wanted and len(free) > 1 else {}
+    measured = placement_links(session, free)[0] if wanted and len(free) > 1 else {}
     for topology in wanted:
         users = [tid for tid, tops in allowed.items() if topology.name in {t.name for t in tops}]
         eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
+        # a fresh draw per pass from the OS's random source: nobody predicts it, nobody grinds for it
         for proposal in form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex):
             formed = _create(session, proposal.topology.name, proposal.members, None)
             gid = formed.id

@@ -1,10 +1,12 @@
 """Re-challenges at random times: a node proves its hardware before its invite, and then again while it
 is in the pool, at moments it cannot foresee (each pass challenges each Healthy node with probability
 pass interval / `hardware_recheck_seconds`: exponentially distributed gaps of that mean). A node that
-swapped its GPU for a slower one after proving it is placed by the new figure; a wrong answer from a
-pool member is recorded with its evidence (`/nodes/{address}/hardware`) and logged for the pool owner,
-who decides (`intellect-pool slashing hardware`, a validator's vote); the node is not moved by the
-orchestrator, which holds no stake.
+swapped its GPU for a slower one after proving it is placed by the new figure; a wrong answer, or a
+commitment not opened, from a pool member is recorded with its evidence (`/nodes/{address}/hardware`),
+clears its figure and is logged for the pool owner, who decides on chain (`intellect-pool slashing
+hardware`, a validator's vote, for a wrong answer); with `MAX_FAILED` failures on record the node is
+not grouped again (orchestrator/groups/reconcile.py), the only move the orchestrator, which holds no
+stake, makes.
 """
 
 from __future__ import annotations

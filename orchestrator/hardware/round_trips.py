@@ -1,8 +1,9 @@
 """Round trips between pool members, measured by the members: each pass asks every Healthy node that
 can be called to measure up to `MAX_PEERS` other Healthy nodes' peer inboxes (those it measured
 longest ago first) and records the figures (`RoundTripBook`). Group formation goes by the links both
-ends measured, at the larger figure (orchestrator/store/round_trips.py says why), so members that
-would wait on each other across an ocean are not put together because they said they were near.
+ends measured and agree on, none of a node whose reports contradict its peers' (orchestrator/groups/
+nearness.py says why), so members that would wait on each other across an ocean are not put together
+because they said they were near, and no node picks its neighbours by what it reports.
 
 Cost: one signed request per node per pass and up to 3 × 16 TCP handshakes it makes; with the default
 `round_trip_seconds` (300) a node measures 16 peers every 5 minutes, so a pool of N nodes has every

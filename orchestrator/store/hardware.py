@@ -14,6 +14,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.models import HardwareProofRow, utcnow
 
 PROVEN, WRONG, UNANSWERED = "proven", "wrong", "unanswered"
+# Committed (signed) and then did not open, opened late, or opened something else: a failure like WRONG
+# for the invite and placement; its evidence takes no stake (docs/hardware.md says why).
+UNOPENED = "unopened"
+FAILED = (WRONG, UNOPENED)
+# A node with this many failed challenges on record is not invited again and not grouped: the bound on
+# how often a liar may try its luck (each try of a 90 %-rows liar fails 99.9 % of the time).
+MAX_FAILED = 3
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,14 @@ def proven_flops(session: Session) -> dict[str, float]:
             if p.outcome == PROVEN and p.flops is not None}  # fmt: skip
 
 
+def failed_counts(session: Session, addresses: Collection[str] | None = None) -> dict[str, int]:
+    """Each node's failed challenges on record (wrong or unopened), by address; nodes with none absent."""
+    query = select(HardwareProofRow.node_address, func.count()).where(HardwareProofRow.outcome.in_(FAILED))
+    if addresses is not None:
+        query = query.where(HardwareProofRow.node_address.in_(list(addresses)))
+    return {a: int(c) for a, c in session.execute(query.group_by(HardwareProofRow.node_address))}
+
+
 class HardwareBook:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
@@ -71,6 +86,10 @@ class HardwareBook:
     def latest(self, addresses: Collection[str] | None = None) -> dict[str, ProofRecord]:
         with self.sessions() as session:
             return latest_proofs(session, addresses)
+
+    def failed(self, address: str) -> int:
+        with self.sessions() as session:
+            return failed_counts(session, [address]).get(address, 0)
 
     def history(self, address: str, limit: int = 20) -> list[ProofRecord]:
         with self.sessions() as session:

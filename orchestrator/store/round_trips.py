@@ -1,13 +1,15 @@
 """Measured round trips between nodes (`round_trips`): the round-trip loop (orchestrator/hardware/
 round_trips.py) records what each node measured to others' peer inboxes through `RoundTripBook`, its
-only writer; group formation reads `links`.
+only writer; group formation reads `reports` (and judges them: orchestrator/groups/nearness.py),
+the API shows `links`.
 
 Why both ends, at the larger figure: a node reports its own measurement, so it could report a short
 round trip to a node it wants to sit next to. The kernel of the measured node answers a TCP handshake,
-so an honest end's figure is never shorter than the network allows; a link counts only when both ends
-measured it, and at the larger of the two, so a liar can make its links look slower, never faster than
-its honest partner saw. What this cannot tell apart: a peer inbox that is a relay near the victim
-(the handshake is the relay's); docs/hardware.md.
+so an honest end's figure is never shorter than the network allows; `links` (what the API shows)
+pairs both ends' figures at the larger. Making its other links look slower is the other lie (issue
+56): placement therefore reads the raw `reports` and trusts only links whose ends agree, none of a
+node that contradicts its peers (orchestrator/groups/nearness.py). What this cannot tell apart: a
+peer inbox that is a relay near the victim (the handshake is the relay's); docs/hardware.md.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ def links(session: Session, addresses: Collection[str] | None = None) -> dict[fr
         if other is not None and a != b:
             pairs[frozenset((a, b))] = max(ms, other)
     return pairs
+
+
+def reports(session: Session,
+            addresses: Collection[str] | None = None) -> dict[tuple[str, str], float | None]:  # fmt: skip
+    """Every fresh report among `addresses` (both ends in it), (reporter, target) → ms, None: not
+    reached. What placement judges (orchestrator/groups/nearness.py): which links agree, which nodes'
+    reports contradict their peers'."""
+    query = select(RoundTripRow).where(RoundTripRow.at >= utcnow() - FRESH)
+    if addresses is not None:
+        wanted = list(addresses)
+        query = query.where(RoundTripRow.reporter.in_(wanted), RoundTripRow.target.in_(wanted))
+    return {(r.reporter, r.target): r.ms for r in session.scalars(query)}
 
 
 class RoundTripBook:

@@ -1,5 +1,6 @@
-"""Pure group formation: the fastest free node seeds a group, nodes of similar measured speed join it
-nearest first, slower ones after; nodes that reported no figure come last (nearest first, as before)."""
+"""Pure group formation: a node drawn among the fastest free ones seeds a group, nodes of similar
+measured speed join it nearest first, slower ones after; nodes that reported no figure come last
+(nearest first, as before). Without a draw, the seed is the first of the band by address."""
 
 from __future__ import annotations
 
@@ -22,16 +23,17 @@ def members(groups) -> list[list[str]]:  # noqa: ANN001
 
 def test_the_fastest_nodes_are_grouped_together() -> None:
     nodes = [node("a", 100), node("b", 900), node("c", 120), node("d", 1000)]
-    assert members(form_groups(nodes, [parse_topology_name("2x0GB")])) == [["d", "b"], ["c", "a"]]
+    # b is within 80 % of d: the two are one band, whose seed is drawn (address order without a draw)
+    assert members(form_groups(nodes, [parse_topology_name("2x0GB")])) == [["b", "d"], ["a", "c"]]
 
 
 def test_among_equally_fast_nodes_the_nearest_joins_first() -> None:
-    nodes = [node("seed", 1000, BERLIN), node("tokyo", 990, TOKYO), node("paris", 850, PARIS),
+    nodes = [node("a-seed", 1000, BERLIN), node("tokyo", 990, TOKYO), node("paris", 850, PARIS),
              node("slow-paris", 300, PARIS)]  # fmt: skip
     # paris is within 80 % of the seed's speed and nearer than tokyo: it joins first.
-    assert members(form_groups(nodes, [parse_topology_name("2x0GB")]))[0] == ["seed", "paris"]
+    assert members(form_groups(nodes, [parse_topology_name("2x0GB")]))[0] == ["a-seed", "paris"]
     three = form_groups(nodes, [parse_topology_name("3x0GB")])
-    assert members(three) == [["seed", "paris", "tokyo"]]  # the slow one is left for a slower group
+    assert members(three) == [["a-seed", "paris", "tokyo"]]  # the slow one is left for a slower group
 
 
 def test_nodes_without_a_figure_come_after_measured_ones_and_keep_the_nearest_rule() -> None:
@@ -91,19 +93,23 @@ def test_the_ring_order_is_drawn_and_no_claim_places_a_member_before_another() -
     assert all(len(after) == 2 for after in before.values())  # each one's successor varies with the draw
 
 
-def test_measured_links_come_before_the_orchestrators_round_trips_and_both_before_declared_places() -> None:
-    seed = Candidate(address="seed", specs=SPECS, location=BERLIN, throughput=1100, rtt_ms=5.0)
+def test_measured_links_and_the_orchestrators_round_trips_are_one_scale_before_declared_places() -> None:
+    seed = Candidate(address="a-seed", specs=SPECS, location=BERLIN, throughput=1100, rtt_ms=5.0)
     paris = Candidate(address="paris", specs=SPECS, location=PARIS, throughput=1000, rtt_ms=40.0)
     tokyo = Candidate(address="tokyo", specs=SPECS, location=TOKYO, throughput=1000, rtt_ms=1.0)
     two = [parse_topology_name("2x0GB")]
     # no pair measured: the orchestrator's round trips (5 + 1 < 5 + 40) beat the declared places
-    assert members(form_groups([seed, paris, tokyo], two))[0] == ["seed", "tokyo"]
-    # Paris–seed measured by both ends: a measured link comes first, whatever the sums say
-    assert members(form_groups([seed, paris, tokyo], two, {frozenset(("seed", "paris")): 30.0}))[0] == \
-        ["seed", "paris"]  # fmt: skip
+    assert members(form_groups([seed, paris, tokyo], two))[0] == ["a-seed", "tokyo"]
+    # Paris–seed measured by both ends at 3 ms: nearer than Tokyo's bound of 6 ms
+    assert members(form_groups([seed, paris, tokyo], two, {frozenset(("a-seed", "paris")): 3.0}))[0] == \
+        ["a-seed", "paris"]  # fmt: skip
+    # ... but a measured link is no better than an unmeasured one bounded lower (issue 56): the one link
+    # a node left measured does not win over those it refused to measure
+    assert members(form_groups([seed, paris, tokyo], two, {frozenset(("a-seed", "paris")): 30.0}))[0] == \
+        ["a-seed", "tokyo"]  # fmt: skip
     # without any round trip, the declared places as before
-    bare = [node("seed", 1100, BERLIN), node("tokyo", 1000, TOKYO), node("paris", 1000, PARIS)]
-    assert members(form_groups(bare, two))[0] == ["seed", "paris"]
+    bare = [node("a-seed", 1100, BERLIN), node("tokyo", 1000, TOKYO), node("paris", 1000, PARIS)]
+    assert members(form_groups(bare, two))[0] == ["a-seed", "paris"]
 
 
 def test_ties_are_broken_by_the_draw_not_by_the_address_a_node_picks() -> None:
