@@ -25,6 +25,7 @@ MAX_LABELS = 64
 MAX_MOUNTS = 32
 MAX_PATH_CHARS = 1024
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+HEX_KEY = re.compile(r"[0-9a-f]{64}")  # a group's secret, a member's transport secret or public key
 # Where the worker puts the task's own directories inside a container: a mount may not shadow them.
 RESERVED_CONTAINER_PATHS = ("/data", "/shared", "/run/intellect")
 
@@ -258,9 +259,27 @@ class GroupContext(WireModel):
     secret: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$",
         description="`${GROUP_SECRET}`: 64 hex characters shared by the group's members alone (derived "
-        "by the orchestrator per task and group), to authenticate their peer-to-peer transport; None "
-        "from an orchestrator that derives none",
+        "by the orchestrator per task and group): it shows a peer is in the group, not which member it "
+        "is; None from an orchestrator that derives none",
     )  # fmt: skip
+    member_secret: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="`${MEMBER_SECRET}`: this member's own transport secret (a CURVE secret key, 64 hex "
+        "characters), told to no other member, so no member can speak on a link as another; None from "
+        "an orchestrator that derives none",
+    )  # fmt: skip
+    group_keys: list[str] | None = Field(
+        default=None, description="`${GROUP_KEYS}` (comma-separated): every member's transport public key "
+        "(the CURVE public key of its member_secret, 64 hex characters), in stage order",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _one_key_per_member(self) -> GroupContext:
+        keys = self.group_keys
+        if keys is not None and (len(keys) != self.group_size or not all(HEX_KEY.fullmatch(k) for k in keys)):
+            raise ValueError(f"group_keys: one key of 64 lowercase hex characters per member "
+                             f"({self.group_size})")
+        return self
 
 
 class AssignedTask(WireModel):

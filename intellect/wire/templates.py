@@ -19,15 +19,17 @@ TASK_VARIABLES = frozenset(
         "P2P_INBOX",
         "P2P_OUTBOX",
         "GROUP_SECRET",
+        "MEMBER_SECRET",
+        "GROUP_KEYS",
         "WORKER_P2P_SEED",
         "WORKER_P2P_PORT",
         "SOCKET_PATH",
         "TIMESTAMP",
     }
 )
-# Expanded by the orchestrator in storage_config.file_name_template. Never the group secret: file
-# names are public (validators, the ledger's readers).
-FILE_NAME_VARIABLES = (TASK_VARIABLES - {"GROUP_SECRET"}) | frozenset(
+# Expanded by the orchestrator in storage_config.file_name_template. Never a secret: file names are
+# public (validators, the ledger's readers); nor the members' public keys, which name no file.
+FILE_NAME_VARIABLES = (TASK_VARIABLES - {"GROUP_SECRET", "MEMBER_SECRET", "GROUP_KEYS"}) | frozenset(
     {
         "NODE_GROUP_ID",
         "NODE_GROUP_SIZE",

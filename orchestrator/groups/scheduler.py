@@ -2,8 +2,9 @@
 
 Plan (built on every replica when the task version moves; a dict lookup per heartbeat):
 - a node in a group runs its group's task with a `GroupContext` (id, index, size, next P2P address,
-  and the group's secret: HMAC-SHA256 of the task and group ids under the scheduler's key, so every
-  replica derives the same one and only the group's members are told it);
+  the group's secret: HMAC-SHA256 of the task and group ids under the scheduler's key, so every
+  replica derives the same one and only the group's members are told it; and the member's own
+  transport secret with every member's public key, `member_keys`);
 - any other node runs the newest live task without `allowed_topologies`.
 The loop (leader only) runs `reconcile` every `groups_interval_seconds` or when poked (a task was
 created or deleted) and bumps the version when anything changed; `failed_cooldown_seconds` is the
@@ -20,9 +21,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 import structlog
+import zmq
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from zmq.utils import z85
 
 from intellect.wire.tasks import AssignedTask, GroupContext, Task
 from orchestrator.groups.failures import FAILED_COOLDOWN_SECONDS
@@ -59,6 +62,21 @@ def group_secret(key: bytes, task_id: str, group_id: str) -> str:
     return hmac.new(key, f"group-secret|{task_id}|{group_id}".encode(), hashlib.sha256).hexdigest()
 
 
+def member_keys(key: bytes, task_id: str, group_id: str, addresses: list[str]) -> list[tuple[str, str]]:
+    """`(${MEMBER_SECRET}, public key)` of each member of one group running one task, in stage order (64
+    hex characters each: a CURVE secret key and its public key). Each member is told its own secret and
+    every public key, so its inbox admits its predecessor alone and no member can speak as another.
+    Derived under the scheduler's key, not from the group secret the members are told (with which any
+    member could work out the others'); the index and node address in each make a member's key change
+    when another node takes its place."""
+    pairs = []
+    for i, address in enumerate(addresses):
+        seed = hmac.new(key, f"member-secret|{task_id}|{group_id}|{i}|{address}".encode(), hashlib.sha256)
+        public = z85.decode(zmq.curve_public(z85.encode(seed.digest())))
+        pairs.append((seed.hexdigest(), public.hex()))
+    return pairs
+
+
 class GroupScheduler:
     """`secret_key`: the key group secrets are derived from (the same on every replica); None: groups
     get no secret."""
@@ -88,11 +106,15 @@ class GroupScheduler:
             if task is None or not ring:
                 continue
             secret = group_secret(self.secret_key, task.id, gid) if self.secret_key is not None else None
+            keys = member_keys(self.secret_key, task.id, gid, [m.node_address for m in ring]) \
+                if self.secret_key is not None else []  # fmt: skip
+            publics = [public for _, public in keys] or None
             for i, member in enumerate(ring):
                 prev, nxt = ring[i - 1], ring[(i + 1) % len(ring)]
                 linked = len(ring) > 1
                 context = GroupContext(
                     group_id=gid, group_index=i, group_size=len(ring), topology=group.topology, secret=secret,
+                    member_secret=keys[i][0] if keys else None, group_keys=publics,
                     next_p2p_address=nxt.p2p_address if linked else None,
                     prev_p2p_address=listening_outbox(prev.p2p_address)
                     if linked and member.node_address in behind_nat else None,

@@ -2,13 +2,13 @@
 
 anvil + Redis + discovery + orchestrator (topology `2x0GB`) + two `intellect-worker start --runtime
 process`, each advertising its own p2p port. A trainer POSTs a `pipeline` task; the orchestrator groups
-the two nodes and hands each its place, the next member's address and the group's secret; each
-worker runs its member (`python -m workloads.pipeline.task`, its stage only); the two members stream
-activations over their authenticated sockets; each writes the batch and its worker uploads it and
-submits it on chain for its share. Both files are then judged by `intellect-validator check` with the
-task's plug-in: accepted, and the two shares add up to the batch's tokens. A member killed mid-run
-is restarted by its worker, the other times out on it and restarts too, the group goes on from the
-first batch it lacks: every batch is submitted exactly once by each member.
+the two nodes and hands each its place, the next member's address, its own transport secret and both
+members' public keys; each worker runs its member (`python -m workloads.pipeline.task`, its stage only);
+the two members stream activations over their authenticated sockets; each writes the batch and its
+worker uploads it and submits it on chain for its share. Both files are then judged by
+`intellect-validator check` with the task's plug-in: accepted, and the two shares add up to the batch's
+tokens. A member killed mid-run is restarted by its worker, the other times out on it and restarts too,
+the group goes on from the first batch it lacks: every batch is submitted exactly once by each member.
 """
 
 from __future__ import annotations

@@ -8,14 +8,16 @@ import hmac
 import re
 import uuid
 
+import zmq
 from pydantic import SecretStr
+from zmq.utils import z85
 
 from intellect.identity import Wallet
 from intellect.wire.nodes import ComputeSpecs, GpuSpec, Location, NodeMetadata
 from intellect.wire.tasks import TaskSpec
 from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.groups.reconcile import candidate, reconcile
-from orchestrator.groups.scheduler import GroupScheduler
+from orchestrator.groups.scheduler import GroupScheduler, member_keys
 from orchestrator.groups.topology import Topology
 from orchestrator.models import NodeGroupRow, NodeRow, TaskRow, utcnow
 from orchestrator.server import group_secret_key
@@ -155,6 +157,34 @@ def test_group_secrets_are_shared_within_a_group_and_differ_across_groups_and_ta
     assert moved.group.secret == expected_secret(key, second, gid) != plan.task_for(nodes[0]).group.secret
 
 
+def test_each_member_gets_its_own_transport_secret_and_every_members_public_key(tmp_path) -> None:
+    """Two members of one group: different secrets, the same public keys in stage order, each member's
+    public key that of its own secret (so no member can speak on a link as the other)."""
+    make, key = sessions(tmp_path), b"k" * 32
+    with make() as s, s.begin():
+        nodes = [add_node(s, "berlin", 80_000, port=1), add_node(s, "paris", 80_000, port=2)]
+        task = add_task(s, ["2x64GB"])
+    with make() as s, s.begin():
+        assert len(reconcile(s, {}).formed) == 1
+    with make() as s:
+        plan, none = GroupScheduler(key).plan(s), GroupScheduler().plan(s)
+    ring = sorted(nodes, key=lambda a: plan.task_for(a).group.group_index)
+    groups = [plan.task_for(a).group for a in ring]
+    assert groups[0].group_keys == groups[1].group_keys and len(groups[0].group_keys) == 2
+    assert groups[0].member_secret != groups[1].member_secret
+    for g in groups:
+        assert g.group_keys[g.group_index] == z85.decode(zmq.curve_public(z85.encode(
+            bytes.fromhex(g.member_secret)))).hex()  # fmt: skip
+    gid = groups[0].group_id
+    derived = member_keys(key, task, gid, ring)  # what every replica derives
+    assert [(g.member_secret, g.group_keys[g.group_index]) for g in groups] == derived
+    # another node in member 1's place gets other keys; member 0's stay
+    moved = member_keys(key, task, gid, [ring[0], Wallet.create().address])
+    assert moved[0] == derived[0] and moved[1][0] != derived[1][0]
+    assert all(none.task_for(a).group.member_secret is None and none.task_for(a).group.group_keys is None
+               for a in nodes)  # no key, no member keys
+
+
 def test_the_group_key_is_a_sub_key_of_the_storage_secret_shared_by_replicas(tmp_path) -> None:
     configured = OrchestratorSettings(state_dir=tmp_path / "a", storage_secret=SecretStr("s" * 40))
     replica = OrchestratorSettings(state_dir=tmp_path / "b", storage_secret=SecretStr("s" * 40))
@@ -253,12 +283,6 @@ def test_groups_are_placed_by_round_trips_both_ends_measured_not_by_declared_pla
     near = {frozenset((berlin, tokyo)): 2.0, frozenset((paris, osaka)): 3.0}
     for a in everyone:
         book.record(a, {b: near.get(frozenset((a, b)), 80.0) for b in everyone if b != a})
-    book.record(paris, {berlin: 0.1})  # one end's claim: Berlin measured 80 ms to Paris, which wins
-    links = book.links()
-    assert links[frozenset((berlin, tokyo))] == 2.0 and links[frozenset((paris, berlin))] == 80.0
-    assert book.of(berlin)[tokyo] == 2.0
-    book.record(osaka, {tokyo: None})  # unreachable from one end: that link has no figure
-    assert frozenset((osaka, tokyo)) not in book.links()
     with make() as s, s.begin():
         changes = reconcile(s, {})
     assert len(changes.formed) == 2
@@ -267,3 +291,10 @@ def test_groups_are_placed_by_round_trips_both_ends_measured_not_by_declared_pla
     together = {a: plan.task_for(a).group.group_id for a in everyone}
     assert together[berlin] == together[tokyo] and together[paris] == together[osaka]
     assert together[berlin] != together[paris]
+    # what the API shows: each link both ends measured, at the larger figure
+    book.record(paris, {berlin: 0.1})  # one end's claim: Berlin measured 80 ms to Paris, which wins
+    links = book.links()
+    assert links[frozenset((berlin, tokyo))] == 2.0 and links[frozenset((paris, berlin))] == 80.0
+    assert book.of(berlin)[tokyo] == 2.0
+    book.record(osaka, {tokyo: None})  # unreachable from one end: that link has no figure
+    assert frozenset((osaka, tokyo)) not in book.links()

@@ -5,8 +5,6 @@ or open more than a member keeps; the driver's close ends its followers."""
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 import torch
 
@@ -18,7 +16,7 @@ from workloads.pipeline.flight import MAX_IN_FLIGHT, Closed, Flight, InFlight, S
 from workloads.pipeline.group import run_thread_group
 from workloads.pipeline.member import BatchRequest
 from workloads.pipeline.stages import load_stage, plan_stages
-from workloads.pipeline.transport import MemberLink, MemberMisbehaved
+from workloads.pipeline.transport import MemberLink, MemberMisbehaved, local_keys
 
 WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof", "ring", "flight"]
 
@@ -64,8 +62,8 @@ def test_batches_in_flight_make_byte_for_byte_what_batches_one_at_a_time_make(me
 
 
 def _follower_link() -> tuple[MemberLink, MemberLink]:
-    secret, ports = secrets.token_bytes(32), [stable_port(), stable_port()]
-    links = [MemberLink(i, 2, secret, f"tcp://127.0.0.1:{ports[i]}", f"tcp://127.0.0.1:{ports[1 - i]}",
+    keys, ports = local_keys(2), [stable_port(), stable_port()]
+    links = [MemberLink(i, keys[i], f"tcp://127.0.0.1:{ports[i]}", f"tcp://127.0.0.1:{ports[1 - i]}",
                         max_frame_bytes=1 << 16, timeout=2.0) for i in range(2)]  # fmt: skip
     for link in links:
         link.connect()

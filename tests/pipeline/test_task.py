@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from workloads.pipeline.commit import KEY_ENV
 from workloads.pipeline.files import GroupFileError, read_group_file, row_keys
 from workloads.pipeline.plugin import PipelineJudge, PipelinePlugin, PipelineSettings
 from workloads.pipeline.task import file_name
+from workloads.pipeline.transport import local_keys
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = [Wallet.from_key(bytes([i + 1]) * 32) for i in range(3)]  # each member's node key, as a worker's
@@ -73,7 +73,8 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
     env = rendered.env_vars
     assert rendered.entrypoint == ["python3", "-m", "workloads.pipeline.task"]
     assert env["INTELLECT_PIPELINE_BATCHES"] == "3" and env["INTELLECT_PIPELINE_MAX_NEW_TOKENS"] == "16"
-    assert env["INTELLECT_PIPELINE_GROUP_SECRET"] == "${GROUP_SECRET}"
+    assert env["INTELLECT_PIPELINE_MEMBER_SECRET"] == "${MEMBER_SECRET}" and "GROUP_SECRET" not in str(env)
+    assert env["INTELLECT_PIPELINE_GROUP_KEYS"] == "${GROUP_KEYS}"
     assert env["INTELLECT_PIPELINE_NEXT_ADDRESS"] == "${NEXT_P2P_ADDRESS}"
     assert env["INTELLECT_PIPELINE_P2P_PORT"] == "${WORKER_P2P_PORT}"
     assert env["INTELLECT_PIPELINE_INBOX"] == "${P2P_INBOX}"
@@ -90,18 +91,19 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
 
 
 def run_group(folder: Path, members: int, settings: dict, *, cheat_stage: int = -1, cheat: str = "none",
-              group_id: str = "group-1", secret: str | None = None,
-              exits: dict[int, int] | None = None, nodes: list[str] = NODES) -> list[Path]:  # fmt: skip
+              group_id: str = "group-1", exits: dict[int, int] | None = None,
+              nodes: list[str] = NODES) -> list[Path]:  # fmt: skip
     """Start each member as the worker would: the rendered entry point, env as templates expand it."""
     plugin = PipelinePlugin()
     task = spec({**settings, "cheat": cheat, "cheat_stage": cheat_stage}, [f"{members}x0GB"])
     rendered = plugin.render(task, plugin.task_settings(task))
     ports = [stable_port() for _ in range(members)]
-    secret = secret or secrets.token_hex(32)
+    curve = [k.hex() for k in local_keys(members)]  # each member's own secret, every public key
     procs, dirs = [], []
     for i in range(members):
         values = {"GROUP_ID": group_id, "GROUP_INDEX": str(i), "GROUP_SIZE": str(members),
-                  "GROUP_SECRET": secret, "NEXT_P2P_ADDRESS": f"127.0.0.1:{ports[(i + 1) % members]}",
+                  "MEMBER_SECRET": curve[i][0], "GROUP_KEYS": curve[i][1],
+                  "NEXT_P2P_ADDRESS": f"127.0.0.1:{ports[(i + 1) % members]}",
                   "WORKER_P2P_PORT": str(ports[i]), "NODE_ADDRESS": nodes[i], "TASK_ID": "task-1",
                   "P2P_INBOX": "listen", "P2P_OUTBOX": f"127.0.0.1:{ports[(i + 1) % members]}"}
         env = {k: expand(v, values) for k, v in rendered.env_vars.items()}
@@ -244,20 +246,29 @@ def test_a_cheating_member_is_the_only_one_invalidated(tmp_path: Path, members: 
         assert v.judged_by is not None and v.judged_by.source == "uncalibrated"
 
 
+def test_a_receiver_forging_what_it_received_makes_neither_end_paid(tmp_path: Path) -> None:
+    """docs/pipeline.md: a dispute over a link is resolved against nobody, and neither end is paid, even
+    though the batch itself is right end to end (issue 55: the judge used to pay both)."""
+    settings = {**SETTINGS, "batches": 1}
+    dirs = run_group(tmp_path, 2, settings, cheat_stage=1, cheat="forge-received")
+    judge = PipelineJudge(PipelineSettings(**settings), judge_env(tmp_path, MemorySeenStore()))
+    verdicts = [judge.judge(dirs[i] / file_name(1, i), Submission(node=NODES[i], pool_id=1))
+                for i in range(2)]  # fmt: skip
+    assert [v.verdict for v in verdicts] == ["soft_invalidate"] * 2, [v.reasons for v in verdicts]
+    assert all("disagree" in v.reasons[0] and "not paid" in v.reasons[0] for v in verdicts)
+
+
 @pytest.mark.slow
 def test_a_driver_breaking_the_plan_stops_its_followers_before_they_write(tmp_path: Path) -> None:
-    """Stage 0 alone picks the prompts and seeds: a member checks them (and the batch's shape) before
-    writing, so an honest member never holds a file the validator would invalidate for the driver's
-    choice; it stops, naming member 0."""
-    settings = {**SETTINGS, "batches": 1}
-    dirs = run_group(tmp_path, 2, settings, cheat_stage=0, cheat="wrong-plan", exits={1: 3})
-    assert not (dirs[1] / file_name(1, 1)).exists()
+    """Stage 0 alone picks the prompts and seeds: a follower holds step 0's shape to the task's plan before
+    it runs the batch (issue 55; before, only before writing), so an honest member never holds a file the
+    validator would invalidate for the driver's choice; it stops at once, naming member 0, and the driver
+    waits in vain and writes nothing either."""
+    settings = {**SETTINGS, "batches": 1, "timeout_seconds": 10}
+    dirs = run_group(tmp_path, 2, settings, cheat_stage=0, cheat="wrong-plan", exits={0: 3, 1: 3})
+    assert not any((d / file_name(1, i)).exists() for i, d in enumerate(dirs))
     log = (tmp_path / "member-1" / "log").read_text()
-    assert "(member 0)" in log and "plan:" in log
-    driver = dirs[0] / file_name(1, 0)  # the cheating driver kept its own file: invalidated
-    judge = PipelineJudge(PipelineSettings(**settings), judge_env(tmp_path, MemorySeenStore()))
-    got = judge.judge(driver, Submission(node=NODES[0], pool_id=1))
-    assert got.verdict == "invalidate" and any(r.startswith("plan") for r in got.reasons)
+    assert "(member 0)" in log and "plan:" in log and "not the task's" in log, log[-2000:]
 
 
 @pytest.mark.slow

@@ -1,9 +1,7 @@
-"""The group's links: only the predecessor's key may connect, frames are bounded, a silent peer is
-named, a malformed frame is refused."""
+"""The group's links: only the predecessor's key may connect, and only the predecessor holds its secret
+(each member its own), frames are bounded, a silent peer is named, a malformed frame is refused."""
 
 from __future__ import annotations
-
-import secrets
 
 import pytest
 import torch
@@ -13,18 +11,20 @@ from intellect.net import stable_port
 from workloads.pipeline.transport import (
     RING,
     ROUTE_BYTES,
+    MemberKeys,
     MemberLink,
     MemberMisbehaved,
     MemberTimeout,
-    member_keys,
+    local_keys,
 )
 
 ROUTE = RING.to_bytes(ROUTE_BYTES, "big")  # frames outside any batch travel on route 0
 
 
-def ring(members: int, secret: bytes, max_frame_bytes: int = 1 << 20) -> list[MemberLink]:
+def ring(keys: list[MemberKeys], max_frame_bytes: int = 1 << 20) -> list[MemberLink]:
+    members = len(keys)
     ports = [stable_port() for _ in range(members)]
-    links = [MemberLink(i, members, secret, f"tcp://127.0.0.1:{ports[i]}",
+    links = [MemberLink(i, keys[i], f"tcp://127.0.0.1:{ports[i]}",
                         f"tcp://127.0.0.1:{ports[(i + 1) % members]}", max_frame_bytes=max_frame_bytes,
                         timeout=2.0) for i in range(members)]  # fmt: skip
     for link in links:
@@ -33,7 +33,7 @@ def ring(members: int, secret: bytes, max_frame_bytes: int = 1 << 20) -> list[Me
 
 
 def test_activations_cross_the_ring_intact() -> None:
-    links = ring(3, secrets.token_bytes(32))
+    links = ring(local_keys(3))
     try:
         sent = torch.randn(2, 5, 16).to(torch.bfloat16)
         links[0].send({"kind": "act", "step": 0}, sent)
@@ -46,30 +46,55 @@ def test_activations_cross_the_ring_intact() -> None:
             link.close()
 
 
-def test_a_stranger_and_a_member_out_of_turn_cannot_feed_an_inbox() -> None:
-    secret = secrets.token_bytes(32)
-    links = ring(3, secret)
+def _feed(inbox: str, server: bytes, public: bytes, secret: bytes, context: zmq.Context) -> zmq.Socket:
+    """Connect to `inbox` (whose key is `server`) as `public` holding `secret`, and send it a frame."""
+    push = context.socket(zmq.PUSH)
+    push.curve_publickey, push.curve_secretkey, push.curve_serverkey = public, secret, server
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(inbox)
+    push.send_multipart([ROUTE, b'{"kind": "act", "step": 7}'], copy=True)
+    return push
+
+
+def test_a_stranger_a_member_out_of_turn_or_posing_as_the_predecessor_cannot_feed_an_inbox() -> None:
+    """Member 2 holds its own secret and every public key. As itself it is not member 1's predecessor; as
+    member 0 (its key claimed, its own secret used) the CURVE handshake fails: only member 0's secret opens
+    member 1's inbox, as the control shows. With keys all derived from one group secret, member 2 could
+    work out member 0's secret and be that control."""
+    keys = local_keys(3)
+    links = ring(keys)
     context = zmq.Context()
+    publics, server = keys[0].publics, keys[0].publics[1]
+    stranger = zmq.curve_keypair()
     try:
-        for who, keys in (("outsider", zmq.curve_keypair()), ("member 2", member_keys(secret, 2)[::-1])):
-            public, secret_key = (keys[0], keys[1]) if who == "outsider" else (keys[1], keys[0])
-            push = context.socket(zmq.PUSH)
-            push.curve_publickey, push.curve_secretkey = public, secret_key
-            push.curve_serverkey = member_keys(secret, 1)[0]
-            push.setsockopt(zmq.LINGER, 0)
-            push.connect(links[1].bound)
-            push.send_multipart([ROUTE, b'{"kind": "act", "step": 0}'], copy=True)
+        # a stranger; member 2 as itself; member 2 as member 0 (its key claimed, its own secret used)
+        for public, secret in (stranger, (publics[2], keys[2].secret), (publics[0], keys[2].secret)):
+            push = _feed(links[1].bound, server, public, secret, context)
             with pytest.raises(MemberTimeout, match="member 0: sent nothing"):
                 links[1].recv("act", timeout=1.0)  # member 1 hears only member 0
             push.close()
+        push = _feed(links[1].bound, server, publics[0], keys[0].secret, context)  # member 0's secret
+        assert links[1].recv("act", timeout=2.0).header["step"] == 7
+        push.close()
     finally:
         context.term()
         for link in links:
             link.close()
 
 
+def test_a_member_holds_only_its_own_secret_and_a_link_refuses_keys_not_its_own() -> None:
+    keys = local_keys(3)
+    assert len({k.secret for k in keys}) == 3 and all(k.publics == keys[0].publics for k in keys)
+    assert [zmq.curve_public(k.secret) for k in keys] == list(keys[0].publics)
+    assert MemberKeys.from_hex(*keys[1].hex()) == keys[1]  # as a worker hands them to its task
+    with pytest.raises(ValueError, match="not that of key 1"):
+        MemberLink(1, keys[2], "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", max_frame_bytes=1024)
+    with pytest.raises(ValueError, match="64 hex"):
+        MemberKeys.from_hex(keys[1].hex()[0], keys[1].hex()[1] + ",abcd")
+
+
 def test_an_oversized_frame_never_arrives_and_a_malformed_one_is_refused() -> None:
-    links = ring(2, secrets.token_bytes(32), max_frame_bytes=1024)
+    links = ring(local_keys(2), max_frame_bytes=1024)
     try:
         links[0].send({"kind": "act", "step": 0}, torch.zeros(64 * 1024, dtype=torch.bfloat16))
         with pytest.raises(MemberTimeout):
@@ -94,37 +119,41 @@ def test_an_oversized_frame_never_arrives_and_a_malformed_one_is_refused() -> No
 def test_a_member_behind_nat_opens_both_of_its_links_and_only_its_peer_hears_a_listening_outbox() -> None:
     """Member 1 cannot be called: its inbox dials member 0's listening outbox, its outbox dials member
     2 as usual. The roles stay: member 1's inbox still admits member 0's key alone, and member 0's
-    listening outbox hands frames only to a peer that holds member 1's key."""
-    secret, n = secrets.token_bytes(32), 3
+    listening outbox hands frames only to a peer that holds member 1's secret: not a stranger, nor
+    member 2 claiming member 1's key."""
+    keys, n = local_keys(3), 3
     ports = [stable_port() for _ in range(n)]
     out0 = f"tcp://127.0.0.1:{stable_port()}"
     inbox = [f"tcp://127.0.0.1:{p}" for p in ports]
     links = [
-        MemberLink(0, n, secret, inbox[0], None, outbox_bind=out0, max_frame_bytes=1 << 20, timeout=2.0),
-        MemberLink(1, n, secret, None, inbox[2], inbox_dial=out0, max_frame_bytes=1 << 20, timeout=2.0),
-        MemberLink(2, n, secret, inbox[2], inbox[0], max_frame_bytes=1 << 20, timeout=2.0),
+        MemberLink(0, keys[0], inbox[0], None, outbox_bind=out0, max_frame_bytes=1 << 20, timeout=2.0),
+        MemberLink(1, keys[1], None, inbox[2], inbox_dial=out0, max_frame_bytes=1 << 20, timeout=2.0),
+        MemberLink(2, keys[2], inbox[2], inbox[0], max_frame_bytes=1 << 20, timeout=2.0),
     ]
     context = zmq.Context()
-    stranger = context.socket(zmq.PULL)  # dials the listening outbox with keys of its own
-    public, secret_key = zmq.curve_keypair()
-    stranger.curve_server, stranger.curve_publickey, stranger.curve_secretkey = True, public, secret_key
-    stranger.setsockopt(zmq.LINGER, 0)
+    thieves = [context.socket(zmq.PULL) for _ in range(2)]  # dial the listening outbox as its next member
+    for thief, (public, secret) in zip(thieves, (zmq.curve_keypair(), (keys[2].publics[1], keys[2].secret)),
+                                       strict=True):  # fmt: skip
+        thief.curve_server, thief.curve_publickey, thief.curve_secretkey = True, public, secret
+        thief.setsockopt(zmq.LINGER, 0)
     try:
         for link in links:
             link.connect()
-        stranger.connect(out0)
+        for thief in thieves:
+            thief.connect(out0)
         for step in range(4):  # PUSH would deal frames round-robin to every peer that shook hands
             sent = torch.full((1, 2, 8), float(step)).to(torch.bfloat16)
             links[0].send({"kind": "act", "step": step}, sent)
             frame = links[1].recv("act")
             assert frame.header["step"] == step and torch.equal(frame.tensor, sent)
-        assert stranger.poll(500) == 0
+        assert all(thief.poll(500) == 0 for thief in thieves)
         links[1].send({"kind": "act", "step": 9}, torch.zeros(1, 2, 8, dtype=torch.bfloat16))
         assert links[2].recv("act").header["step"] == 9
         links[2].send({"kind": "tok", "tokens": [3]})
         assert links[0].recv("tok").header["tokens"] == [3]  # round the ring
     finally:
-        stranger.close()
+        for thief in thieves:
+            thief.close()
         context.term()
         for link in links:
             link.close()
@@ -132,4 +161,4 @@ def test_a_member_behind_nat_opens_both_of_its_links_and_only_its_peer_hears_a_l
 
 def test_a_link_opened_from_neither_end_is_refused() -> None:
     with pytest.raises(ValueError, match="either binds or dials"):
-        MemberLink(0, 2, b"k" * 32, None, "tcp://127.0.0.1:1", max_frame_bytes=1024)
+        MemberLink(0, local_keys(2)[0], None, "tcp://127.0.0.1:1", max_frame_bytes=1024)

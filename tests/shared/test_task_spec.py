@@ -107,6 +107,22 @@ def test_group_secret_and_p2p_port_are_task_variables_but_the_secret_never_names
     # file names are public: the secret may not be rendered into one
     refused(spec(storage_config={"file_name_template": "${TASK_ID}/${GROUP_SECRET}-${ORIGINAL_NAME}"}),
             "${GROUP_SECRET}")
+    assert TaskSpec.model_validate(spec(env_vars={"S": "${MEMBER_SECRET}", "K": "${GROUP_KEYS}"}))
+    refused(spec(storage_config={"file_name_template": "${MEMBER_SECRET}-${ORIGINAL_NAME}"}),
+            "${MEMBER_SECRET}")
+
+
+def test_a_group_hands_one_public_key_per_member() -> None:
+    from intellect.wire.tasks import GroupContext
+
+    keys = ["0f" * 32, "1e" * 32]
+    assert GroupContext(group_id="g", group_index=1, group_size=2, member_secret="ab" * 32,
+                        group_keys=keys).group_keys == keys  # fmt: skip
+    for bad in (keys[:1], [*keys, "2d" * 32], [keys[0], "AB" * 32]):
+        with pytest.raises(ValidationError, match="one key of 64 lowercase hex characters per member"):
+            GroupContext(group_id="g", group_index=1, group_size=2, group_keys=bad)
+    with pytest.raises(ValidationError, match="member_secret"):
+        GroupContext(group_id="g", group_index=1, group_size=2, member_secret="ab" * 31)
 
 
 @pytest.mark.parametrize("secret", ["ab" * 31, "AB" * 32, "zz" * 32, "ab" * 33])

@@ -1,7 +1,12 @@
 """`python -m workloads.pipeline`: one member of a pipeline group, in its own process.
 
-    INTELLECT_PIPELINE_GROUP_SECRET=<hex> python -m workloads.pipeline --index 1 --members 2 \\
+    INTELLECT_PIPELINE_MEMBER_SECRET=<hex> INTELLECT_PIPELINE_GROUP_KEYS=<hex>,<hex> \\
+        python -m workloads.pipeline --index 1 --members 2 \\
         --bind tcp://0.0.0.0:5601 --next tcp://10.0.0.1:5600 --out member-1.json
+
+The two variables are this member's own CURVE secret and every member's public key in stage order
+(`transport.MemberKeys`), 64 hex characters each: what a worker hands its task as `${MEMBER_SECRET}`
+and `${GROUP_KEYS}`, and `group.py` makes up for a local group.
 
 A member behind NAT replaces `--bind` by `--dial-prev` (its predecessor, which then gives
 `--listen-next` instead of `--next`): every link is opened by whichever end can make the call.
@@ -30,9 +35,10 @@ from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, check_draft, make
 from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.options import CHEATS
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
-from workloads.pipeline.transport import MemberError, MemberLink
+from workloads.pipeline.transport import MemberError, MemberKeys, MemberLink
 
-SECRET_ENV = "INTELLECT_PIPELINE_GROUP_SECRET"
+SECRET_ENV = "INTELLECT_PIPELINE_MEMBER_SECRET"  # this member's own transport secret (hex)
+KEYS_ENV = "INTELLECT_PIPELINE_GROUP_KEYS"  # every member's public key, comma-separated, in stage order
 
 
 def _frames_json(frames: list[list[bytes]]) -> list[list[str]]:
@@ -58,6 +64,19 @@ def output_from_json(data: dict) -> StageOutput:
                           "layers": tuple(data["layers"]), "bundle": bundle,
                           "received_frames": _frames_from_json(data.get("received_frames") or []),
                           "sent_frames": _frames_from_json(data.get("sent_frames") or [])})  # fmt: skip
+
+
+def keys_from_env(index: int, members: int) -> MemberKeys:
+    """This member's transport keys from `SECRET_ENV` and `KEYS_ENV`, checked before a model loads."""
+    try:
+        keys = MemberKeys.from_hex(os.environ.get(SECRET_ENV, ""), os.environ.get(KEYS_ENV, ""))
+    except ValueError:
+        raise ValueError(f"{SECRET_ENV} must hold this member's transport secret and {KEYS_ENV} every "
+                         "member's public key (64 hex characters each)") from None
+    if len(keys.publics) != members:
+        raise ValueError(f"{KEYS_ENV} holds {len(keys.publics)} keys for {members} members")
+    keys.check(index)
+    return keys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,13 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eos", type=int, default=None, help="end-of-sequence id (default the tokenizer's; "
                         "-1: fixed-length outputs, for benches)")
     args = parser.parse_args(argv)
-    secret = os.environ.get(SECRET_ENV, "")
-    if len(secret) < 32:
-        print(f"error: {SECRET_ENV} must hold the group's secret (≥ 16 bytes as hex)", file=sys.stderr)
-        return 2
     if not 0 <= args.index < args.members:
         print(f"error: --index {args.index} is not in a group of {args.members} (0..{args.members - 1})",
               file=sys.stderr)
+        return 2
+    try:
+        keys = keys_from_env(args.index, args.members)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if (args.bind is None) == (args.dial_prev is None) or (args.next is None) == (args.listen_next is None):
         print("error: give one of --bind and --dial-prev, and one of --next and --listen-next",
@@ -134,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from workloads.model.loading import load_tokenizer
 
     tok = load_tokenizer(args.model)
-    link = MemberLink(args.index, args.members, bytes.fromhex(secret), args.bind, args.next,
+    link = MemberLink(args.index, keys, args.bind, args.next,
                       max_frame_bytes=args.max_frame_bytes, timeout=args.timeout,
                       inbox_dial=args.dial_prev, outbox_bind=args.listen_next)  # fmt: skip
     link.connect()

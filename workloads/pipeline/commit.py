@@ -1,16 +1,16 @@
 """Who sent what: each link's frames of a batch, committed by the sender's node key and countersigned by
 the receiver's.
 
-A member's CURVE keys derive from the group secret every member holds (`transport.member_keys`), so they
-authenticate the group, not the member: any member could claim a frame came from another. The node
-keys are each member's own (the worker signs for its task through the bridge, `BridgeSigner`; the
-task never holds the key). For every activation link k → k+1 of a batch the sender signs the sha256
-of every frame it sent (`role` "sent") and the receiver signs the sha256 of every frame it received
-(`role` "received"); both go into the batch's bundle as a `LinkRecord`. A record whose two digests
-agree and whose signatures recover to the two members' addresses proves what stage k+1 received and
-what stage k sent: the validator replays each stage from that (`verify.judge_member`). The token link
-(last → stage 0) is not committed: stage 0's input is the bundle's tokens, which stage 0 checks are
-the tokens it received before it writes its file.
+A member's CURVE key is its own (`transport.MemberKeys`), so a receiver knows which member is on its
+link, but CURVE authentication is deniable: it proves nothing to a validator, and a receiver could
+claim its predecessor sent anything. The node keys are each member's own (the worker signs for its task
+through the bridge, `BridgeSigner`; the task never holds the key). For every activation link k → k+1 of
+a batch the sender signs the sha256 of every frame it sent (`role` "sent") and the receiver signs the
+sha256 of every frame it received (`role` "received"); both go into the batch's bundle as a
+`LinkRecord`. A record whose two digests agree and whose signatures recover to the two members'
+addresses proves what stage k+1 received and what stage k sent: the validator replays each stage from
+that (`verify.judge_member`). The token link (last → stage 0) is not committed: stage 0's input is the
+bundle's tokens, which stage 0 checks are the tokens it received before it writes its file.
 """
 
 from __future__ import annotations

@@ -368,3 +368,25 @@ def row_keys(data: GroupFile) -> list[str]:
     and the stage (the same row at another stage is another member's share)."""
     return [hashlib.sha256(f"pipeline|{data.stage}|{seed}|{','.join(map(str, out))}".encode()).hexdigest()
             for seed, out in zip(data.seeds, data.outputs, strict=True)]  # fmt: skip
+
+
+def shape_problems(shape: dict, *, task_id: str, group_id: str, batches: int, batch_size: int, n: int,
+                   target_lengths: list[int], max_new_tokens: int, temperature: float, async_level: int,
+                   prompt_of: Callable[[int], list[int]], dataset_size: int) -> list[str]:  # fmt: skip
+    """A batch's step-0 shape (`inbound.step0_shape`) against the task, before a follower runs it: the
+    driver's rules (`driver_problems`) on the rows it states, its limit, and its policy's window."""
+    rows = len(shape["prompts"])
+    stated = GroupBundle(list(shape["members"]), [list(p) for p in shape["prompts"]], [[0]] * rows,
+                         [[0.0]] * rows, list(shape["seeds"]), float(shape["temperature"]), [])  # fmt: skip
+    problems = driver_problems(task_id=task_id, group_id=group_id, members=stated.members,
+                               batch=int(shape["batch"]), batches=batches, batch_size=batch_size, n=n,
+                               target_lengths=target_lengths, max_new_tokens=max_new_tokens,
+                               temperature=temperature, bundle=stated, prompt_of=prompt_of,
+                               dataset_size=dataset_size)  # fmt: skip
+    if shape["max_new_tokens"] != max_new_tokens:
+        problems.append(f"bounds: max_new_tokens {shape['max_new_tokens']}, the task's is {max_new_tokens}")
+    try:
+        problems += policy_problems(Policy.from_header(shape["policy"]), async_level)
+    except ValueError as exc:
+        problems.append(f"policy: {exc}")
+    return problems

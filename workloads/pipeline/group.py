@@ -4,15 +4,16 @@ this process (`run_thread_group`: the same protocol over the same CURVE links, w
 and a model load per member, for tests that run many small groups).
 
 Each member gets a node key of its own (`GroupRun.keys`), as a worker's node would have, and signs
-its link commitments with it (`commit.py`)."""
+its link commitments with it (`commit.py`); and a transport secret of its own with every member's
+public key (`transport.local_keys`), as the orchestrator gives a worker's group."""
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol, cast
@@ -20,10 +21,18 @@ from typing import Protocol, cast
 from intellect.identity import Wallet
 from intellect.links import DelayRelay, LinkShape
 from intellect.net import stable_port
-from workloads.pipeline.__main__ import SECRET_ENV, output_from_json
+from workloads.pipeline.__main__ import KEYS_ENV, SECRET_ENV, output_from_json
 from workloads.pipeline.commit import KEY_ENV, KeySigner
 from workloads.pipeline.draft import Draft
-from workloads.pipeline.member import BatchRequest, StageOutput
+from workloads.pipeline.member import BatchRequest, Member, StageOutput
+from workloads.pipeline.stages import Stage
+from workloads.pipeline.transport import local_keys
+
+
+class MemberFactory(Protocol):
+    """What member `index` of a thread group runs: a `Member` class taking its arguments (None: Member)."""
+
+    def __call__(self, index: int, /) -> Callable[..., Member] | None: ...
 
 
 class Host(Protocol):
@@ -85,7 +94,8 @@ def run_local_group(
     many = isinstance(request, list)
     body = [asdict(r) for r in request] if isinstance(request, list) else asdict(request)
     (folder / "request.json").write_text(json.dumps(body))
-    env = {**os.environ, SECRET_ENV: secrets.token_hex(32), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    curve = [k.hex() for k in local_keys(members)]  # each member's secret, every member's public key
     procs = []
     relays: list[DelayRelay] = []
     if link is not None:
@@ -113,7 +123,7 @@ def run_local_group(
         if cheats and i in cheats:
             argv += ["--cheat", cheats[i]]
         argv += ["--draft", draft, "--draft-tokens", str(draft_tokens)]  # every member bounds a trip by it
-        member_env = dict(env)
+        member_env = {**env, SECRET_ENV: curve[i][0], KEYS_ENV: curve[i][1]}
         if keys:
             argv += ["--address", keys[i].address]
             member_env[KEY_ENV] = keys[i].private_key_hex()
@@ -154,11 +164,14 @@ def run_thread_group(
     members: int, request: BatchRequest | list[BatchRequest], *, model: str = "tiny",
     cheats: dict[int, str] | None = None, timeout: float = 20.0, signed: bool = True,
     task_id: str = "local", group_id: str = "local", in_flight: int = 1, keys: list[Wallet] | None = None,
-    draft: Draft | None = None, draft_tokens: int = 0,
+    draft: Draft | None = None, draft_tokens: int = 0, stages: list[Stage] | None = None,
+    factory: MemberFactory | None = None,
 ) -> GroupRun:  # fmt: skip
     """`run_local_group` with each member a thread of this process: real links on loopback, each member
     its own stage (only its layers), node key and cheat, `in_flight` batches moving at once, the driver
-    guessing up to `draft_tokens` tokens a trip with `draft` (`draft.py`)."""
+    guessing up to `draft_tokens` tokens a trip with `draft` (`draft.py`). `stages`: the members' stages,
+    loaded once by a caller that runs many groups; `factory(i)`: the class member i runs (the fuzzer's
+    `adversary.Adversary`; default `Member`), or None for `Member`."""
     import threading
 
     import torch
@@ -167,11 +180,11 @@ def run_thread_group(
     from workloads.pipeline.member import Member
     from workloads.pipeline.options import Cheat
     from workloads.pipeline.stages import load_stage, plan_stages
-    from workloads.pipeline.transport import MemberError, MemberLink
+    from workloads.pipeline.transport import MemberError, MemberLink, MemberTimeout
 
     requests = request if isinstance(request, list) else [request]
     tok = load_tokenizer(model)
-    secret = secrets.token_bytes(32)
+    curve = local_keys(members)
     ports = [stable_port() for _ in range(members)]
     keys = (keys or [Wallet.create() for _ in range(members)]) if signed else []
     run = GroupRun(keys=keys)
@@ -179,18 +192,19 @@ def run_thread_group(
     # Loaded here, one after another: building a model sets torch's process-wide default dtype for a
     # while, and loads racing in threads leave it at bfloat16 for everything that runs afterwards.
     default = torch.get_default_dtype()
-    stages = [load_stage(model, plan) for plan in plans]
+    stages = stages or [load_stage(model, plan) for plan in plans]
     torch.set_default_dtype(default)
     made: dict[int, list[StageOutput]] = {}
 
     def member(i: int) -> None:
-        link = MemberLink(i, members, secret, f"tcp://127.0.0.1:{ports[i]}",
+        link = MemberLink(i, curve[i], f"tcp://127.0.0.1:{ports[i]}",
                           f"tcp://127.0.0.1:{ports[(i + 1) % members]}", max_frame_bytes=64 << 20,
                           timeout=timeout)  # fmt: skip
         try:
             link.connect()
             cheat = (cheats or {}).get(i, "none")
-            m = Member(stages[i], link, int(tok.eos_token_id), int(tok.pad_token_id),
+            make = (factory(i) if factory is not None else None) or Member
+            m = make(stages[i], link, int(tok.eos_token_id), int(tok.pad_token_id),
                        cheat=cast(Cheat, cheat),
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
                        task_id=task_id, group_id=group_id, draft=draft if i == 0 else None,
@@ -199,7 +213,10 @@ def run_thread_group(
             served = m.serve(requests if i == 0 else None, in_flight=in_flight, batches=len(requests))
             made[i] = sorted(served, key=lambda o: o.started)
         except MemberError as exc:
-            run.errors[i] = {"error": str(exc), "member": exc.member, "from": i}
+            run.errors[i] = {"error": str(exc), "member": exc.member, "from": i,
+                             "timeout": isinstance(exc, MemberTimeout)}  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a member that dies of what it was sent names nobody
+            run.errors[i] = {"error": f"crashed: {exc!r}", "member": None, "from": i, "crash": True}
         finally:
             link.close()
 

@@ -41,14 +41,16 @@ from typing import Any
 import torch
 
 from workloads.model import sampler
+from workloads.pipeline import inbound
 from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
-from workloads.pipeline.cheats import perturb_stage, tamper
+from workloads.pipeline.cheats import change_stage, perturb_stage, tamper
 from workloads.pipeline.commit import LinkSigner
 from workloads.pipeline.draft import MAX_DRAFT_TOKENS, Draft
 from workloads.pipeline.flight import Closed, Flight, InFlight, Steps, Want
 from workloads.pipeline.options import Cheat
 from workloads.pipeline.positions import SeenRows, grow, mask_positions
 from workloads.pipeline.seals import Sealing
+from workloads.pipeline.selfcheck import SelfCheck, SelfLimits
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import Frame, MemberLink, MemberMisbehaved
 from workloads.pipeline.trips import Rows, Trip, act_frame, draft_inputs, end_frame, kept, tok_frame
@@ -64,7 +66,8 @@ class Member(Sealing):
                  cheat: Cheat = "none", address: str = "",
                  on_policy: Callable[[Policy], Stage] | None = None, signer: LinkSigner | None = None,
                  task_id: str = "local", group_id: str = "local", draft: Draft | None = None,
-                 draft_tokens: int = 0) -> None:  # fmt: skip
+                 draft_tokens: int = 0, self_limits: SelfLimits | None = None,
+                 admit: Callable[[dict[str, Any]], list[str]] | None = None) -> None:  # fmt: skip
         if not 0 <= draft_tokens <= MAX_DRAFT_TOKENS:
             raise ValueError(f"draft_tokens {draft_tokens}: between 0 and {MAX_DRAFT_TOKENS}")
         self.stage, self.link = stage, link
@@ -86,8 +89,14 @@ class Member(Sealing):
         self.eos, self.pad = eos_token_id, pad_token_id
         self.cheat = cheat
         self.plan = stage.plan
-        if cheat == "weights":
-            perturb_stage(stage)
+        # Before a batch ends here, this member judges its own file as a validator would (`selfcheck.py`);
+        # a cheat of the tests and the demo writes its file regardless, as a dishonest member would.
+        self.checker = SelfCheck(self_limits) if cheat == "none" else None
+        # A follower holds a batch's step-0 shape to the task's plan before it runs it (`task.py`: prompts
+        # and seeds derived from task, group, members and number; the task's limits), so a lie there is
+        # named on whoever sent it, not on the driver nor on a member after the liar.
+        self.admit = admit
+        change_stage(cheat, stage)  # its layers as a stage-level cheat runs them (cheats.py); else a no-op
 
     def introduce(self) -> list[str]:
         """Before the first batch: a `hello` frame goes once round the ring, each member adding its node
@@ -246,7 +255,8 @@ class Member(Sealing):
         b.sent.add(end_frame(out_lengths))
         self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": []})
         seal = self._seal(b, [])
-        bundle = yield from self._take_bundle(b, proofs, rows.tokens, links=[], seal=seal)
+        bundle = yield from self._take_bundle(b, proofs, rows.tokens, links=[], seal=seal, shape=shape,
+                                              lengths=out_lengths)  # fmt: skip
         return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
 
     def _alone(self, b: InFlight, req: BatchRequest, rows: Rows, sent: SeenRows, out: torch.Tensor,
@@ -300,52 +310,37 @@ class Member(Sealing):
 
     def _trip_tokens(self, frame: Frame, step: int, positions: int, batch: int
                      ) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
-        """The last stage's tokens and logprobs of a trip, per position."""
-        prev, header = self._link.prev, frame.header
-        if header["kind"] == "end" or header.get("step") != step:
-            raise MemberMisbehaved(prev, f"tokens of step {header.get('step')} at {step}")
-        try:
-            tok = torch.tensor(header.get("tokens"), dtype=torch.long)
-            lp = torch.tensor(header.get("logprobs"), dtype=torch.float32)
-        except (TypeError, ValueError, RuntimeError):
-            raise MemberMisbehaved(prev, "a tokens frame whose tokens are not numbers") from None
-        if tok.shape != (positions, batch) or lp.shape != (positions, batch):
-            raise MemberMisbehaved(prev, f"{tuple(tok.shape)} tokens for {positions} steps of {batch} rows")
-        return [(tok[j], lp[j]) for j in range(positions)]
+        """The last stage's tokens and logprobs of a trip, per position, every field checked."""
+        return inbound.tokens(self._link.prev, frame, step, positions, batch, self.stage.vocab_size)
 
     # ---- stages 1..n-1 ------------------------------------------------------------------------
 
     def _follow(self, b: InFlight) -> Steps:
         link = self._link
         first = yield Want("act")
-        if first.header["kind"] != "act" or first.header.get("step") != 0 or first.tensor is None:
+        if first.header["kind"] != "act" or first.header.get("step") != 0:
             raise MemberMisbehaved(link.prev, "a batch must start with step 0's activations")
+        stage = b.stage
+        shape = inbound.step0_shape(link.prev, first, stage.hidden_size, stage.vocab_size, stage.model.dtype)
         try:
-            shape = {k: first.header[k] for k in ("lengths", "seeds", "max_new_tokens", "temperature",
-                                                   "prompts", "members", "batch", "policy")}  # fmt: skip
             policy = Policy.from_header(shape["policy"])
-        except KeyError as exc:
-            raise MemberMisbehaved(link.prev, f"a step-0 header without {exc}") from None
         except ValueError as exc:
             raise MemberMisbehaved(link.prev, f"a step-0 header with {exc}") from None
         if self.on_policy is not None and policy.weights != self.policy.weights:
             self.stage = self.on_policy(policy)  # that checkpoint's layers, before the batch's first step
-            if self.cheat == "weights":
-                perturb_stage(self.stage)
+            change_stage(self.cheat, self.stage)
         self.policy = b.policy = policy
         b.stage = self.stage
         lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
         prompts, members, limit = shape["prompts"], list(shape["members"]), shape["max_new_tokens"]
-        number = shape["batch"]
-        if not (isinstance(number, int) and number >= 1 and isinstance(limit, int) and limit >= 1):
-            raise MemberMisbehaved(link.prev, f"a step-0 header with batch {number!r}, limit {limit!r}")
         b.number = shape["batch"]
-        if (not isinstance(prompts, list) or [len(p) for p in prompts] != lengths
-                or len(members) != self.plan.members or members[self.plan.index] != self.address):
-            raise MemberMisbehaved(link.prev, "a step-0 header whose prompts or members do not fit the batch")
+        if len(members) != self.plan.members or members[self.plan.index] != self.address:
+            raise MemberMisbehaved(link.prev, "a step-0 header whose members do not fit the batch")
+        problems = self.admit(shape) if self.admit is not None else []
+        if problems:
+            raise MemberMisbehaved(link.prev, f"a batch that is not the task's: {'; '.join(problems[:2])}")
+        assert first.tensor is not None
         batch, width, hidden = len(lengths), int(first.tensor.shape[1]), b.stage.hidden_size
-        if first.tensor.shape != (batch, width, hidden) or len(seeds) != batch:
-            raise MemberMisbehaved(link.prev, f"activations of shape {tuple(first.tensor.shape)}")
         temperature = float(shape["temperature"])
         mask, pos = mask_positions(lengths, width)
         received, sent, rows = SeenRows(lengths, width), SeenRows(lengths, width), Rows(batch, self.eos)
@@ -382,13 +377,8 @@ class Member(Sealing):
                 step = trip.step + keep
             if frame.header["kind"] == "end":
                 break
-            x = frame.tensor
             most = min(self.draft_tokens + 1, limit - step)  # positions a trip may carry from here
-            if (frame.header.get("step") != step or x is None or x.dim() != 3 or x.shape[0] != batch
-                    or x.shape[2] != hidden or not 1 <= x.shape[1] <= most):
-                got = tuple(x.shape) if x is not None else "none"
-                raise MemberMisbehaved(link.prev, f"activations of step {frame.header.get('step')} at step "
-                                                  f"{step} ({got})")  # fmt: skip
+            x = inbound.trip(link.prev, frame, step, batch, most, hidden, b.stage.model.dtype)
             trip, cache = self._run_trip(b, step, x, mask, pos, cache, seeds, temperature)
             if self.plan.last:
                 self._send(b, {"kind": "tok", "step": step, "tokens": [t.tolist() for t, _ in trip.sampled],
@@ -396,20 +386,13 @@ class Member(Sealing):
             else:
                 self._send(b, {"kind": "act", "step": step, "keep": keep}, torch.cat(trip.payloads, dim=1),
                            log=False)  # fmt: skip
-        out_lengths = list(frame.header.get("lengths") or [])
-        if len(out_lengths) != batch or not all(isinstance(n, int) and 1 <= n <= step for n in out_lengths):
-            raise MemberMisbehaved(link.prev, f"an end frame with lengths {out_lengths[:8]}")
+        own = [len(t) for t in rows.tokens] if self.plan.last else None  # the last stage counts them itself
+        out_lengths = inbound.end_lengths(link.prev, frame, batch, step, own)
         b.received.add(end_frame(out_lengths))
         claimed = yield Want("proofs")
-        try:
-            theirs = [bytes.fromhex(p) for p in claimed.header.get("proofs", [])]
-            earlier = [[bytes.fromhex(p) for p in stage] for stage in claimed.header.get("earlier", [])]
-        except (TypeError, ValueError):
-            raise MemberMisbehaved(link.prev, "a proofs frame that is not hex") from None
+        theirs, earlier = inbound.proofs(link.prev, claimed, batch, self.plan.index - 1)
         if theirs != self._prove(b, received.rows_for(out_lengths)):
             raise MemberMisbehaved(link.prev, "its proofs are not those of the activations it sent")
-        if len(earlier) != self.plan.index - 1:
-            raise MemberMisbehaved(link.prev, f"proofs of {len(earlier)} earlier stages at {self.plan.index}")
         links = yield from self._countersign(b, members)
         if self.plan.last:
             proofs = self._prove(b, sent.final(out_lengths))
@@ -423,11 +406,16 @@ class Member(Sealing):
             passed_on = [[p.hex() for p in stage] for stage in [*earlier, theirs]]
             self._send(b, {"kind": "proofs", "proofs": [p.hex() for p in proofs], "earlier": passed_on})
             seal = self._seal(b, links)
-            bundle = yield from self._take_bundle(b, proofs, None, [*earlier, theirs], links=links, seal=seal)
+            bundle = yield from self._take_bundle(b, proofs, None, [*earlier, theirs], links=links, seal=seal,
+                                                  shape=shape, lengths=out_lengths)  # fmt: skip
         return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
 
     def _output(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
                 bundle: GroupBundle) -> StageOutput:  # fmt: skip
+        if self.checker is not None and self.link is not None:
+            self.checker.check(b.stage, bundle, b.received.frames, b.sent.frames, task_id=self.task_id,
+                               group_id=self.group_id, batch=b.number, eos=self.eos, pad=self.pad,
+                               prev=self.link.prev)  # fmt: skip
         finished = [bool(t and t[-1] == self.eos) for t in tokens]
         layers = (self.plan.layers.start, self.plan.layers.stop)
         return StageOutput(self.plan.index, layers, proofs, tokens, logprobs, finished, bundle=bundle,
@@ -446,6 +434,8 @@ class Member(Sealing):
         self, b: InFlight, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
     ) -> tuple[torch.Tensor, Any]:
         out, cache = b.stage.forward(x, mask, pos, cache)
+        if self.link is not None:  # never sent nor proven: the batch stops, naming who fed it
+            inbound.finite_output(self.link.prev, out)
         if self.cheat == "skip":  # its layers skipped: what came in goes out (embedded / normed)
             decoder = b.stage.model.model
             with torch.inference_mode():

@@ -15,7 +15,7 @@ ENV_PREFIX = "INTELLECT_PIPELINE_"
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
                 "wrong-plan", "sign-flip", "negate", "small-flip", "false-accuse", "forge-received",
-                "over-keep", "over-draft"]
+                "over-keep", "over-draft", "int8", "fp16", "bias", "half-bias", "skip-layer"]
 CHEATS: tuple[str, ...] = (
     "none",
     "weights",
@@ -32,4 +32,9 @@ CHEATS: tuple[str, ...] = (
     "forge-received",
     "over-keep",  # drivers with a draft: see cheats.py
     "over-draft",
+    "int8",  # compute savers (issue 55): see cheats.py
+    "fp16",
+    "bias",
+    "half-bias",
+    "skip-layer",
 )

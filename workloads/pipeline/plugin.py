@@ -53,10 +53,12 @@ if TYPE_CHECKING:
 IMAGE = "intellect-workload:latest"
 ENTRYPOINT = ["python3", "-m", "workloads.pipeline.task"]
 TOPOLOGIES = "scheduling_config.plugins.node_groups.allowed_topologies"
-# What each member learns from its worker: the group's place and secret, its inbox, its identity.
+# What each member learns from its worker: the group's place, its own transport secret and every
+# member's public key (not the group-wide `${GROUP_SECRET}`: it names the group, not a member, so links
+# keyed by it would let a member speak as another), its inbox, its identity.
 RUNTIME_ENV = {
     "GROUP_ID": "${GROUP_ID}", "GROUP_INDEX": "${GROUP_INDEX}", "GROUP_SIZE": "${GROUP_SIZE}",
-    "GROUP_SECRET": "${GROUP_SECRET}", "NEXT_ADDRESS": "${NEXT_P2P_ADDRESS}",
+    "MEMBER_SECRET": "${MEMBER_SECRET}", "GROUP_KEYS": "${GROUP_KEYS}", "NEXT_ADDRESS": "${NEXT_P2P_ADDRESS}",
     "INBOX": "${P2P_INBOX}", "OUTBOX": "${P2P_OUTBOX}",
     "P2P_PORT": "${WORKER_P2P_PORT}", "NODE_ADDRESS": "${NODE_ADDRESS}", "TASK_ID": "${TASK_ID}",
 }  # fmt: skip
@@ -228,6 +230,9 @@ class PipelineJudge:
 
         self.limits = resolve_limits(task.model)
         self.calibrated = self.limits.calibrated(WORKLOAD)
+        from workloads.pipeline.tolerance import ForwardLimits
+
+        self.forward = ForwardLimits.from_record(self.limits.forward)  # the record's, else the tiny model's
 
     def _measured(self, reasons: list[str]) -> tuple[VerdictKind, list[str]]:
         """A failure of the replay's measured limits: slashed only on a calibrated model."""
@@ -291,6 +296,11 @@ class PipelineJudge:
             if local.exact:  # its own frames against what it signed: no measured limit decides it
                 return verdict("invalidate", local.reasons, rows, tokens)
             return verdict(*self._measured(local.reasons), rows, tokens)
+        if accepted and not local.proven and data.links:
+            # A disputed or foreign link record, or frames that contradict the batch: the evidence cannot
+            # say who did what, so neither end of that link is paid (nor slashed). Files without link
+            # records (format 2, before seals) are still paid end to end.
+            return verdict("soft_invalidate", [f"{r}: not paid" for r in local.reasons], rows, tokens)
         if accepted:
             batch, own = self._pooled_verdict(data, submission, key, stats, local)
             if own.out:
@@ -439,8 +449,8 @@ class PipelineJudge:
         received, sent = data.frames()
         return judge_member(self.model, plans, data.stage, data.bundle(), received, sent,
                             task_id=data.task_id, group_id=data.group_id, batch=data.batch,
-                            eos=int(self.tokenizer.eos_token_id),
-                            pad=int(self.tokenizer.pad_token_id or 0))  # fmt: skip
+                            eos=int(self.tokenizer.eos_token_id), pad=int(self.tokenizer.pad_token_id or 0),
+                            max_new_tokens=data.max_new_tokens, limits=self.forward)  # fmt: skip
 
     def _group_verdict(self, data: Any) -> tuple[str, _BatchVerdict]:
         from workloads.pipeline.stages import StagePlan, split_layers

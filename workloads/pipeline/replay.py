@@ -31,37 +31,21 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from workloads.pipeline import sealed
 from workloads.pipeline.bundle import GroupBundle
 from workloads.pipeline.commit import LinkRecord
 from workloads.pipeline.stages import StagePlan
+from workloads.pipeline.tolerance import (  # ForwardLimits, TINY_FORWARD: re-exported here too
+    TINY_FORWARD,
+    Differences,
+    ForwardLimits,
+    forward_verdict,
+)
 from workloads.pipeline.transport import MemberMisbehaved, frames_digest, parse_frame
 from workloads.pipeline.verify import GroupThresholds, StageStats, token_faults
 from workloads.toploc import verify_proofs_batch
 
 MAX_HEADER_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class ForwardLimits:
-    """How far what a stage before the last sent may be from the replay of its layers over what it
-    received, per real position: ‖sent − replay‖₂ / ‖replay‖₂ (float32 over the hidden vector)."""
-
-    position: float  # a position above this is out
-    share: float  # the stage is guilty when more than this share of its positions is out...
-    worst: float  # ...or when one position is above this
-
-
-# Measured on the shipped tiny model (bench/pipeline_forward.py, bench/out/pipeline_forward.json: 253
-# honest stage-batches of 2- and 3-member groups, batches of 1 to 64 rows, outputs of 1 to 48 tokens,
-# 3 seeds): the worst honest position is off by 0.0085 (bf16 rounding of a decode step against a
-# prefill) and no honest position of any batch is above 0.05. Limits: a position is out above 0.05
-# (×5.9 the worst honest), the stage guilty when over 2 % of its positions are out or one is above
-# 0.25 (×29). Cheats caught by one file: small-flip, sign-flip, negate, skip and N(0, 0.05·std) noise
-# in 33 of 33 cases each (the weakest noise file: 11.7 % of positions out, worst 0.068); perturbed
-# weights in 22 of 33 (the rest by the pooled rule). What is left to a forwarder: a change of under
-# 5 % of each vector's norm at every position (and under 25 % at 2 % of them). A deeper or wider model
-# is measured again before its pool pays.
-TINY_FORWARD = ForwardLimits(position=0.05, share=0.02, worst=0.25)
 
 
 @dataclass
@@ -92,6 +76,25 @@ def evidence(bundle: GroupBundle, stage: int, received: list[list[bytes]], sent:
             return MemberVerdict(proven=False, reasons=[f"links: {problem}: nobody can be blamed"])
     own = _own_frames(incoming, outgoing, received, sent)
     return MemberVerdict(guilty=True, exact=True, reasons=[own]) if own else MemberVerdict()
+
+
+def sealed_verdict(bundle: GroupBundle, stage: int, received: list[list[bytes]], sent: list[list[bytes]], *,
+                   batch: int, hidden: int, max_new_tokens: int | None) -> MemberVerdict:  # fmt: skip
+    """Every frame its links' seals cover, held to the batch (`sealed.py`): a contradiction in what it
+    sent is its own (exact); in what it received, its predecessor's (this file proves nothing)."""
+    members = len(bundle.members)
+    if stage < members - 1:
+        own = sealed.problem(sent, bundle, stage, batch=batch, hidden=hidden, max_new_tokens=max_new_tokens)
+        own = own or (sealed.forwarded(received, sent, stage) if stage > 0 else None)
+        if own:
+            return MemberVerdict(guilty=True, exact=True, reasons=[f"sealed: what it sent: {own}"])
+    if stage > 0:
+        theirs = sealed.problem(received, bundle, stage - 1, batch=batch, hidden=hidden,
+                                max_new_tokens=max_new_tokens)  # fmt: skip
+        if theirs:
+            why = f"sealed: what it received (stage {stage - 1}'s seal): {theirs}: not this member's fault"
+            return MemberVerdict(proven=False, reasons=[why])
+    return MemberVerdict()
 
 
 def _own_frames(incoming: LinkRecord | None, outgoing: LinkRecord | None, received: list[list[bytes]],
@@ -174,11 +177,16 @@ def forward_errors(sent: torch.Tensor, replay: torch.Tensor, mask: torch.Tensor)
 def judge_member(model: PreTrainedModel, plans: list[StagePlan], stage: int, bundle: GroupBundle,
                  received: list[list[bytes]], sent: list[list[bytes]], *, task_id: str, group_id: str,
                  batch: int, eos: int, pad: int, limits: ForwardLimits = TINY_FORWARD,
-                 thresholds: GroupThresholds | None = None) -> MemberVerdict:  # fmt: skip
+                 thresholds: GroupThresholds | None = None,
+                 max_new_tokens: int | None = None) -> MemberVerdict:  # fmt: skip
     """Is member `stage` guilty on its own evidence (module doc)? `thresholds`: the last stage's proof
     and sampling limits."""
     th = thresholds or GroupThresholds()
     found = evidence(bundle, stage, received, sent, task_id, group_id, batch)
+    if found.guilty or not found.proven:
+        return found
+    found = sealed_verdict(bundle, stage, received, sent, batch=batch, hidden=int(model.config.hidden_size),
+                           max_new_tokens=max_new_tokens)  # fmt: skip
     if found.guilty or not found.proven:
         return found
     plan, rows = plans[stage], len(bundle.prompts)
@@ -204,19 +212,14 @@ def judge_member(model: PreTrainedModel, plans: list[StagePlan], stage: int, bun
     where = f"stage {stage} (layers {plan.layers.start}-{plan.layers.stop - 1})"
     if not plan.last:
         assert outgoing is not None
-        errors = forward_errors(outgoing, replay, mask)
-        worst = float(errors.max()) if errors.numel() else 0.0
-        share = float((errors > limits.position).float().mean()) if errors.numel() else 0.0
+        guilty, why, figures = forward_verdict(Differences.of(outgoing, replay, mask), limits)
         proved = [replay[i, width - len(p) : width + len(o) - 1]
                   for i, (p, o) in enumerate(zip(bundle.prompts, bundle.outputs, strict=True))]  # fmt: skip
         stats = StageStats.of(verify_proofs_batch(proved, bundle.stage_proofs[stage], th.chunk, signed=True))
-        verdict = MemberVerdict(worst=worst, share_out=share, stats=stats)
-        if share > limits.share or worst > limits.worst:
+        verdict = MemberVerdict(worst=figures.worst, share_out=figures.share, stats=stats)
+        if guilty:  # per position or over the file's mean (`tolerance.py`)
             verdict.guilty = True
-            verdict.reasons.append(
-                f"{where}: what it sent is not what its layers make of what it received: {share:.1%} of "
-                f"positions off by over {limits.position} (limit {limits.share:.0%}), worst {worst:.3f} "
-                f"(limit {limits.worst})")  # fmt: skip
+            verdict.reasons.append(f"{where}: {why}")
         return verdict
     hiddens = [replay[i, width : width + len(o) - 1] for i, o in enumerate(bundle.outputs)]
     proofs = verify_proofs_batch(hiddens, bundle.stage_proofs[stage], th.chunk, signed=True)

@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Generator
 from typing import Any
 
+from workloads.pipeline import inbound
 from workloads.pipeline.bundle import GroupBundle
 from workloads.pipeline.commit import LinkClaim, LinkRecord, LinkSigner, signed_by
 from workloads.pipeline.flight import InFlight, Want
@@ -51,6 +52,9 @@ class Sealing:
         key's; countersigned, it joins the records of the links before it."""
         prev = self._link.prev
         frame = yield Want("seal", log=False)
+        if frame.header.get("kind") != "seal":
+            raise MemberMisbehaved(prev, "a batch without its seal (the digest of what it sent, signed)")
+        inbound.seal(prev, frame)
         digest, signature = frame.header.get("sha256"), frame.header.get("signature")
         records = frame.header.get("links")
         try:
@@ -77,7 +81,8 @@ class Sealing:
 
     def _take_bundle(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]] | None,
                      before: list[list[bytes]] | None = None, *, links: list[LinkRecord],
-                     seal: LinkRecord) -> Generator[Want, Frame, GroupBundle]:  # fmt: skip
+                     seal: LinkRecord, shape: dict[str, Any],
+                     lengths: list[int]) -> Generator[Want, Frame, GroupBundle]:  # fmt: skip
         """A non-last member: the batch's bundle, come round the ring from the last member. It must hold
         this member's own proofs (and, at stage 0, its tokens and address) and the earlier stages'
         proofs as they reached it (`before`): otherwise a last member colluding with an earlier liar
@@ -85,10 +90,14 @@ class Sealing:
         blame this member for what it was fed. Members before the last but one pass it on."""
         prev = self._link.prev
         frame = yield Want("bundle", log=False)
+        if frame.header.get("kind") != "bundle":
+            raise MemberMisbehaved(prev, "a batch without its bundle")
+        inbound.bundle(prev, frame)
         try:
             bundle = GroupBundle.from_header(frame.header)
         except (KeyError, TypeError, ValueError):
             raise MemberMisbehaved(prev, "a bundle frame that does not parse") from None
+        inbound.bundle_fits(prev, bundle, shape, lengths, b.stage.vocab_size)
         index = self.plan.index
         if (len(bundle.stage_proofs) != self.plan.members or bundle.stage_proofs[index] != proofs
                 or len(bundle.members) != self.plan.members or bundle.members[index] != self.address

@@ -1,8 +1,9 @@
 """`python -m workloads.pipeline.task`: one member of a pipeline group, run by a worker as its task.
 
 The `pipeline` plug-in renders the task so that every member gets, as `INTELLECT_PIPELINE_*`
-variables, the group's place and secret from the orchestrator (`${GROUP_INDEX}`, `${GROUP_SIZE}`,
-`${GROUP_ID}`, `${GROUP_SECRET}`, `${NEXT_P2P_ADDRESS}`), its own inbox port (`${WORKER_P2P_PORT}`)
+variables, the group's place from the orchestrator (`${GROUP_INDEX}`, `${GROUP_SIZE}`, `${GROUP_ID}`,
+`${NEXT_P2P_ADDRESS}`), its own transport secret and every member's public key (`${MEMBER_SECRET}`,
+`${GROUP_KEYS}`: no member can speak on another's link), its own inbox port (`${WORKER_P2P_PORT}`)
 and node address, and the workload's settings. Each member loads only its stage, joins the ring,
 and for every batch writes the group's bundle into its own file (`files.py`) and announces it to
 its worker, which uploads it and submits it on chain for the member's share of the work.
@@ -21,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -31,6 +32,9 @@ from intellect.wire.receipts import NODE_ADDRESS
 from workloads.pipeline.draft import check_draft, make_draft, trip_guesses
 from workloads.pipeline.member import BatchRequest, Member, Policy
 from workloads.pipeline.options import CHEATS, ENV_PREFIX, Cheat
+
+if TYPE_CHECKING:
+    from workloads.pipeline.transport import MemberKeys
 
 
 class PipelineTaskSettings(IntellectSettings):
@@ -74,7 +78,8 @@ class PipelineTaskSettings(IntellectSettings):
     group_id: str = ""
     group_index: int = Field(0, ge=0)
     group_size: int = Field(1, ge=1, le=64)
-    group_secret: str = ""
+    member_secret: str = Field("", repr=False)  # this member's own transport secret (hex)
+    group_keys: str = ""  # every member's transport public key (hex), comma-separated, in stage order
     next_address: str = ""
     # How the two links open (${P2P_INBOX}, ${P2P_OUTBOX}): "listen" on this worker's port (the inbox on
     # P2P_PORT, the outbox on P2P_PORT + 1 for a next member behind NAT), or an address to dial.
@@ -112,6 +117,20 @@ def file_name(batch: int, stage: int) -> str:
     return f"pipeline-batch{batch:06d}-stage{stage}.json"
 
 
+def transport_keys(s: PipelineTaskSettings) -> MemberKeys | None:
+    """This member's transport keys (None: a group of one has no links), checked before a model loads:
+    wrong keys would otherwise show only as handshakes that never complete."""
+    from workloads.pipeline.transport import MemberKeys
+
+    if s.group_size == 1:
+        return None
+    keys = MemberKeys.from_hex(s.member_secret, s.group_keys)
+    if len(keys.publics) != s.group_size:
+        raise ValueError(f"{len(keys.publics)} public keys for a group of {s.group_size}")
+    keys.check(s.group_index)
+    return keys
+
+
 def run(s: PipelineTaskSettings) -> int:
     import torch
 
@@ -124,6 +143,7 @@ def run(s: PipelineTaskSettings) -> int:
         plan_group_batch,
         policy_problems,
         score_rows,
+        shape_problems,
         write_group_file,
     )
     from workloads.pipeline.member import perturb_stage
@@ -133,9 +153,15 @@ def run(s: PipelineTaskSettings) -> int:
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(2, s.group_size)))
     outbox = s.outbox or s.next_address
-    if s.group_size > 1 and (len(s.group_secret) < 32 or not outbox or not s.p2p_port):
-        print("error: a group member needs INTELLECT_PIPELINE_GROUP_SECRET, _NEXT_ADDRESS and _P2P_PORT "
-              "(the task's ${GROUP_SECRET}, ${NEXT_P2P_ADDRESS}, ${WORKER_P2P_PORT})", file=sys.stderr)
+    if s.group_size > 1 and not (s.member_secret and s.group_keys and outbox and s.p2p_port):
+        print("error: a group member needs INTELLECT_PIPELINE_MEMBER_SECRET, _GROUP_KEYS, _NEXT_ADDRESS and "
+              "_P2P_PORT (the task's ${MEMBER_SECRET}, ${GROUP_KEYS}, ${NEXT_P2P_ADDRESS}, "
+              "${WORKER_P2P_PORT})", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        keys = transport_keys(s)
+    except ValueError as exc:
+        print(f"error: the group's transport keys: {exc}", file=sys.stderr)
         return 2
     plans = plan_stages(s.model, s.group_size)
     plan, total_layers = plans[s.group_index], plans[-1].layers.stop
@@ -147,10 +173,11 @@ def run(s: PipelineTaskSettings) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tok = load_tokenizer(s.model)
+    records = load_dataset(s.dataset)  # every member checks the driver's plan (at step 0, before writing)
     link = None
-    if s.group_size > 1:
+    if keys is not None:
         listen_in, listen_out = s.inbox == "listen", outbox == "listen"
-        link = MemberLink(s.group_index, s.group_size, bytes.fromhex(s.group_secret),
+        link = MemberLink(s.group_index, keys,
                           f"tcp://0.0.0.0:{s.p2p_port}" if listen_in else None,
                           None if listen_out else _tcp(outbox), max_frame_bytes=64 << 20,
                           timeout=s.timeout_seconds, inbox_dial=None if listen_in else _tcp(s.inbox),
@@ -160,10 +187,15 @@ def run(s: PipelineTaskSettings) -> int:
     member = Member(stage, link, int(tok.eos_token_id), int(tok.pad_token_id), cheat=cast(Cheat, cheat),
                     address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
                     signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id,
-                    draft=draft, draft_tokens=trip_guesses(s.draft, s.draft_tokens))  # fmt: skip
+                    draft=draft, draft_tokens=trip_guesses(s.draft, s.draft_tokens),
+                    admit=lambda shape: shape_problems(
+                        shape, task_id=s.task_id, group_id=s.group_id, batches=s.batches,
+                        batch_size=s.batch_size, n=s.n, target_lengths=s.target_lengths,
+                        max_new_tokens=s.max_new_tokens, temperature=s.temperature, async_level=s.async_level,
+                        prompt_of=lambda i: list(tok(records[i].prompt)["input_ids"]),
+                        dataset_size=len(records)))  # fmt: skip
     member.policy = Policy(0, 0, policies.base_sha256)  # what `load_stage` above loaded
     s.output_dir.mkdir(parents=True, exist_ok=True)
-    records = load_dataset(s.dataset)  # every member checks the driver's plan before writing its file
     paced_step, paced = -1, 0  # the trainer step of the driver's last batches, and how many it made
     members: list[str] = []
 

@@ -12,17 +12,21 @@ its inbox dials its predecessor's outbox, which listens (`inbox_dial`, `outbox_b
 dials the next member's inbox as usual. Which end listens is transport only: the inbox is the CURVE
 server whichever way the TCP connection was opened, so it still admits its predecessor's key alone,
 and a listening outbox is a CURVE client that completes a handshake only with a peer holding the
-next member's key. Every link needs one end that can be called (docs/storage-and-groups.md). Member keys
-are derived from the group secret the task gets (`member_keys`): an inbox accepts exactly one client
-key, its predecessor's, so nobody outside the group (nor another member) can feed it. A peer that
+next member's key. Every link needs one end that can be called (docs/storage-and-groups.md). Each
+member holds its own CURVE secret and every member's public key (`MemberKeys`: the task's
+`${MEMBER_SECRET}` and `${GROUP_KEYS}`): an inbox accepts exactly one client key, its predecessor's,
+and only the predecessor holds the matching secret, so nobody outside the group, nor another member,
+can feed it. (Keys all derived from one group secret would let any member take another's key, feed
+member k as k-1 and get the honest k-1 named.) A peer that
 sends nothing for `timeout` seconds raises `MemberTimeout` naming it; a frame that is not what the
 protocol expects raises `MemberMisbehaved`.
 
 Byte for byte (`LinkLog`): within a batch each end keeps the exact bytes of every frame it sent and
 received and a running sha256 over them (`frames_digest`). At the end of a batch the sender signs the
 digest of what it sent with its own node key and the receiver countersigns the digest of what it got
-(`member.py`, `commit.py`): CURVE keys derive from the group secret every member holds, so only the
-node keys can say who sent what. Frames outside a batch (hello, seal, bundle) are not logged.
+(`member.py`, `commit.py`): CURVE tells the receiver who is on the other end but proves nothing to a
+third party (its authentication is deniable), so only the node keys can show a validator who sent
+what. Frames outside a batch (hello, seal, bundle) are not logged.
 
 Routes: a group keeps several batches in flight on the same links (`flight.py`), so every frame
 travels behind a route part, the 8-byte number of the batch it belongs to (0: the ring's own frames,
@@ -37,7 +41,7 @@ import hashlib
 import hmac
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -75,11 +79,42 @@ class MemberMisbehaved(MemberError):
     what it sent)."""
 
 
-def member_keys(group_secret: bytes, index: int) -> tuple[bytes, bytes]:
-    """(public, secret) CURVE keys of member `index`, z85-encoded, derived from the group secret."""
-    seed = hmac.new(group_secret, f"intellect-pipeline-member:{index}".encode(), hashlib.sha256).digest()
-    secret = z85.encode(seed)
-    return zmq.curve_public(secret), secret
+@dataclass(frozen=True)
+class MemberKeys:
+    """One member's CURVE keys (z85): its own secret, told to no other member, and every member's public
+    key in stage order, from which its links take the predecessor's (the one client its inbox admits)
+    and the successor's (the server its outbox talks to)."""
+
+    secret: bytes = field(repr=False)
+    publics: tuple[bytes, ...] = ()
+
+    @classmethod
+    def from_hex(cls, secret: str, publics: str) -> MemberKeys:
+        """From the task's `${MEMBER_SECRET}` and `${GROUP_KEYS}` (comma-separated): hex on the way in,
+        since z85 text holds characters a shell or a template would trip on."""
+        raw = [bytes.fromhex(secret), *(bytes.fromhex(p) for p in publics.split(","))]
+        if any(len(key) != 32 for key in raw):
+            raise ValueError("a CURVE key is 32 bytes (64 hex characters)")
+        return cls(z85.encode(raw[0]), tuple(z85.encode(key) for key in raw[1:]))
+
+    def check(self, index: int) -> None:
+        """Refuse keys that cannot be member `index`'s (a wrong list or another member's secret) before a
+        model loads, rather than as handshakes that never complete."""
+        if not 0 <= index < len(self.publics) or zmq.curve_public(self.secret) != self.publics[index]:
+            raise ValueError(f"this member's secret is not that of key {index} of the group's "
+                             f"{len(self.publics)}")
+
+    def hex(self) -> tuple[str, str]:
+        """(`${MEMBER_SECRET}`, `${GROUP_KEYS}`) as a worker would hand them to the member."""
+        return z85.decode(self.secret).hex(), ",".join(z85.decode(p).hex() for p in self.publics)
+
+
+def local_keys(members: int) -> list[MemberKeys]:
+    """Keys of a group run on one machine (tests, benches, the devnet): a fresh keypair per member, as
+    the orchestrator gives a worker's group, so a local group is held to the same rule."""
+    pairs = [zmq.curve_keypair() for _ in range(members)]
+    publics = tuple(public for public, _ in pairs)
+    return [MemberKeys(secret, publics) for _, secret in pairs]
 
 
 class _OnlyKey:
@@ -153,20 +188,20 @@ class MemberLink:
     outbox) and outbox (connected to `next_address`, or listening at `outbox_bind` for a next member
     behind NAT)."""
 
-    def __init__(self, index: int, members: int, group_secret: bytes, bind: str | None,
-                 next_address: str | None, *, max_frame_bytes: int, timeout: float = 30.0,
-                 inbox_dial: str | None = None, outbox_bind: str | None = None) -> None:  # fmt: skip
+    def __init__(self, index: int, keys: MemberKeys, bind: str | None, next_address: str | None, *,
+                 max_frame_bytes: int, timeout: float = 30.0, inbox_dial: str | None = None,
+                 outbox_bind: str | None = None) -> None:  # fmt: skip
         if (bind is None) == (inbox_dial is None) or (next_address is None) == (outbox_bind is None):
             raise ValueError("a member's inbox either binds or dials, and so does its outbox")
+        keys.check(index)
+        members = len(keys.publics)
         self.index, self.members, self.timeout = index, members, timeout
         self.prev, self.next = (index - 1) % members, (index + 1) % members
         self.context = zmq.Context()
-        public, secret = member_keys(group_secret, index)
-        prev_public, _ = member_keys(group_secret, self.prev)
-        next_public, _ = member_keys(group_secret, self.next)
+        public, secret = keys.publics[index], keys.secret
         self.auth = ThreadAuthenticator(self.context)
         self.auth.start()
-        self.auth.configure_curve_callback(domain="*", credentials_provider=_OnlyKey(prev_public))
+        self.auth.configure_curve_callback(domain="*", credentials_provider=_OnlyKey(keys.publics[self.prev]))
         self.inbox = self.context.socket(zmq.PULL)
         self.inbox.curve_server = True
         self.inbox.curve_secretkey = secret
@@ -182,7 +217,7 @@ class MemberLink:
         self.outbox = self.context.socket(zmq.PUSH)
         self.outbox.curve_secretkey = secret
         self.outbox.curve_publickey = public
-        self.outbox.curve_serverkey = next_public
+        self.outbox.curve_serverkey = keys.publics[self.next]
         self.outbox.setsockopt(zmq.LINGER, 2000)
         self.outbox.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
         self.next_address = next_address

@@ -240,10 +240,14 @@ def calibrate(
     made_by: str = "intellect-validator calibrate",
     own: dict[int, Path] | None = None,
     progress: Callable[[str], None] = lambda _m: None,
+    pipeline: bool = False,
+    pipeline_quick: bool = False,
 ) -> CalibrationRecord:
     """The whole measurement for `model` (a local folder with config.json and model.safetensors, or
     "tiny"): honest files, cheats, limits, false positives; the record it makes. `own`: checkpoints of
-    the operator's training run of this model (step → safetensors file), measured like trained ones."""
+    the operator's training run of this model (step → safetensors file), measured like trained ones.
+    `pipeline`: the pipeline replay's forward limits measured too (`pipeline_part`; `pipeline_quick`:
+    4 batch shapes, one seed), and the record then calibrates that workload as well."""
     wanted = model_id(model)
     if wanted is None:
         raise CalibrationError(
@@ -314,11 +318,14 @@ def calibrate(
     shape = {
         k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
     }
+    forward = pipeline_part(model, pipeline_quick, progress) if pipeline else {}
     return CalibrationRecord(
         model_id=wanted,
         name=name or Path(model).name,
         made_by=made_by,
         thresholds=derived.thresholds,
+        workloads=["inference", "pipeline"] if pipeline else ["inference"],
+        pipeline=forward,
         measured={
             "shape": shape,
             "grid": grid.model_dump(),
@@ -332,3 +339,12 @@ def calibrate(
             "seconds": round(time.time() - started, 1),
         },
     )
+
+
+def pipeline_part(model: str, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The pipeline replay's forward limits for `model` (workloads/pipeline/tolerance_calibration.py:
+    honest thread groups of 2 and 3 members, the compute-saving cheats graded). Imported here, lazily:
+    the pipeline workload imports this package, so only this tool reaches back (pyproject's contracts)."""
+    from workloads.pipeline.tolerance_calibration import measure_forward
+
+    return measure_forward(model, load_model(model), load_tokenizer(model), quick=quick, progress=progress)

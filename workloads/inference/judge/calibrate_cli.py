@@ -58,6 +58,12 @@ def calibrate_command(
         None, "--work-dir", help="where the measured files go (default: a temp dir)"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the record as JSON"),
+    pipeline: bool = typer.Option(
+        False,
+        "--pipeline",
+        help="also measure the pipeline replay's forward limits (2- and 3-member thread groups of the "
+        "model, compute-saving cheats graded) and calibrate the pipeline workload too",
+    ),
 ) -> None:
     """Measure MODEL's honest recomputation noise and its cheats; write its calibration record.
 
@@ -66,7 +72,8 @@ def calibrate_command(
     and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight noise, another seed and one perturbed layer. The limits
     follow the rules of workloads/inference/judge/limits.py; every honest file is judged again under
     them. Without a
-    record for the task's model, a validator's recomputation failures are never slashed."""
+    record for the task's model, a validator's recomputation failures are never slashed. With
+    --pipeline, the pipeline replay's forward limits too (workloads/pipeline/tolerance.py)."""
     try:
         own = checkpoint_flags(checkpoint, first=1)
     except typer.BadParameter as exc:
@@ -83,7 +90,8 @@ def calibrate_command(
         err.print(f"[{time.monotonic() - started:6.0f} s] {message}", markup=False)
 
     try:
-        record = calibrate(model, work, grid, name=name, made_by=made_by, own=own, progress=progress)
+        record = calibrate(model, work, grid, name=name, made_by=made_by, own=own, progress=progress,
+                           pipeline=pipeline, pipeline_quick=quick)  # fmt: skip
     except CalibrationError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
@@ -96,6 +104,10 @@ def calibrate_command(
         _print(record)
         console.print(f"record: {target} (model_id {record.model_id[:16]}…); a validator uses it when its "
                       f"folder is in {ENV}", markup=False)  # fmt: skip
+    if record.pipeline and record.pipeline["measured"]["honest"]["caught"]:
+        err.print("error: honest pipeline stage-batches are guilty under the derived forward limits (see "
+                  "pipeline.measured.honest); not a usable record")  # fmt: skip
+        raise typer.Exit(1)
     if record.measured["false_positives"]["failing"]:
         err.print(
             "error: honest files fail under the derived limits (see false_positives); not a usable record"
@@ -134,3 +146,21 @@ def _print(record: CalibrationRecord) -> None:
     console.print(graded)
     changed = json.dumps(record.thresholds) if record.thresholds else "none (the defaults hold)"
     console.print(f"limits that differ from the defaults: {changed}", markup=False)
+    if record.pipeline:
+        _print_pipeline(record.pipeline)
+
+
+def _print_pipeline(part: dict) -> None:
+    """The pipeline part: the derived forward limits, then honest and cheating stage-batches under them."""
+    limits = json.dumps(part["limits"])
+    console.print(f"pipeline forward limits: {limits} ({part['seconds']} s)", markup=False)
+    table = Table(title="pipeline stage-batches under the derived limits (mean / limit: the file's mean "
+                        "per-position error against mean + spread/√n)")  # fmt: skip
+    for col in ("", "files caught", "lowest mean / limit", "window mean / limit", "window caught",
+                "worst position", "largest mean"):  # fmt: skip
+        table.add_column(col, overflow="fold")
+    for kind, m in part["measured"].items():
+        table.add_row(kind, f"{m['caught']}/{m['files']}", str(m["least_mean_over_limit"]),
+                      str(m["window_mean_over_limit"]), str(m["window_caught"]), str(m["worst_position"]),
+                      str(m["largest_mean"]))  # fmt: skip
+    console.print(table)

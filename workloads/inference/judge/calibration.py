@@ -61,8 +61,13 @@ class CalibrationRecord(BaseModel):
     measured: dict[str, Any] = Field(default_factory=dict, description="honest and cheating figures, margins")
     workloads: list[str] = Field(
         default_factory=lambda: ["inference"],
-        description="the judges whose measured rules this record calibrates (the pipeline workload's "
-        "replay limits were measured on the tiny model alone: bench/pipeline_calibration.py)",
+        description="the judges whose measured rules this record calibrates (\"pipeline\" only where the "
+        "pipeline replay's limits were measured on the model: `intellect-validator calibrate --pipeline`)",
+    )
+    pipeline: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the pipeline replay's forward limits (`limits`: workloads/pipeline/tolerance.py's "
+        "ForwardLimits fields) and the honest and cheating figures they rest on (`measured`)",
     )
 
 
@@ -114,6 +119,15 @@ class Limits:
 
     def calibrated(self, workload: str = "inference") -> bool:
         return self.record is not None and workload in self.record.workloads
+
+    @property
+    def forward(self) -> dict[str, float] | None:
+        """The pipeline replay's forward limits the record states for its model (`ForwardLimits` fields;
+        `ForwardLimits.from_record` reads them), or None: a record that does not calibrate the pipeline
+        workload, or states none, leaves the tiny model's (never slashed on another model)."""
+        if self.record is None or not self.calibrated("pipeline"):
+            return None
+        return dict(self.record.pipeline.get("limits") or {}) or None
 
     def judged_by(self, workload: str = "inference") -> JudgedBy:
         if self.record is None or not self.calibrated(workload):

@@ -1,0 +1,95 @@
+"""A member judges its own file before it writes it: it never holds a file its own judge would fail.
+
+`inbound.py` checks every field of every frame a member receives. What no rule there foresaw is caught
+here, by construction: at the end of a batch, with the bundle and its link records in hand, the member
+runs the validator's own rule on itself (`replay.judge_member`: its link records, its frames against
+them, every sealed frame against the batch, its stage replayed from what it received and compared with
+what it sent) on its own layers, at a margin inside the judge's limits (`SelfLimits`). A batch its judge
+would find it guilty of is dropped, naming the member that fed it: the input is the only thing an
+honest member's verdict depends on that it did not make. The group stops, nothing is written, nobody
+is paid or judged.
+
+The margin: the validator replays on another machine, whose kernels round differently. The figures the
+limits judge are an honest decode against a prefill (bench/pipeline_forward.py: worst honest position
+0.0085 against a limit of 0.05); a second prefill on another machine moves them by far less than the
+20 % kept here, so a file that passes here passes there. The own-stage pooled rule (`pooled.py`) is
+held the same way over the member's own window of files: it refuses a batch that would put its pooled
+mean past 80 % of the validator's limit.
+
+Cost: one prefill of the member's own layers over the batch (what the validator runs for this file),
+measured in bench/pipeline.py's self-check column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from workloads.model.sampler import ReplayLimits
+from workloads.pipeline.bundle import GroupBundle
+from workloads.pipeline.pooled import TINY_POOLED, PooledLimits, pooled_mean
+from workloads.pipeline.replay import TINY_FORWARD, ForwardLimits, judge_member
+from workloads.pipeline.stages import Stage, StagePlan
+from workloads.pipeline.transport import MemberMisbehaved
+from workloads.pipeline.verify import GroupThresholds, StageStats
+from workloads.toploc import ToplocThresholds
+
+MARGIN = 0.8  # a member holds itself to 80 % of every measured limit the validator applies
+WINDOW = 64  # files a member's own pooled figures run over (`pooled.POOL_FILES`)
+
+
+def _tighter(limits: Any, factor: float) -> Any:
+    """Every float limit of a frozen dataclass times `factor` (a smaller figure is stricter)."""
+    return replace(limits, **{f.name: getattr(limits, f.name) * factor for f in fields(limits)
+                              if isinstance(getattr(limits, f.name), float)})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SelfLimits:
+    """The validator's limits for the model, held at `MARGIN`."""
+
+    forward: ForwardLimits = TINY_FORWARD
+    group: GroupThresholds = field(default_factory=GroupThresholds)
+    pooled: PooledLimits = TINY_POOLED
+
+    def held(self) -> tuple[ForwardLimits, GroupThresholds, float, float]:
+        """(forward, last stage's, pooled inner, pooled last) limits at the margin."""
+        chunk = self.group.chunk
+        tight_chunk = ToplocThresholds(
+            max_exp_mismatches=max(0, chunk.max_exp_mismatches - 2), max_mant_err_mean=chunk.max_mant_err_mean
+            * MARGIN, max_mant_err_median=max(0.0, chunk.max_mant_err_median - 1))  # fmt: skip
+        replay = ReplayLimits(near_tie=self.group.replay.near_tie, cap=self.group.replay.cap * MARGIN,
+                              per_row=self.group.replay.per_row)  # fmt: skip
+        group = replace(self.group, chunk=tight_chunk, replay=replay)
+        return (_tighter(self.forward, MARGIN), group, self.pooled.inner_mean * MARGIN,
+                self.pooled.last_mean * MARGIN)  # fmt: skip
+
+
+class SelfCheck:
+    """One member's judge of itself, with its own window of files for the pooled rule."""
+
+    def __init__(self, limits: SelfLimits | None = None) -> None:
+        self.limits = limits or SelfLimits()
+        self.window: list[StageStats] = []
+
+    def check(self, stage: Stage, bundle: GroupBundle, received: list[list[bytes]], sent: list[list[bytes]],
+              *, task_id: str, group_id: str, batch: int, eos: int, pad: int, prev: int) -> None:  # fmt: skip
+        """Raise `MemberMisbehaved` naming `prev` when this member's file of the batch would fail."""
+        plan = stage.plan
+        local = StagePlan(plan.index, plan.members, range(len(plan.layers)))  # its layers, held alone
+        forward, group, inner, last = self.limits.held()
+        verdict = judge_member(stage.model, [local] * plan.members, plan.index, bundle, received, sent,
+                               task_id=task_id, group_id=group_id, batch=batch, eos=eos, pad=pad,
+                               limits=forward, thresholds=group)  # fmt: skip
+        if verdict.guilty:
+            raise MemberMisbehaved(prev, "what it sent would make this member's file fail its judge: "
+                                         f"{verdict.reasons[0]}")  # fmt: skip
+        if not verdict.proven or not verdict.stats.chunks:
+            return
+        pooled = StageStats(sum(s.chunks for s in self.window) + verdict.stats.chunks,
+                            sum(s.mant_sum for s in self.window) + verdict.stats.mant_sum)  # fmt: skip
+        limit = last if plan.last else inner
+        if pooled.chunks >= self.limits.pooled.min_chunks and pooled_mean(pooled) > limit:
+            raise MemberMisbehaved(prev, f"what it sent would put this member's own pooled mantissa error at "
+                                         f"{pooled_mean(pooled):.3f}, past {limit:.3f}")  # fmt: skip
+        self.window = [*self.window, verdict.stats][-WINDOW:]
