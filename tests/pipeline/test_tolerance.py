@@ -26,6 +26,8 @@ from workloads.pipeline.tolerance import TINY_FORWARD, Differences, ForwardLimit
 
 WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
 
+pytestmark = pytest.mark.slow  # ~12 s of groups and replays: the full suite, not the fast tier
+
 
 @pytest.fixture(scope="module")
 def tiny():  # noqa: ANN201

@@ -154,13 +154,14 @@ def _print_pipeline(part: dict) -> None:
     """The pipeline part: the derived forward limits, then honest and cheating stage-batches under them."""
     limits = json.dumps(part["limits"])
     console.print(f"pipeline forward limits: {limits} ({part['seconds']} s)", markup=False)
-    table = Table(title="pipeline stage-batches under the derived limits (mean / limit: the file's mean "
-                        "per-position error against mean + spread/√n)")  # fmt: skip
-    for col in ("", "files caught", "lowest mean / limit", "window mean / limit", "window caught",
-                "worst position", "largest mean"):  # fmt: skip
+    table = Table(title="pipeline stage-batches under the derived limits (figure / limit: the file's mean "
+                        "error or offset against its limit at its size; honest: the highest, cheats: the "
+                        "lowest)")  # fmt: skip
+    for col in ("", "files caught", "file / limit", "windows caught", "window / limit", "worst position",
+                "largest mean", "largest offset"):  # fmt: skip
         table.add_column(col, overflow="fold")
     for kind, m in part["measured"].items():
-        table.add_row(kind, f"{m['caught']}/{m['files']}", str(m["least_mean_over_limit"]),
-                      str(m["window_mean_over_limit"]), str(m["window_caught"]), str(m["worst_position"]),
-                      str(m["largest_mean"]))  # fmt: skip
+        table.add_row(kind, f"{m['caught']}/{m['files']}", str(m["file_over_limit"]),
+                      f"{m['window_caught']}/{m['windows']}", str(m["window_over_limit"]),
+                      str(m["worst_position"]), str(m["largest_mean"]), str(m["largest_offset"]))  # fmt: skip
     console.print(table)
