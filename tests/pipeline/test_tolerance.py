@@ -100,7 +100,7 @@ def test_the_record_s_limits_decide(tiny) -> None:  # noqa: ANN001
     assert limits_of(unnamed, {}).forward is None
 
 
-def test_a_model_without_a_pipeline_record_is_judged_by_tiny_s_figures_and_never_slashed(
+def test_a_model_without_a_pipeline_record_is_judged_by_tiny_s_per_position_rules_and_never_slashed(
     tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
 ) -> None:
     from workloads.pipeline.plugin import PipelineJudge, PipelineSettings
@@ -113,7 +113,8 @@ def test_a_model_without_a_pipeline_record_is_judged_by_tiny_s_figures_and_never
     monkeypatch.setattr(calibration, "record_folders", lambda: [folder])
     env = ValidatorEnv(seen=MemorySeenStore(), data_dir=tmp_path, task_id="task-1")
     judge_ = PipelineJudge(PipelineSettings(), env)
-    assert not judge_.calibrated and judge_.forward == TINY_FORWARD
+    assert not judge_.calibrated and judge_.forward == TINY_FORWARD.per_position()
+    assert judge_.forward.mean_limit(1) == judge_.forward.offset_limit(10**6) == float("inf")
     assert judge_._measured(["stage 0: off"])[0] == "soft_invalidate"
     folder.joinpath("tiny.json").write_text(CalibrationRecord.model_validate(
         {**shipped, "workloads": ["inference", "pipeline"],

@@ -34,6 +34,7 @@ from workloads.pipeline.commit import signer_from_env
 from workloads.pipeline.draft import DRAFTS, MAX_DRAFT_TOKENS, check_draft, make_draft, trip_guesses
 from workloads.pipeline.member import BatchRequest, GroupBundle, Member, Policy, StageOutput
 from workloads.pipeline.options import CHEATS
+from workloads.pipeline.selfcheck import limits_for
 from workloads.pipeline.stages import StageError, load_stage, plan_stages
 from workloads.pipeline.transport import MemberError, MemberKeys, MemberLink
 
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     link.connect()
     eos = int(tok.eos_token_id) if args.eos is None else args.eos
     member = Member(stage, link, eos, int(tok.pad_token_id), cheat=args.cheat, address=args.address,
-                    signer=signer_from_env(), draft=draft,
+                    signer=signer_from_env(), draft=draft, self_limits=limits_for(args.model),
                     draft_tokens=trip_guesses(args.draft, args.draft_tokens))  # fmt: skip
     outputs: list[dict] = []
     try:

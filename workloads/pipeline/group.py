@@ -25,6 +25,7 @@ from workloads.pipeline.__main__ import KEYS_ENV, SECRET_ENV, output_from_json
 from workloads.pipeline.commit import KEY_ENV, KeySigner
 from workloads.pipeline.draft import Draft
 from workloads.pipeline.member import BatchRequest, Member, StageOutput
+from workloads.pipeline.selfcheck import SelfLimits
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import local_keys
 
@@ -165,13 +166,14 @@ def run_thread_group(
     cheats: dict[int, str] | None = None, timeout: float = 20.0, signed: bool = True,
     task_id: str = "local", group_id: str = "local", in_flight: int = 1, keys: list[Wallet] | None = None,
     draft: Draft | None = None, draft_tokens: int = 0, stages: list[Stage] | None = None,
-    factory: MemberFactory | None = None,
+    factory: MemberFactory | None = None, self_limits: SelfLimits | None = None,
 ) -> GroupRun:  # fmt: skip
     """`run_local_group` with each member a thread of this process: real links on loopback, each member
     its own stage (only its layers), node key and cheat, `in_flight` batches moving at once, the driver
     guessing up to `draft_tokens` tokens a trip with `draft` (`draft.py`). `stages`: the members' stages,
     loaded once by a caller that runs many groups; `factory(i)`: the class member i runs (the fuzzer's
-    `adversary.Adversary`; default `Member`), or None for `Member`."""
+    `adversary.Adversary`; default `Member`), or None for `Member`. `self_limits`: what honest members
+    hold their own files to (`selfcheck.py`; default the model's, `limits_for`)."""
     import threading
 
     import torch
@@ -179,11 +181,13 @@ def run_thread_group(
     from workloads.model.loading import load_tokenizer
     from workloads.pipeline.member import Member
     from workloads.pipeline.options import Cheat
+    from workloads.pipeline.selfcheck import limits_for
     from workloads.pipeline.stages import load_stage, plan_stages
     from workloads.pipeline.transport import MemberError, MemberLink, MemberTimeout
 
     requests = request if isinstance(request, list) else [request]
     tok = load_tokenizer(model)
+    held = self_limits or limits_for(model)
     curve = local_keys(members)
     ports = [stable_port() for _ in range(members)]
     keys = (keys or [Wallet.create() for _ in range(members)]) if signed else []
@@ -208,7 +212,7 @@ def run_thread_group(
                        cheat=cast(Cheat, cheat),
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
                        task_id=task_id, group_id=group_id, draft=draft if i == 0 else None,
-                       draft_tokens=draft_tokens if draft is not None else 0)  # fmt: skip
+                       draft_tokens=draft_tokens if draft is not None else 0, self_limits=held)  # fmt: skip
             m.introduce()
             served = m.serve(requests if i == 0 else None, in_flight=in_flight, batches=len(requests))
             made[i] = sorted(served, key=lambda o: o.started)

@@ -232,7 +232,11 @@ class PipelineJudge:
         self.calibrated = self.limits.calibrated(WORKLOAD)
         from workloads.pipeline.tolerance import ForwardLimits
 
-        self.forward = ForwardLimits.from_record(self.limits.forward)  # the record's, else the tiny model's
+        # The record's; on a model no record calibrates, the tiny model's per-position rules alone (the
+        # file rules' figures are one model's: on another they could leave honest files unpaid).
+        self.forward = ForwardLimits.from_record(self.limits.forward)
+        if not self.calibrated:
+            self.forward = self.forward.per_position()
 
     def _measured(self, reasons: list[str]) -> tuple[VerdictKind, list[str]]:
         """A failure of the replay's measured limits: slashed only on a calibrated model."""

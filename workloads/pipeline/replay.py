@@ -16,9 +16,12 @@ received and sent, each direction bound by a record both ends signed. `judge_mem
 2. **replay**: its stage's layers run once (a prefill) over exactly the activations it received
    (stage 0: the prompts and the bundle's tokens, which it checked are those it was sent);
 3. **compare**: a stage before the last is guilty when what it sent is off the replay by more than
-   honest bf16 decode-vs-prefill noise, per position (`ForwardLimits`, the *whole* vector: no part of
-   it is free); the last stage when its proofs fail the TOPLOC limits against the replay (signed) or
-   its tokens are not the seed's draws from the replay's logits (`verify.token_faults`).
+   honest bf16 decode-vs-prefill noise, per position and over the file's positions (`tolerance.py`:
+   the *whole* vector, no part of it free; the file's mean error and its offset in one direction, the
+   model's limits from its record); the last stage when its proofs fail the TOPLOC limits against the
+   replay (signed) or its tokens are not the seed's draws from the replay's logits (`verify.token_faults`).
+Before the replay, every frame its links' seals cover is held to the batch (`sealed.py`): a lie in
+its own sealed metadata is its own, one in what it received is its predecessor's (issue 55).
 So an honest member's verdict depends on its own layers and its own frames alone: what a neighbour
 forwards to it, or claims to have sent, never makes it guilty.
 """
@@ -164,13 +167,6 @@ def run_layers(model: PreTrainedModel, plan: StagePlan, x: torch.Tensor, mask: t
         return out.last_hidden_state
     finally:
         decoder.layers, decoder.norm = layers, norm
-
-
-def forward_errors(sent: torch.Tensor, replay: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per real position (mask 1): ‖sent − replay‖₂ / ‖replay‖₂."""
-    diff = (sent.float() - replay.float()).norm(dim=-1)
-    scale = replay.float().norm(dim=-1).clamp_min(1e-6)
-    return (diff / scale)[mask.bool()]
 
 
 @torch.inference_mode()

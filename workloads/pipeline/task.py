@@ -148,6 +148,7 @@ def run(s: PipelineTaskSettings) -> int:
     )
     from workloads.pipeline.member import perturb_stage
     from workloads.pipeline.policy import Policies, PolicyUnavailable
+    from workloads.pipeline.selfcheck import limits_for
     from workloads.pipeline.stages import load_stage, plan_stages
     from workloads.pipeline.transport import MemberError, MemberLink, MemberMisbehaved
 
@@ -188,6 +189,7 @@ def run(s: PipelineTaskSettings) -> int:
                     address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
                     signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id,
                     draft=draft, draft_tokens=trip_guesses(s.draft, s.draft_tokens),
+                    self_limits=limits_for(s.model),
                     admit=lambda shape: shape_problems(
                         shape, task_id=s.task_id, group_id=s.group_id, batches=s.batches,
                         batch_size=s.batch_size, n=s.n, target_lengths=s.target_lengths,

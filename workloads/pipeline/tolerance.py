@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -65,6 +65,12 @@ class ForwardLimits:
 
     def figures(self) -> dict[str, float]:
         return asdict(self)
+
+    def per_position(self) -> ForwardLimits:
+        """These limits without the file rules: what judges a model no record calibrates (the per-position
+        rules alone judged every model before issue 55; the file rules' figures are one model's, and on
+        another they could leave honest files unpaid)."""
+        return replace(self, mean=math.inf, spread=0.0, offset=math.inf, offset_spread=0.0)
 
     @classmethod
     def from_record(cls, figures: Mapping[str, float] | None) -> ForwardLimits:

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +35,7 @@ from workloads.pipeline.group import run_thread_group
 from workloads.pipeline.member import StageOutput
 from workloads.pipeline.pooled import pooled_own
 from workloads.pipeline.replay import activations, fed_ids, judge_member, mask_positions, run_layers
-from workloads.pipeline.selfcheck import SelfCheck
+from workloads.pipeline.selfcheck import SelfLimits
 from workloads.pipeline.stages import StagePlan, plan_stages
 from workloads.pipeline.tolerance import LARGE, TINY_FORWARD, Differences, ForwardLimits
 from workloads.pipeline.verify import StageStats
@@ -91,19 +90,6 @@ def stage_differences(model: PreTrainedModel, plans: list[StagePlan], stage: int
     return Differences.of(sent, run_layers(model, plan, x, mask, pos), mask)
 
 
-@contextmanager
-def unchecked() -> Iterator[None]:
-    """Honest members that do not judge their own files (`selfcheck.py`) while a model is measured: its
-    limits are what is being measured, and the self-check holds members to the tiny model's (a wider
-    model's honest batches would be dropped). What a member sends does not depend on the check."""
-    check = SelfCheck.check
-    SelfCheck.check = lambda *_a, **_k: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        SelfCheck.check = check  # type: ignore[method-assign]
-
-
 def run_samples(name: str, model: PreTrainedModel, tokenizer: Any, cheat: str, shapes: Shapes,
                 seeds: tuple[int, ...], progress: Callable[[str], None]) -> list[Sample]:  # fmt: skip
     """Groups of 2 and 3 members of model `name` over every shape and seed; `cheat` at each forwarding
@@ -118,9 +104,10 @@ def run_samples(name: str, model: PreTrainedModel, tokenizer: Any, cheat: str, s
             for rows, tokens in shapes:
                 for seed in seeds:
                     cheats = None if cheater is None else {cheater: cheat}
-                    with unchecked():
-                        run = run_thread_group(members, request(tokenizer, rows, tokens, seed), model=name,
-                                               cheats=cheats)  # fmt: skip
+                    # Its limits are what is being measured: honest members hold themselves to the exact
+                    # rules alone meanwhile (what a member sends does not depend on its self-check).
+                    run = run_thread_group(members, request(tokenizer, rows, tokens, seed), model=name,
+                                           cheats=cheats, self_limits=SelfLimits(measured=False))  # fmt: skip
                     if not run.ok:
                         raise RuntimeError(f"a {members}-member group of {name} failed: {run.errors}")
                     for k in range(members - 1) if cheater is None else [cheater]:
