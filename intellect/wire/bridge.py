@@ -38,7 +38,7 @@ class SignLinkMessage(WireModel):
     batch: int = Field(ge=1)
     sender: int = Field(ge=0, le=63)
     receiver: int = Field(ge=0, le=63)
-    role: Literal["sent", "received"]
+    role: Literal["sent", "received", "shape"]  # "shape": the driver's word on a batch's step 0
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
     def claim_text(self) -> str:

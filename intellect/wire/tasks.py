@@ -26,6 +26,7 @@ MAX_MOUNTS = 32
 MAX_PATH_CHARS = 1024
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HEX_KEY = re.compile(r"[0-9a-f]{64}")  # a group's secret, a member's transport secret or public key
+NODE = re.compile(r"0x[0-9a-fA-F]{40}")  # a member's node address
 # Where the worker puts the task's own directories inside a container: a mount may not shadow them.
 RESERVED_CONTAINER_PATHS = ("/data", "/shared", "/run/intellect")
 
@@ -273,12 +274,22 @@ class GroupContext(WireModel):
         "(the CURVE public key of its member_secret, 64 hex characters), in stage order",
     )  # fmt: skip
 
+    members: list[str] | None = Field(
+        default=None, description="`${GROUP_MEMBERS}` (comma-separated): every member's node address, in "
+        "stage order, as the orchestrator formed the group: what each member holds the ring's hello round "
+        "and the driver's signature over a batch to, so no member can pass on a batch as another's",
+    )  # fmt: skip
+
     @model_validator(mode="after")
     def _one_key_per_member(self) -> GroupContext:
         keys = self.group_keys
         if keys is not None and (len(keys) != self.group_size or not all(HEX_KEY.fullmatch(k) for k in keys)):
             raise ValueError(f"group_keys: one key of 64 lowercase hex characters per member "
                              f"({self.group_size})")
+        members = self.members
+        if members is not None and (len(members) != self.group_size
+                                    or not all(NODE.fullmatch(m) for m in members)):  # fmt: skip
+            raise ValueError(f"members: one node address per member ({self.group_size})")
         return self
 
 

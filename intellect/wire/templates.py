@@ -21,6 +21,7 @@ TASK_VARIABLES = frozenset(
         "GROUP_SECRET",
         "MEMBER_SECRET",
         "GROUP_KEYS",
+        "GROUP_MEMBERS",
         "WORKER_P2P_SEED",
         "WORKER_P2P_PORT",
         "SOCKET_PATH",
@@ -29,7 +30,8 @@ TASK_VARIABLES = frozenset(
 )
 # Expanded by the orchestrator in storage_config.file_name_template. Never a secret: file names are
 # public (validators, the ledger's readers); nor the members' public keys, which name no file.
-FILE_NAME_VARIABLES = (TASK_VARIABLES - {"GROUP_SECRET", "MEMBER_SECRET", "GROUP_KEYS"}) | frozenset(
+_GROUP_ONLY = {"GROUP_SECRET", "MEMBER_SECRET", "GROUP_KEYS", "GROUP_MEMBERS"}
+FILE_NAME_VARIABLES = (TASK_VARIABLES - _GROUP_ONLY) | frozenset(
     {
         "NODE_GROUP_ID",
         "NODE_GROUP_SIZE",

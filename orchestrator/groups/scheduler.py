@@ -115,6 +115,7 @@ class GroupScheduler:
                 context = GroupContext(
                     group_id=gid, group_index=i, group_size=len(ring), topology=group.topology, secret=secret,
                     member_secret=keys[i][0] if keys else None, group_keys=publics,
+                    members=[m.node_address for m in ring],
                     next_p2p_address=nxt.p2p_address if linked else None,
                     prev_p2p_address=listening_outbox(prev.p2p_address)
                     if linked and member.node_address in behind_nat else None,

@@ -172,6 +172,7 @@ def test_each_member_gets_its_own_transport_secret_and_every_members_public_key(
     groups = [plan.task_for(a).group for a in ring]
     assert groups[0].group_keys == groups[1].group_keys and len(groups[0].group_keys) == 2
     assert groups[0].member_secret != groups[1].member_secret
+    assert all(g.members == ring for g in groups)  # every member's node address, in stage order (issue 55)
     for g in groups:
         assert g.group_keys[g.group_index] == z85.decode(zmq.curve_public(z85.encode(
             bytes.fromhex(g.member_secret)))).hex()  # fmt: skip

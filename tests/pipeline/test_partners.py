@@ -24,6 +24,7 @@ STOPS = [
     ((3, 0), Mutation("tensor", "act", "shape-pos", at=1)),  # a trip one position wider than asked
     ((2, 0), Mutation("header", "act0", "extra", key="seeds")),  # a field the protocol does not name
     ((3, 1), Mutation("header", "act0", "plus", key="seeds", seed=1)),  # other seeds passed on mid-ring
+    ((3, 1), Mutation("header", "act0", "plus", key="policy", seed=4)),  # in the window, not the driver's
     ((2, 0), Mutation("header", "end", "plus", key="lengths", seed=2)),  # lengths the last did not sample
     ((2, 1), Mutation("header", "tok", "nan", key="logprobs", at=1)),  # a logprob that is not finite
     ((2, 1), Mutation("header", "bundle", "plus", key="outputs", seed=3)),  # a bundle of other tokens

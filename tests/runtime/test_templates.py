@@ -26,13 +26,16 @@ def config(tmp_path: Path, **fields: object) -> RuntimeConfig:
 def group(secret: str | None = SECRET, member_secret: str | None = None) -> GroupContext:
     return GroupContext(group_id="g1", group_index=0, group_size=2, next_p2p_address="10.0.0.2:7001",
                         secret=secret, member_secret=member_secret,
-                        group_keys=["01" * 32, "02" * 32] if member_secret else None)
+                        group_keys=["01" * 32, "02" * 32] if member_secret else None,
+                        members=["0x" + "01" * 20, "0x" + "02" * 20] if member_secret else None)
 
 
 def test_a_members_own_secret_and_every_public_key_expand(tmp_path: Path) -> None:
-    desired = assigned({"OWN": "${MEMBER_SECRET}", "ALL": "${GROUP_KEYS}"}, group(member_secret="cd" * 32))
+    desired = assigned({"OWN": "${MEMBER_SECRET}", "ALL": "${GROUP_KEYS}", "WHO": "${GROUP_MEMBERS}"},
+                       group(member_secret="cd" * 32))  # fmt: skip
     prepared = prepare(desired, config(tmp_path), None, "/data")
     assert prepared.env["OWN"] == "cd" * 32 and prepared.env["ALL"] == f"{'01' * 32},{'02' * 32}"
+    assert prepared.env["WHO"] == f"0x{'01' * 20},0x{'02' * 20}"
 
 
 def test_group_secret_and_p2p_port_expand(tmp_path: Path) -> None:

@@ -123,6 +123,11 @@ def test_a_group_hands_one_public_key_per_member() -> None:
             GroupContext(group_id="g", group_index=1, group_size=2, group_keys=bad)
     with pytest.raises(ValidationError, match="member_secret"):
         GroupContext(group_id="g", group_index=1, group_size=2, member_secret="ab" * 31)
+    members = ["0x" + "ab" * 20, "0x" + "CD" * 20]
+    assert GroupContext(group_id="g", group_index=0, group_size=2, members=members).members == members
+    for bad in (members[:1], [members[0], "not-an-address"]):
+        with pytest.raises(ValidationError, match="one node address per member"):
+            GroupContext(group_id="g", group_index=0, group_size=2, members=bad)
 
 
 @pytest.mark.parametrize("secret", ["ab" * 31, "AB" * 32, "zz" * 32, "ab" * 33])

@@ -119,6 +119,7 @@ WHY_NO_VALUE = {  # why a known variable can lack a value, for the task's failur
                     "old to derive one?)",
     "MEMBER_SECRET": "the task is not in a node group, or its orchestrator derives no member keys",
     "GROUP_KEYS": "the task is not in a node group, or its orchestrator derives no member keys",
+    "GROUP_MEMBERS": "the task is not in a node group, or its orchestrator names no members",
     "WORKER_P2P_SEED": "this worker has no p2p seed configured (INTELLECT_WORKER_P2P_SEED)",
     "WORKER_P2P_PORT": "this worker has no p2p port configured (INTELLECT_WORKER_P2P_PORT)",
     "SOCKET_PATH": "this worker runs no task bridge",
@@ -154,6 +155,8 @@ def template_values(desired: AssignedTask, config: RuntimeConfig, socket_path: s
         if desired.group.member_secret is not None and desired.group.group_keys is not None:
             values["MEMBER_SECRET"] = desired.group.member_secret
             values["GROUP_KEYS"] = ",".join(desired.group.group_keys)
+        if desired.group.members is not None:
+            values["GROUP_MEMBERS"] = ",".join(desired.group.members)
     if config.p2p_seed is not None:
         values["WORKER_P2P_SEED"] = config.p2p_seed
     if config.p2p_port is not None:

@@ -74,7 +74,7 @@ def draw(rng: random.Random, last: bool, first: bool) -> Mutation:
 
 KEYS: dict[str, tuple[str, ...]] = {
     "act0": ("step", "lengths", "seeds", "max_new_tokens", "temperature", "prompts", "members", "batch",
-             "policy", "shape", "dtype"),
+             "policy", "signature", "shape", "dtype"),
     "act": ("step", "keep", "shape", "dtype"),
     "end": ("lengths", "keep"),
     "proofs": ("proofs", "earlier"),

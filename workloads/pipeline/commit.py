@@ -15,6 +15,8 @@ bundle's tokens, which stage 0 checks are the tokens it received before it write
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -135,3 +137,12 @@ class LinkRecord:
             return (f"{where}: the sender says it sent {self.sha256[:12]}…, the receiver that it got "
                     f"{self.received_sha256[:12]}…: the two disagree")
         return None
+
+
+def shape_claim(task_id: str, group_id: str, batch: int, shape: dict[str, Any]) -> LinkClaim:
+    """What the driver signs of a batch's step-0 shape (every field but the signature, canonical JSON):
+    a member between the driver and another cannot pass on another shape as the driver's, so a lie there
+    is named on the member that told it (issue 55)."""
+    fields = {k: v for k, v in shape.items() if k != "signature"}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return LinkClaim(task_id, group_id, batch, 0, 1, "shape", hashlib.sha256(text.encode()).hexdigest())

@@ -212,7 +212,8 @@ def run_thread_group(
                        cheat=cast(Cheat, cheat),
                        address=keys[i].address if keys else "", signer=KeySigner(keys[i]) if keys else None,
                        task_id=task_id, group_id=group_id, draft=draft if i == 0 else None,
-                       draft_tokens=draft_tokens if draft is not None else 0, self_limits=held)  # fmt: skip
+                       draft_tokens=draft_tokens if draft is not None else 0, self_limits=held,
+                       expected=[k.address for k in keys] or None)  # fmt: skip
             m.introduce()
             served = m.serve(requests if i == 0 else None, in_flight=in_flight, batches=len(requests))
             made[i] = sorted(served, key=lambda o: o.started)

@@ -27,7 +27,8 @@ MAX_TOKENS = 1 << 16  # a batch's max_new_tokens can never be above this (the ta
 
 # A batch's shape as the step-0 header carries it, in the order the driver writes it (a follower
 # forwards it in this order: the bytes it seals are the same on every run).
-SHAPE = ("lengths", "seeds", "max_new_tokens", "temperature", "prompts", "members", "batch", "policy")
+SHAPE = ("lengths", "seeds", "max_new_tokens", "temperature", "prompts", "members", "batch", "policy",
+         "signature")  # the driver's signature over the rest ("" in a group that signs nothing)
 # The header keys each frame kind carries: exactly these, no more (a field the protocol does not name
 # is a field some code might one day read without checking). `shape`/`dtype` come with a tensor.
 STEP0_KEYS = frozenset({"kind", "step", "shape", "dtype", *SHAPE})
@@ -94,6 +95,8 @@ def step0_shape(sender: int, frame: Frame, hidden: int, vocab: int, dtype: torch
     members = h["members"]
     if not isinstance(members, list) or not all(isinstance(m, str) and len(m) <= 200 for m in members):
         raise MemberMisbehaved(sender, "a step-0 header whose members are not addresses")
+    if not isinstance(h["signature"], str) or len(h["signature"]) > 200:
+        raise MemberMisbehaved(sender, "a step-0 header whose driver's signature is not a signature")
     tensor(sender, frame, (rows, max(lengths), hidden), dtype, "step 0's activations")
     return {k: h[k] for k in SHAPE}
 

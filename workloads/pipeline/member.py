@@ -44,7 +44,7 @@ from workloads.model import sampler
 from workloads.pipeline import inbound
 from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
 from workloads.pipeline.cheats import change_stage, perturb_stage, tamper
-from workloads.pipeline.commit import LinkSigner
+from workloads.pipeline.commit import LinkSigner, shape_claim, signed_by
 from workloads.pipeline.draft import MAX_DRAFT_TOKENS, Draft
 from workloads.pipeline.flight import Closed, Flight, InFlight, Steps, Want
 from workloads.pipeline.options import Cheat
@@ -67,7 +67,8 @@ class Member(Sealing):
                  on_policy: Callable[[Policy], Stage] | None = None, signer: LinkSigner | None = None,
                  task_id: str = "local", group_id: str = "local", draft: Draft | None = None,
                  draft_tokens: int = 0, self_limits: SelfLimits | None = None,
-                 admit: Callable[[dict[str, Any]], list[str]] | None = None) -> None:  # fmt: skip
+                 admit: Callable[[dict[str, Any]], list[str]] | None = None,
+                 expected: list[str] | None = None) -> None:  # fmt: skip
         if not 0 <= draft_tokens <= MAX_DRAFT_TOKENS:
             raise ValueError(f"draft_tokens {draft_tokens}: between 0 and {MAX_DRAFT_TOKENS}")
         self.stage, self.link = stage, link
@@ -96,6 +97,9 @@ class Member(Sealing):
         # and seeds derived from task, group, members and number; the task's limits), so a lie there is
         # named on whoever sent it, not on the driver nor on a member after the liar.
         self.admit = admit
+        # Every member's node address as the orchestrator formed the group (None: the hello round's word):
+        # the hello round and the driver's signature on each batch are held to it.
+        self.expected = expected or None
         change_stage(cheat, stage)  # its layers as a stage-level cheat runs them (cheats.py); else a no-op
 
     def introduce(self) -> list[str]:
@@ -113,6 +117,8 @@ class Member(Sealing):
         members = frame.header.get("members")
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise MemberMisbehaved(self.link.prev, "a hello frame without the members' addresses")
+        if self.expected is not None and members != self.expected[: len(members)]:
+            raise MemberMisbehaved(self.link.prev, "a hello naming other members than the group's")
         if self.plan.first:
             if len(members) != self.plan.members or members[0] != self.address:
                 raise MemberMisbehaved(self.link.prev, f"a hello round naming {len(members)} members")
@@ -209,6 +215,8 @@ class Member(Sealing):
             "temperature": req.temperature, "prompts": [list(p) for p in req.prompts],
             "members": self.members or [self.address], "batch": req.batch, "policy": req.policy.header(),
         }  # fmt: skip
+        claim = shape_claim(self.task_id, self.group_id, req.batch, shape)
+        shape["signature"] = self.signer.sign(claim) if self.signer is not None else ""
         mask, pos = mask_positions(lengths, width)
         rows, sent, limit = Rows(batch, self.eos), SeenRows(lengths, width), req.max_new_tokens
         out, cache = self._forward(b, ids, mask, pos, None)  # step 0: the prompts
@@ -336,6 +344,7 @@ class Member(Sealing):
         b.number = shape["batch"]
         if len(members) != self.plan.members or members[self.plan.index] != self.address:
             raise MemberMisbehaved(link.prev, "a step-0 header whose members do not fit the batch")
+        self._driver_said(shape, members)
         problems = self.admit(shape) if self.admit is not None else []
         if problems:
             raise MemberMisbehaved(link.prev, f"a batch that is not the task's: {'; '.join(problems[:2])}")
@@ -409,6 +418,17 @@ class Member(Sealing):
             bundle = yield from self._take_bundle(b, proofs, None, [*earlier, theirs], links=links, seal=seal,
                                                   shape=shape, lengths=out_lengths)  # fmt: skip
         return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
+
+    def _driver_said(self, shape: dict[str, Any], members: list[str]) -> None:
+        """Step 0's shape is the driver's own word (signed by the group's first member, as the orchestrator
+        or else the hello round named it) and names the members the hello round did."""
+        prev = self._link.prev
+        if self.members and members[: len(self.members)] != self.members:
+            raise MemberMisbehaved(prev, "a step-0 header naming other members than the hello round")
+        driver = (self.expected or self.members or members)[0]
+        claim = shape_claim(self.task_id, self.group_id, shape["batch"], shape)
+        if self.signer is not None and not signed_by(claim, shape["signature"], driver):
+            raise MemberMisbehaved(prev, f"a step-0 shape the driver ({driver}) did not sign")
 
     def _output(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
                 bundle: GroupBundle) -> StageOutput:  # fmt: skip

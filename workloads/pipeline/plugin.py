@@ -58,7 +58,8 @@ TOPOLOGIES = "scheduling_config.plugins.node_groups.allowed_topologies"
 # keyed by it would let a member speak as another), its inbox, its identity.
 RUNTIME_ENV = {
     "GROUP_ID": "${GROUP_ID}", "GROUP_INDEX": "${GROUP_INDEX}", "GROUP_SIZE": "${GROUP_SIZE}",
-    "MEMBER_SECRET": "${MEMBER_SECRET}", "GROUP_KEYS": "${GROUP_KEYS}", "NEXT_ADDRESS": "${NEXT_P2P_ADDRESS}",
+    "MEMBER_SECRET": "${MEMBER_SECRET}", "GROUP_KEYS": "${GROUP_KEYS}", "GROUP_MEMBERS": "${GROUP_MEMBERS}",
+    "NEXT_ADDRESS": "${NEXT_P2P_ADDRESS}",
     "INBOX": "${P2P_INBOX}", "OUTBOX": "${P2P_OUTBOX}",
     "P2P_PORT": "${WORKER_P2P_PORT}", "NODE_ADDRESS": "${NODE_ADDRESS}", "TASK_ID": "${TASK_ID}",
 }  # fmt: skip

@@ -80,6 +80,9 @@ class PipelineTaskSettings(IntellectSettings):
     group_size: int = Field(1, ge=1, le=64)
     member_secret: str = Field("", repr=False)  # this member's own transport secret (hex)
     group_keys: str = ""  # every member's transport public key (hex), comma-separated, in stage order
+    # every member's node address, comma-separated, stage order (${GROUP_MEMBERS}: the orchestrator's word;
+    # unset from an orchestrator that names none: the hello round alone says who is who)
+    group_members: str = ""
     next_address: str = ""
     # How the two links open (${P2P_INBOX}, ${P2P_OUTBOX}): "listen" on this worker's port (the inbox on
     # P2P_PORT, the outbox on P2P_PORT + 1 for a next member behind NAT), or an address to dial.
@@ -189,7 +192,7 @@ def run(s: PipelineTaskSettings) -> int:
                     address=s.node_address, on_policy=lambda p: policies.stage(plan, p),
                     signer=signer_from_env(), task_id=s.task_id, group_id=s.group_id,
                     draft=draft, draft_tokens=trip_guesses(s.draft, s.draft_tokens),
-                    self_limits=limits_for(s.model),
+                    self_limits=limits_for(s.model), expected=[m for m in s.group_members.split(",") if m],
                     admit=lambda shape: shape_problems(
                         shape, task_id=s.task_id, group_id=s.group_id, batches=s.batches,
                         batch_size=s.batch_size, n=s.n, target_lengths=s.target_lengths,
