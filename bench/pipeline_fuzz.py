@@ -37,18 +37,20 @@ def main() -> None:
     kinds = collections.Counter(str(c.mutation).split(":")[0] for c in cases)
     misnamed = [str(c) for c in cases if any(n not in (c.index, None) for n in c.named.values())]
     failures = [f"{c}: {c.failures}" for c in cases if c.failures]
+    within = [f"{c}: {c.within}" for c in cases if c.within]
     print(f"{len(cases)} cases in {seconds:.0f} s (seed {args.seed}); mutations by kind: {dict(kinds)}")
     for outcome, count in outcomes.most_common():
         print(f"  {count:5d}  {outcome}")
     print(f"honest members naming an honest member on a frame: {len(misnamed)}")
+    print(f"changed tokens paid with the adversary's own file clean (inside the tolerance): {len(within)}")
     print(f"property failures: {len(failures)}")
-    for line in failures + misnamed[:20]:
+    for line in failures + within + misnamed[:20]:
         print("  " + line)
     if args.json:
         OUT.parent.mkdir(exist_ok=True)
         OUT.write_text(json.dumps({"cases": len(cases), "seed": args.seed, "seconds": round(seconds, 1),
                                    "kinds": kinds, "outcomes": outcomes, "misnamed": misnamed,
-                                   "failures": failures}, indent=2))  # fmt: skip
+                                   "within_tolerance": within, "failures": failures}, indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ STOPS = [
     ((2, 0), Mutation("header", "end", "plus", key="lengths", seed=2)),  # lengths the last did not sample
     ((2, 1), Mutation("header", "tok", "nan", key="logprobs", at=1)),  # a logprob that is not finite
     ((2, 1), Mutation("header", "bundle", "plus", key="outputs", seed=3)),  # a bundle of other tokens
+    # found by the fuzzer (400 cases, seed 7): a link record changed on the bundle's way round the ring
+    # was passed on by stage 0 unchecked, and stage 1 named stage 0
+    ((3, 2), Mutation("header", "bundle", "minus", key="links")),
     ((3, 1), Mutation("header", "proofs", "extra", key="proofs")),
 ]
 
@@ -105,3 +108,16 @@ def test_small_changes_mid_ring_never_cost_the_member_after_them(fuzzer: Fuzzer)
         case = fuzzer.case(3, 1, mutation)
         assert not case.failures, (str(case), case.failures)
         assert case.verdicts.get(2) != "invalidate" and case.verdicts.get(0) != "invalidate", str(case)
+
+
+def test_a_change_inside_the_tolerance_may_be_paid_and_is_counted_not_hidden(fuzzer: Fuzzer) -> None:
+    """Found by the fuzzer (400 cases, seed 7): 0.5 % noise on the driver's step 0 flipped a near-tie token
+    and the batch was paid. That is what the tolerance admits (docs/pipeline.md: what a forwarder can still
+    change unseen; the sampling replay's near-tie slack): the case reports it, the adversary's own file
+    clean, and never as an honest member's loss."""
+    case = fuzzer.case(2, 0, Mutation("value", "act", "noise", at=0))
+    assert not case.failures, case.failures
+    assert all(v != "invalidate" for v in case.verdicts.values()), str(case)
+    if case.within:  # the tokens moved: paid only because the adversary's own file is clean
+        assert case.verdicts.get(0) == "accept"
+

@@ -108,7 +108,24 @@ class Sealing:
         if (bundle.links[:index] != links or mine is None or mine.sha256 != seal.sha256
                 or mine.signature != seal.signature):
             raise MemberMisbehaved(prev, "a bundle that misstates what this member's links carried")
+        if self.signer is not None:
+            self._records_signed(prev, bundle, b.number)
         if index + 2 < self.plan.members:
             self._send(b, bundle.header(), log=False)
         return bundle
+
+    def _records_signed(self, prev: int, bundle: GroupBundle, batch: int) -> None:
+        """Every link record in the bundle is signed by both its ends (whether their digests agree is a
+        dispute the validator settles, never this member's to refuse): a record changed on its way round
+        the ring is named on whoever handed it on, not on the member after this one."""
+        members = bundle.members
+        for record in bundle.links:
+            where = f"link {record.sender}->{record.receiver}"
+            if not 0 <= record.sender < record.receiver < len(members):
+                raise MemberMisbehaved(prev, f"a bundle with a record of {where}, not a link of the group")
+            sent, received = record.claims(self.task_id, self.group_id, batch)
+            signed = (signed_by(sent, record.signature, members[record.sender])
+                      and signed_by(received, record.countersignature, members[record.receiver]))  # fmt: skip
+            if not signed:
+                raise MemberMisbehaved(prev, f"a bundle whose record of {where} its two ends did not sign")
 
