@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from workloads.model.loading import load_tokenizer
+from workloads.model.shapes import build_model_dir
 from workloads.pipeline.bundle import BatchRequest
 from workloads.pipeline.group import run_thread_group
 from workloads.pipeline.selfcheck import SelfCheck, limits_for
@@ -55,8 +56,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help=f"also write {OUT}")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    figures = [f for model in ("tiny", "small") for members in (2, 3)
+    small = str(build_model_dir("small", OUT.parent / "models"))  # the 512 × 8 shape, seeded weights
+    figures = [f for model in ("tiny", small) for members in (2, 3)
                for f in measure(model, members, args.rows, args.tokens)]  # fmt: skip
+    for f in figures:
+        f["model"] = "small (512 × 8)" if f["model"] == small else f["model"]
     print(f"{args.rows} rows × {args.tokens} tokens, one torch thread")
     print("| model | members | stage | batch s | self-check s | self-check / batch |")
     print("|---|---|---|---|---|---|")

@@ -16,8 +16,8 @@ limits judge are an honest decode against a prefill (bench/pipeline_forward.py: 
 held the same way over the member's own window of files: it refuses a batch that would put its pooled
 mean past 80 % of the validator's limit.
 
-Cost: one prefill of the member's own layers over the batch (what the validator runs for this file),
-measured in bench/pipeline.py's self-check column.
+Cost: one prefill of the member's own layers over the batch (what the validator runs for this file):
+5-11 % of a member's batch time on this CPU machine (bench/pipeline_selfcheck.py, docs/pipeline.md).
 """
 
 from __future__ import annotations
