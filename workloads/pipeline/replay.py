@@ -44,11 +44,9 @@ from workloads.pipeline.tolerance import (  # ForwardLimits, TINY_FORWARD: re-ex
     ForwardLimits,
     forward_verdict,
 )
-from workloads.pipeline.transport import MemberMisbehaved, frames_digest, parse_frame
+from workloads.pipeline.transport import FILE_HEADER_BYTES, MemberMisbehaved, frames_digest, parse_frame
 from workloads.pipeline.verify import GroupThresholds, StageStats, token_faults
 from workloads.toploc import verify_proofs_batch
-
-MAX_HEADER_BYTES = 1 << 20
 
 
 @dataclass
@@ -116,7 +114,7 @@ def activations(frames: list[list[bytes]], sender: int, rows: int) -> torch.Tens
     position per later step. Raises `MemberMisbehaved` (naming `sender`) on anything else."""
     parts: list[torch.Tensor] = []
     for raw in frames:
-        frame = parse_frame(sender, raw, MAX_HEADER_BYTES)
+        frame = parse_frame(sender, raw, FILE_HEADER_BYTES)
         if frame.header.get("kind") != "act":
             continue
         x = frame.tensor

@@ -26,9 +26,8 @@ import torch
 
 from workloads.pipeline.bundle import GroupBundle
 from workloads.pipeline.inbound import SHAPE
-from workloads.pipeline.transport import MemberMisbehaved, parse_frame
+from workloads.pipeline.transport import FILE_HEADER_BYTES, MemberMisbehaved, parse_frame
 
-MAX_HEADER_BYTES = 1 << 20
 DTYPE = torch.bfloat16  # what every stage sends (`stages.load_stage`)
 
 
@@ -49,7 +48,7 @@ def _check(frames: list[list[bytes]], bundle: GroupBundle, sender: int, batch: i
     if len(frames) != steps + 2:
         raise MemberMisbehaved(sender, f"{len(frames)} frames for a batch of {steps} steps (the step frames, "
                                        "the end and the proofs)")  # fmt: skip
-    parsed = [parse_frame(sender, parts, MAX_HEADER_BYTES) for parts in frames]
+    parsed = [parse_frame(sender, parts, FILE_HEADER_BYTES) for parts in frames]
     first = parsed[0].header
     _fields(sender, first, {"kind", "step", "shape", "dtype", *SHAPE}, "step 0's frame")
     want: dict[str, Any] = {"kind": "act", "step": 0, "lengths": [len(p) for p in bundle.prompts],
@@ -99,8 +98,8 @@ def forwarded(received: list[list[bytes]], sent: list[list[bytes]], stage: int) 
     sealed): step 0's shape, the end's lengths, and every earlier stage's proofs (the ones it received
     and its predecessor's). A change there is its own, whatever the bundle says."""
     try:
-        got = [parse_frame(stage - 1, parts, MAX_HEADER_BYTES).header for parts in received]
-        gave = [parse_frame(stage, parts, MAX_HEADER_BYTES).header for parts in sent]
+        got = [parse_frame(stage - 1, parts, FILE_HEADER_BYTES).header for parts in received]
+        gave = [parse_frame(stage, parts, FILE_HEADER_BYTES).header for parts in sent]
     except MemberMisbehaved as exc:
         return exc.reason
     if len(got) != len(gave) or len(got) < 3:
@@ -110,6 +109,8 @@ def forwarded(received: list[list[bytes]], sent: list[list[bytes]], stage: int) 
     if got[-2].get("lengths") != gave[-2].get("lengths"):
         return "it passed on output lengths other than it received"
     proofs = got[-1]
-    if gave[-1].get("earlier") != [*(proofs.get("earlier") or []), proofs.get("proofs")]:
+    before = proofs.get("earlier")
+    got_proofs = [*before, proofs.get("proofs")] if isinstance(before, list) else None  # whatever it was sent
+    if gave[-1].get("earlier") != got_proofs:
         return "it passed on earlier stages' proofs other than it received"
     return None

@@ -63,7 +63,7 @@ class Sealing:
             earlier = [LinkRecord.from_header(r) for r in records]
         except ValueError as exc:
             raise MemberMisbehaved(prev, f"a seal with {exc}") from None
-        if frame.header.get("kind") != "seal" or not (isinstance(digest, str) and isinstance(signature, str)):
+        if not (isinstance(digest, str) and isinstance(signature, str)):
             raise MemberMisbehaved(prev, "a batch without its seal (the digest of what it sent, signed)")
         if len(earlier) != prev or [r.sender for r in earlier] != list(range(prev)):
             raise MemberMisbehaved(prev, f"a seal carrying {len(earlier)} link records at link {prev}")

@@ -55,6 +55,8 @@ from zmq.utils import z85
 # before it is parsed (a quarter of the link's frame limit, at least this); only the group's members
 # can send one at all.
 MIN_HEADER_BYTES = 64 * 1024
+# A frame's header as a validator reads it back from a member's file (the file itself is capped first).
+FILE_HEADER_BYTES = 1 << 20
 RING = 0  # the route of frames that belong to no batch (hello, close)
 ROUTE_BYTES = 8
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
