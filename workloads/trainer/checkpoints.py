@@ -1,6 +1,9 @@
 """One checkpoint per trainer step: `step_<N>.safetensors` (the weights, what workers load),
 `step_<N>.safetensors.sha256` (sidecar), `step_<N>.json` (manifest: step, parent step, config hash,
-metrics, sha256) and `step_<N>.state.pt` (optimizer, consumed files, RNG: exact resume).
+metrics, sha256) and `step_<N>.state.pt` (optimizer, consumed files, RNG: exact resume). A trainer
+sharded over several processes (workloads/trainer/sharded.py) writes the same consolidated weights,
+and its optimizer state as `step_<N>.optimizer/`, one shard a rank (torch.distributed.checkpoint),
+instead of inside `state.pt`.
 
 Files are written to a temporary name and renamed, manifest last, so a crash mid-write leaves the
 previous step as the newest complete one; a restart resumes from it without repeating or skipping a
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +33,7 @@ from pydantic import BaseModel, Field
 from intellect.digests import sha256_file
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel
 
 
@@ -72,6 +77,10 @@ class CheckpointDir:
     def state_path(self, step: int) -> Path:
         return self.root / f"step_{step}.state.pt"
 
+    def optimizer_dir(self, step: int) -> Path:
+        """A sharded trainer's optimizer state (torch.distributed.checkpoint: one file a rank)."""
+        return self.root / f"step_{step}.optimizer"
+
     def all_steps(self) -> list[int]:
         """Every step ever written (manifests are kept for the reward curve), oldest first."""
         return sorted(int(p.stem.split("_")[1]) for p in self.root.glob("step_*.json"))
@@ -105,13 +114,23 @@ class CheckpointDir:
         self, model: PreTrainedModel, step: int, parent: int, config_hash: str, metrics: dict[str, float],
         files: list[str], state: dict[str, Any],
     ) -> Manifest:  # fmt: skip
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        tensors = {k: v.detach() for k, v in model.state_dict().items()}
+        return self.save_tensors(tensors, tied, step, parent, config_hash, metrics, files, state)
+
+    def save_tensors(
+        self, tensors: dict[str, torch.Tensor], tied: bool, step: int, parent: int, config_hash: str,
+        metrics: dict[str, float], files: list[str], state: dict[str, Any],
+    ) -> Manifest:  # fmt: skip
+        """Publish step `step`: the weights (a full state dict; a sharded trainer's rank 0 passes the one
+        it gathered), their sidecar, the resume state and, last, the manifest that makes the step seen."""
         import torch
         from safetensors.torch import save_file
 
         weights = self.weights(step)
         tmp = weights.with_suffix(".tmp")
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        if getattr(model.config, "tie_word_embeddings", False):
+        tensors = {k: v.to("cpu").contiguous() for k, v in tensors.items()}
+        if tied:
             tensors.pop("lm_head.weight", None)  # tied: safetensors refuses shared storage
         save_file(tensors, str(tmp), metadata={"step": str(step)})
         tmp.replace(weights)
@@ -172,6 +191,7 @@ class CheckpointDir:
         older = self.steps()[: -self.keep]
         for step in older:
             self.state_path(step).unlink(missing_ok=True)
+            shutil.rmtree(self.optimizer_dir(step), ignore_errors=True)
         dropped = [s for s in older if self.kept_until(s) <= now]
         for step in dropped:
             self.weights(step).unlink(missing_ok=True)

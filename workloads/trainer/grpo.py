@@ -89,8 +89,12 @@ def grpo_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     cfg: GrpoConfig,
+    tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss over the masked (output) tokens and its parts. Shapes: [B, T] except advantages [B]."""
+    """The loss over the masked (output) tokens and its parts. Shapes: [B, T] except advantages [B].
+    `tokens`: what the sums are divided by, the mask's own count unless given: a rank of a sharded
+    trainer holds part of a minibatch and divides by the whole minibatch's output tokens, so the ranks'
+    losses and parts add up to the one-process values (workloads/trainer/sharded.py)."""
     adv = advantages.unsqueeze(-1).expand_as(logp)
     ratio = torch.exp(logp - old_logp)
     capped = torch.clamp(ratio, max=cfg.delta)
@@ -100,7 +104,7 @@ def grpo_loss(
     kl = torch.exp(diff) - diff - 1
     per_token = policy + cfg.kl_coef * kl - cfg.entropy_coef * entropy
     m = mask.float()
-    n = m.sum().clamp(min=1.0)
+    n = m.sum().clamp(min=1.0) if tokens is None else torch.tensor(max(tokens, 1.0), device=m.device)
     loss = (per_token * m).sum() / n
     with torch.no_grad():
         was_clipped = ((ratio < 1 - cfg.epsilon) | (ratio > 1 + cfg.epsilon)) & mask

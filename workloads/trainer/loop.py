@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import numpy as np
 import structlog
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from transformers import PreTrainedModel
 
 from intellect.device import resolve_device, train_autocast
 from workloads.model.loading import load_model, load_tokenizer
@@ -70,9 +72,10 @@ class Trainer:
         torch.manual_seed(settings.seed)
         self.device = resolve_device(settings.device)  # CUDA asked where there is none: refused here
         # fp32 master weights on every device (see intellect/device.py); bf16 autocast on a GPU.
-        self.policy = load_model(settings.model, dtype=torch.float32, device=self.device)
+        self.policy = self.place(load_model(settings.model, dtype=torch.float32, device=self.device))
         self.reference = load_model(settings.model, dtype=torch.float32, device=self.device)
         self.reference.requires_grad_(False)
+        self.reference = self.place(self.reference)
         self.tokenizer = load_tokenizer(settings.model)
         self.pad = int(self.tokenizer.pad_token_id)
         self.optimizer = torch.optim.AdamW(
@@ -85,7 +88,9 @@ class Trainer:
         self.checkpoints = CheckpointDir(settings.output_dir, settings.keep, vote_window=window,
                                          async_level=settings.async_level)  # fmt: skip
         # The device as resolved ("cpu", "cuda:0"), not the setting: "auto" says nothing of where it ran.
-        serving = {"host", "port", "public_url", "max_steps", "vote_window_seconds"}  # not what is learned
+        # Not what is learned: how it is served, and over how many processes (equal within tolerance).
+        serving = {"host", "port", "public_url", "max_steps", "vote_window_seconds", "nproc", "max_restarts",
+                   "collective_timeout_seconds"}  # fmt: skip
         hashed = settings.model_dump(exclude=serving)
         self.config_hash = config_hash(hashed | {"device": str(self.device)})
         self.step = 0
@@ -110,6 +115,13 @@ class Trainer:
         )
         self.resume()
 
+    def close(self) -> None:
+        """Nothing to let go of in one process (a sharded trainer leaves its process group)."""
+
+    def place(self, model: PreTrainedModel) -> PreTrainedModel:
+        """Where a loaded model lives: whole in this process (a sharded trainer shards it here)."""
+        return model
+
     # ---- state ---------------------------------------------------------------------------------
     def resume(self) -> None:
         steps = self.checkpoints.resumable()
@@ -118,7 +130,12 @@ class Trainer:
         last = steps[-1]
         self.checkpoints.load_weights(self.policy, last)
         state = self.checkpoints.load_state(last)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:  # published by a sharded trainer: its optimizer state in shards, read whole here
+            from workloads.trainer.ranks import load_optimizer_shards  # noqa: PLC0415
+
+            load_optimizer_shards(self.policy, self.optimizer, self.checkpoints.optimizer_dir(last))
         self.consumed = set(state["consumed"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
@@ -171,12 +188,24 @@ class Trainer:
         return len(self.buffer.rows) >= self.s.rows_per_step
 
     # ---- training ------------------------------------------------------------------------------
-    def train_step(self) -> dict[str, float]:
-        started = time.perf_counter()
-        # Every informative row collected for this step trains it; nothing is carried over to the
-        # next step, where it would be one policy older again (off-policy drift).
+    def take_rows(self) -> tuple[list[Rollout], list[float]]:
+        """The step's rows and the task rewards of every row seen for it. Every informative row collected
+        for this step trains it; nothing is carried over to the next step, where it would be one policy
+        older again (off-policy drift)."""
         rows, self.buffer.rows = self.buffer.rows, []
         rewards_seen, self.buffer.task_rewards = self.buffer.task_rewards, []
+        return rows, rewards_seen
+
+    def train_step(self) -> dict[str, float]:
+        rows, rewards_seen = self.take_rows()
+        order = torch.randperm(len(rows))  # on the CPU generator (saved with the state) on every device
+        return self.train_on(rows, rewards_seen, order)
+
+    def train_on(
+        self, rows: list[Rollout], rewards_seen: list[float], order: torch.Tensor
+    ) -> dict[str, float]:
+        """One GRPO step over `rows`, its updates taking the rows in `order` (minibatches of its chunks)."""
+        started = time.perf_counter()
         batch = make_batch([r.input_tokens for r in rows], [r.output_tokens for r in rows],
                            [r.advantages for r in rows], self.pad, self.device)  # fmt: skip
         # The policy as it is at the start of the step, and the reference.
@@ -186,7 +215,6 @@ class Trainer:
             ref_logp, _ = token_logprobs_and_entropy(self.reference, batch)
         self.policy.train()
         parts: dict[str, float] = {}
-        order = torch.randperm(len(rows))  # on the CPU generator (saved with the state) on every device
         updates = self.updates_for(len(rows))
         for cpu_chunk in order.chunk(updates):
             chunk = cpu_chunk.to(self.device)
@@ -201,7 +229,13 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip)
             )
             self.optimizer.step()
-        tokens = int(batch.output_mask.sum())
+        return self.finish(parts, rows, rewards_seen, int(batch.output_mask.sum()), updates, started)
+
+    def finish(
+        self, parts: dict[str, float], rows: list[Rollout], rewards_seen: list[float], tokens: int,
+        updates: int, started: float,
+    ) -> dict[str, float]:  # fmt: skip
+        """The step's metrics; the step published (`save`) and counted."""
         metrics = {
             **parts,
             "task_reward_mean": float(np.mean(rewards_seen)) if rewards_seen else 0.0,
@@ -212,11 +246,22 @@ class Trainer:
         }
         metrics["updates"] = float(updates)
         metrics["tokens_per_second"] = tokens * updates / max(metrics["seconds"], 1e-9)
+        metrics |= self.memory()
         self.save(metrics)
         self.m_tokens.inc(tokens)
         self.m_reward.set(metrics["task_reward_mean"])
         self._report(metrics)
         return metrics
+
+    def memory(self) -> dict[str, float]:
+        """MB this process holds of the policy's weights and optimizer state (a sharded trainer: its
+        shard; the frozen reference counted with the weights), and its peak resident memory."""
+        held: list[torch.Tensor] = [*self.policy.parameters(), *self.reference.parameters()]
+        held += [v for state in self.optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+        local = [getattr(t, "to_local", lambda t=t: t)() for t in held]  # a DTensor's own shard
+        state_bytes = sum(t.numel() * t.element_size() for t in local)
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux
+        return {"state_mb": state_bytes / 2**20, "peak_rss_mb": peak_kb / 1024}
 
     def updates_for(self, rows: int) -> int:
         if not self.s.minibatch_rows:

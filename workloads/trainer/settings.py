@@ -71,6 +71,19 @@ class TrainerSettings(IntellectSettings):
     )
     seed: int = Field(0)
     poll_seconds: float = Field(1.0, gt=0)
+    nproc: int = Field(
+        1, ge=1, le=64, description="processes (ranks) on this machine to shard the policy over with FSDP2 "
+        "(gloo on CPUs, NCCL on GPUs: one GPU a rank); above 1 the command hands itself to torchrun's "
+        "elastic agent. Across machines, start `torchrun ... -m workloads.trainer` (docs/trainer.md)",
+    )
+    max_restarts: int = Field(
+        0, ge=0, description="with --nproc: times torchrun restarts every rank after one fails; each restart "
+        "resumes from the last published step",
+    )
+    collective_timeout_seconds: float = Field(
+        600.0, gt=0, description="with several ranks: a collective (a rank waiting for the others) that "
+        "takes longer fails the job instead of hanging it; above the longest step and rollout wait",
+    )
 
     @field_validator("device")
     @classmethod
