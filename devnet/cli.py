@@ -123,6 +123,14 @@ def up(
         "0ms", "--link-delay", help="hold every hop of a node group's ring this long one way (e.g. 50ms): a "
         "delay relay in front of each worker's p2p ports; --demo groups then keep 4 batches in flight",
     ),
+    trainer_ranks: int = typer.Option(
+        1, "--trainer-ranks", min=1, max=8, help="--demo: the trainer's processes, its policy sharded over "
+        "them with FSDP2 under torchrun (intellect-train --nproc; gloo on the CPU)",
+    ),
+    backend: str = typer.Option(
+        "torch", "--backend", help="--demo: the engine the workers generate with: torch | vllm (vLLM's V1 "
+        "engine from its own environment, `make vllm`; with --runtime docker its image, `make images-vllm`)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Start anvil, deploy the contracts, fund demo accounts, create a domain and a started pool,
@@ -140,7 +148,8 @@ def up(
         err.print("[red]--link-delay[/red] holds the links of node groups: use it with --demo --pipeline N")
         raise typer.Exit(2)
     plan = demo_mod.DemoPlan(steps=steps, validators=validators, quorum=quorum, cheat=cheat, timeout=timeout,
-                             pipeline=pipeline, in_flight=4 if delay else 1)  # fmt: skip
+                             pipeline=pipeline, in_flight=4 if delay else 1,
+                             trainer_ranks=trainer_ranks, backend=backend)  # fmt: skip
     count = workers if workers is not None else ((2 * pipeline or 4) if demo else 2)
     worker_env: dict[int, dict[str, str]] = {}
     groups: str | None = None  # the topology the orchestrator forms (--pipeline)

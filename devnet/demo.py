@@ -42,6 +42,7 @@ from ledger.models import ONE_TOKEN
 
 Progress = Callable[[str], None]
 REPO = Path(__file__).resolve().parents[1]
+VLLM_IMAGE = "intellect-workload-vllm:latest"  # the inference workload with vLLM (`make images-vllm`)
 CHEATS = ("forged-reward", "perturbed-model", "inflated-units")
 # What the cheating member of a pipeline group does, at whichever stage the orchestrator gives it
 # (workloads/pipeline/member.py): perturbed weights on one matrix of its layers, its layers skipped,
@@ -84,6 +85,8 @@ class DemoPlan:
     files_per_step: int = 3
     pipeline: int = 0  # members per node group (2 or 3): rollouts made by groups, one stage each
     in_flight: int = 1  # batches a group keeps moving at once (over delayed links: 4)
+    trainer_ranks: int = 1  # processes the trainer shards its policy over (intellect-train --nproc)
+    backend: str = "torch"  # the engine the workers generate with: torch | vllm (its own install, issue 57)
 
     def check(self) -> None:
         if not 1 <= self.validators <= len(VALIDATOR_ROLES):
@@ -98,6 +101,12 @@ class DemoPlan:
             raise DemoError("--pipeline must be 2 or 3 (members per group; the tiny model has 4 layers)")
         if self.steps < 1:
             raise DemoError("--steps must be at least 1")
+        if self.backend not in ("torch", "vllm"):
+            raise DemoError(f"--backend {self.backend!r}: use torch or vllm")
+        if self.backend == "vllm" and self.pipeline:
+            raise DemoError("--backend vllm makes single-node rollouts: node groups run the torch stages")
+        if not 1 <= self.trainer_ranks <= 8:
+            raise DemoError("--trainer-ranks must be 1..8 (processes of the trainer on this machine)")
 
     @property
     def topology(self) -> str:
@@ -179,11 +188,18 @@ def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str])
     }
     if not in_container:
         env["PYTHONPATH"] = str(REPO)
+    python, image = "python3" if in_container else sys.executable, "intellect-workload:latest"
+    if plan.backend == "vllm":  # vLLM's engine in its own environment (`make vllm`) or image
+        from workloads.model.vllm_backend import vllm_python
+
+        settings["backend"] = "vllm"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # OMP_NUM_THREADS=1 as the others, not bound to all
+        python, image = ("python3", VLLM_IMAGE) if in_container else (vllm_python(), image)
     return {
         "name": "demo-rl-reverse",
-        "image": "intellect-workload:latest",
+        "image": image,
         "workload": {"type": "inference", "settings": settings},
-        "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.inference"],
+        "entrypoint": [python, "-m", "workloads.inference"],
         "env_vars": env,
     }
 
@@ -264,7 +280,7 @@ def start_learning_services(
             "--public-url", trainer_url, "--port", str(trainer_port), "--rollouts", validator_urls[0],
             "--pool-id", str(state.pool_id),
             "--output-dir", str(directory / "trainer"), "--max-steps", str(plan.steps),
-            "--poll-seconds", "0.5", "--keep", "10",
+            "--poll-seconds", "0.5", "--keep", "10", "--nproc", str(plan.trainer_ranks),
             # the checkpoints files may name stay served until those files' vote window has passed
             # (the validators judge the last steps' files after the trainer's last step)
             "--vote-window-seconds", str(DEMO_INVALIDATION_WINDOW_SECONDS)]),

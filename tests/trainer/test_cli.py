@@ -63,3 +63,27 @@ def test_a_taken_port_stops_the_trainer(tmp_path: Path) -> None:
     assert f"error: cannot serve the step counter on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "ck").exists()  # stopped before training into its folder
+
+
+def test_nproc_checks_the_port_before_it_starts_any_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--nproc 2` refuses a taken step-counter port itself, before torchrun starts ranks that would load
+    the model and then fail on rank 0 alone."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    (tmp_path / "rollouts").mkdir()
+    try:
+        port = str(taken.getsockname()[1])
+        code = main(["--nproc", "2", "--rollouts", str(tmp_path / "rollouts"),
+                     "--output-dir", str(tmp_path / "ck"), "--port", port])  # fmt: skip
+    finally:
+        taken.close()
+    assert code == 1
+    assert "cannot serve the step counter" in capsys.readouterr().err
+
+
+def test_nproc_is_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "--nproc" in out and "torchrun" in out and "--max-restarts" in out

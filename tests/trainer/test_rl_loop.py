@@ -1,8 +1,9 @@
 """The RL loop on CPU, as separate processes: two inference workloads, the trainer (killed -9 and
-restarted mid-run) and the checkpoint broadcast (origin + relay), on the string-reversal demo task.
-Over 60 steps the mean task reward of the last 10 steps is clearly above the first 10; workers only
-use checkpoints within the async level; no step is repeated or skipped and no rollout file is
-trained on twice."""
+restarted mid-run, the second time as two ranks: `--nproc 2`, the policy sharded with FSDP2) and the
+checkpoint broadcast (origin + relay), on the string-reversal demo task. Over 60 steps the mean task
+reward of the last 10 steps is clearly above the first 10; workers only use checkpoints within the
+async level; no step is repeated or skipped and no rollout file is trained on twice; the relay serves
+each step's checkpoint with the sha256 the trainer's manifest names, also the steps the ranks made."""
 
 from __future__ import annotations
 
@@ -121,9 +122,11 @@ def test_reward_rises_across_processes_with_a_trainer_restart(tmp_path: Path) ->
     try:
         wait_step(url, KILL_AT, trainer, trainer_log, 600, workers)
         stop(trainer, signal.SIGKILL)  # mid-run, no goodbye
-        trainer = spawn(trainer_args, trainer_log)
+        # the rest of the run sharded over two processes, resuming from the one-process checkpoint
+        trainer = spawn([*trainer_args, "--nproc", "2"], trainer_log)
         wait_step(url, STEPS, trainer, trainer_log, 1200, workers)
         assert "resumed" in trainer_log.read_text()
+        relayed = httpx.get(f"http://127.0.0.1:{relay_port}/versions", timeout=10).json()["versions"]
     finally:
         for proc in [trainer, *workers, *services]:
             stop(proc)
@@ -131,6 +134,12 @@ def test_reward_rises_across_processes_with_a_trainer_restart(tmp_path: Path) ->
     manifests = [json.loads((ckpts / f"step_{s}.json").read_text()) for s in range(1, STEPS + 1)]
     assert [m["step"] for m in manifests] == list(range(1, STEPS + 1))  # none skipped...
     assert [m["parent_step"] for m in manifests] == list(range(STEPS))  # ...none taken twice
+    ranked = [m["step"] for m in manifests if m["metrics"].get("ranks") == 2.0]
+    assert ranked == list(range(ranked[0], STEPS + 1)) and ranked[0] <= KILL_AT + 3  # the rest by 2 ranks
+    by_step = {m["step"]: m["sha256"] for m in manifests}
+    assert any(v["version"] > KILL_AT for v in relayed)
+    for version in relayed:  # the broadcast carries the very files the trainer published
+        assert version["manifest"]["sha256"] == by_step[version["version"]]
     curve = [m["metrics"]["task_reward_mean"] for m in manifests]
     print("reward curve", [round(r, 3) for r in curve])
     first, last = sum(curve[:WINDOW]) / WINDOW, sum(curve[-WINDOW:]) / WINDOW
