@@ -1,7 +1,8 @@
 """`intellect-train --nproc 2`: the policy sharded over two processes (FSDP2, gloo on the CPU) takes the
 one-process trainer's step within a stated tolerance, on the shipped tiny model and the wider `small`
 shape; resumes across world sizes; and a rank killed mid-step stops the job (or, with
-`--max-restarts`, the job resumes by itself) with nothing half-published and the step never going back.
+`--max-restarts`, the job resumes by itself), and a hung one fails the others' collective after the
+timeout instead of hanging them, with nothing half-published and the step never going back.
 
 Everything through the command a user runs, as separate processes, on synthetic rollout files (random
 tokens, groups of 4 with mixed rewards: every group informative).
@@ -188,17 +189,19 @@ def test_a_rank_killed_mid_step_stops_the_job_and_it_resumes(tmp_path: Path) -> 
             os.killpg(job.pid, signal.SIGKILL)
     published = assert_published_whole(out)
     assert published and published[-1] < 4
-    # The same command with a restart allowed: rank 1 killed again mid-step, the agent restarts both
-    # ranks, they resume from the last published step and finish.
+    # The same command with a restart allowed, and rank 1 hung (SIGSTOP) mid-step this time: rank 0's
+    # collective times out (20 s here), the agent stops both ranks and restarts them; they resume from
+    # the last published step and finish.
     again = command("tiny", rollouts, out, 5, *args, "--max-restarts", "1")
+    again[again.index("--collective-timeout-seconds") + 1] = "20"
     job = subprocess.Popen(again, stdout=log, stderr=subprocess.STDOUT, text=True, env=env(),
                            start_new_session=True)  # fmt: skip
     try:
         follower = rank_pid(job, 1)
         wait_for_step(out, published[-1] + 1, job)
         time.sleep(0.3)
-        os.kill(follower, signal.SIGKILL)
-        assert job.wait(timeout=240) == 0
+        os.kill(follower, signal.SIGSTOP)
+        assert job.wait(timeout=300) == 0
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
