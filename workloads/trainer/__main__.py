@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 
+import torch
 import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import CliApp
@@ -109,6 +110,11 @@ def launch(settings: TrainerSettings, args: list[str]) -> int:
         return 1
     port = probe.getsockname()[1]
     probe.close()
+    device = resolve_device(settings.device)
+    if device.type == "cuda" and torch.cuda.device_count() < settings.nproc:
+        print(f"error: --nproc {settings.nproc} on {device}: one GPU a rank, and {torch.cuda.device_count()} "
+              "are visible (lower --nproc, or --device cpu)", file=sys.stderr)  # fmt: skip
+        return 2
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={settings.nproc}", f"--max-restarts={settings.max_restarts}",
                "-m", "workloads.trainer", "--", *args, f"--port={port}"]  # fmt: skip
@@ -119,6 +125,7 @@ def launch(settings: TrainerSettings, args: list[str]) -> int:
 
 
 def sharded(settings: TrainerSettings, source: RolloutSource) -> Trainer:
+    """This process as its rank of the group (a RankError names what is missing: a GPU, torchrun)."""
     from workloads.trainer.ranks import join  # noqa: PLC0415 (torch.distributed only for ranks)
     from workloads.trainer.sharded import ShardedTrainer  # noqa: PLC0415
 

@@ -98,7 +98,9 @@ class ShardedTrainer(Trainer):
         if not self.ready():
             return None
         rows, rewards_seen = self.take_rows()
-        return rows, rewards_seen, torch.randperm(len(rows))  # the one-process trainer's draw
+        # What a rank trains on, without the proofs and logprobs it never reads (sent to every rank).
+        light = [r.model_copy(update={"proofs": b"", "output_logprobs": []}) for r in rows]
+        return light, rewards_seen, torch.randperm(len(rows))  # the one-process trainer's draw
 
     # ---- one step ------------------------------------------------------------------------------
     def _rows_of(self, rows: list[Rollout], index: torch.Tensor) -> Batch:
