@@ -210,3 +210,41 @@ def test_a_rank_killed_mid_step_stops_the_job_and_it_resumes(tmp_path: Path) -> 
     assert text.count('"resumed"') >= 2  # the re-run, and the ranks the agent restarted (rank 0 logs)
     assert assert_published_whole(out) == [1, 2, 3, 4, 5]
     assert torch.load(out / "step_5.state.pt", weights_only=False)["ranks"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_two_machines_meet_through_torchruns_rendezvous(tmp_path: Path) -> None:
+    """Across machines, as docs/trainer.md tells an operator: one `torchrun --nnodes 2` on each of two
+    hosts (network namespaces of a devnet world, each with its own address), the c10d rendezvous on the
+    first, the output folder shared. The step they take is the one-process step."""
+    from devnet.hosts import World  # noqa: PLC0415 (namespaces: root, iproute2)
+
+    rollouts = tmp_path / "rollouts"
+    write_files(rollouts, 5, seed=1)
+    one, two = tmp_path / "one", tmp_path / "two"
+    train("tiny", rollouts, one, 1)
+    world = World.create()
+    jobs: list[subprocess.Popen[str]] = []
+    try:
+        hosts = [world.add_host("traina"), world.add_host("trainb")]
+        for node, host in enumerate(hosts):
+            args = command("tiny", rollouts, two, 1, "--host", hosts[0].address, "--port", "29500")
+            runner = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                      "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                      "--rdzv-id", "two-machines",
+                      "--rdzv-endpoint", f"{hosts[0].address}:29400", "--local-addr", host.address,
+                      # the first host serves the rendezvous: said, since its hostname is not that address
+                      "--rdzv-conf", f"is_host={'true' if node == 0 else 'false'}",
+                      "-m", "workloads.trainer", "--", *args[3:]]  # fmt: skip
+            jobs.append(subprocess.Popen(host.argv(runner), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True, env=env() | {"GLOO_SOCKET_IFNAME": "eth0"}))  # fmt: skip
+        outputs = [job.communicate(timeout=240)[0] for job in jobs]
+        assert [job.returncode for job in jobs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+        world.destroy()
+    assert f"step counter on http://{hosts[0].address}:29500" in outputs[0]  # rank 0, on the first host
+    assert metrics(two, 1)["ranks"] == 2
+    assert_same_step(one, two, 1, weights_of("tiny"))
