@@ -1,10 +1,10 @@
 """What a devnet run lost, counted twice or punished wrongly: the books of a run after partitions.
 
-Read from the run's own records, each the only writer of its part: every honest worker's file queue
-and upload journal (what it made and what became of it), the chain (`WorkSubmitted`, invalidations,
+Read from the run's own records, each the only writer of its part: every honest worker's file record
+(`worker.files`: what it made and what became of it), the chain (`WorkSubmitted`, invalidations,
 votes and payouts, through `ledger.audit.Auditor`) and every validator's `/verdicts`.
 
-- lost: a file an honest worker made that never reached the chain, or was rejected by its uploader;
+- lost: a file an honest worker made that never reached the chain, or was refused by its uploader;
   a file on chain that some validator never judged;
 - duplicated: a file judged twice by one validator, a vote cast twice by one validator on one file,
   a work key in two payouts;
@@ -22,17 +22,18 @@ in flight, not lost. `drain` seconds are given for what was made before it to ge
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import httpx
 
 from ledger.audit import AuditedWork, Auditor
 from ledger.client import LedgerClient
+from worker.files import FILES_DB, FileState, WorkerFile, WorkerFiles
+
+SETTLED = (FileState.SUBMITTED, FileState.REFUSED)  # a file's fate known: on chain, or refused (a finding)
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,7 @@ class Finding:
 class Worker:
     name: str  # w1, w2…
     node: str  # its node address
-    state_dir: Path  # the worker's state folder (holds files.sqlite and uploader.sqlite)
-
-
-def _epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
+    state_dir: Path  # the worker's state folder (holds its file record, bridge/files.sqlite)
 
 
 def _verdicts(url: str) -> list[dict]:
@@ -91,13 +88,13 @@ class Books:
             self._stamps[block] = float(self.ledger.w3.eth.get_block(block)["timestamp"])
         return self._stamps[block]
 
-    def _made(self, worker: Worker, cutoff: float) -> list[tuple[str, float, str | None]]:
-        """(sha256, announced at, submitted at) of each file the worker made before `cutoff`."""
-        rows = []
-        for queue in worker.state_dir.rglob("files.sqlite"):
-            with sqlite3.connect(queue) as db:
-                rows += db.execute("SELECT sha256, announced_at, submitted_at FROM files").fetchall()
-        return [(sha, _epoch(made), sent) for sha, made, sent in rows if _epoch(made) <= cutoff]
+    @staticmethod
+    def _files(worker: Worker) -> list[WorkerFile]:
+        return [f for db in worker.state_dir.rglob(FILES_DB) for f in WorkerFiles(db).all()]
+
+    def _made(self, worker: Worker, cutoff: float) -> list[WorkerFile]:
+        """Each file the worker made before `cutoff`."""
+        return [f for f in self._files(worker) if f.announced_at.timestamp() <= cutoff]
 
     def _works(self, worker: Worker, cutoff: float) -> tuple[list[AuditedWork], list[list[str]]]:
         audit = self.auditor.node(worker.node)
@@ -108,7 +105,7 @@ class Books:
     def settled(self, cutoff: float) -> bool:
         """Every file made before `cutoff` is on chain and judged by every validator."""
         for worker in self.workers:
-            if any(sent is None for _, _, sent in self._made(worker, cutoff)):
+            if any(f.state not in SETTLED for f in self._made(worker, cutoff)):
                 return False
             works, _ = self._works(worker, cutoff)
             if any(len({v.validator for v in x.verdicts}) < len(self.validators) for x in works):
@@ -125,14 +122,11 @@ class Books:
         for worker in self.workers:
             files = self._made(worker, cutoff)
             made += len(files)
-            found += [Finding("lost", at, f"{worker.name} file {sha[:10]} made but not on chain")
-                      for sha, at, sent in files if sent is None]  # fmt: skip
-            for journal in worker.state_dir.rglob("uploader.sqlite"):
-                with sqlite3.connect(journal) as db:
-                    rows = db.execute("SELECT sha256, reason, updated_at FROM submissions WHERE state = "
-                                      "'rejected'").fetchall()  # fmt: skip
-                found += [Finding("lost", _epoch(at), f"{worker.name} file {sha[:10]} rejected: {why}")
-                          for sha, why, at in rows]  # fmt: skip
+            found += [Finding("lost", f.announced_at.timestamp(), f"{worker.name} file {f.sha256[:10]} made "
+                              "but not on chain") for f in files if f.state not in SETTLED]  # fmt: skip
+            found += [Finding("lost", (f.updated_at or f.announced_at).timestamp(),
+                              f"{worker.name} file {f.sha256[:10]} rejected: {f.reason}")
+                      for f in self._files(worker) if f.state == FileState.REFUSED]  # fmt: skip
             works, payouts = self._works(worker, cutoff)
             on_chain += len(works)
             for x in works:

@@ -1,25 +1,109 @@
-"""What every service's command line starts from: a Typer app that sets up logging once for whichever
-command runs (the one logging set-up per entry point, never on import), and settings built from flags
-over environment and `.env`, where a bad value exits with code 2 naming the setting; and the
-`admin-token` / `show-config` commands of every service with an admin API."""
+"""What every command line starts from: a Typer app that sets up logging once for whichever command
+runs (the one logging set-up per entry point, never on import), and settings built from flags over
+environment and `.env`, where a bad value exits with code 2 naming the setting; the `admin-token` /
+`show-config` commands of every service with an admin API; and the helpers every CLI prints with
+(`intellect-pool`, `intellect-worker`, `intellect task`, ...): one line per error, never a traceback
+(`fail`, `one_line_errors`), and `--json` or a table (`emit`, `print_json`, `show_rows`, `kv_table`).
+A CLI's own options (the chain's, the worker's) stay with it; how it speaks to the user lives here."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from intellect.logs import setup_logging
 
 S = TypeVar("S", bound=BaseSettings)
-_err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)  # messages never break inside an address or hash
+err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
+
+
+# ---- one line per error ------------------------------------------------------------------------
+def say_error(message: str) -> None:
+    """`error: <message>` on stderr, the message as written (never read as markup)."""
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+
+
+def fail(message: str) -> typer.Exit:
+    """Say what to fix and give the exit to raise (code 1): `raise fail("no orchestrator given")`."""
+    say_error(message)
+    return typer.Exit(1)
+
+
+@contextmanager
+def one_line_errors(*kinds: type[BaseException]) -> Iterator[None]:
+    """The expected failures `kinds` as one line on stderr and exit code 1 instead of a traceback;
+    a pydantic error names its first field. A context manager, or a decorator of a command:
+    `@one_line_errors(LedgerError, ValueError)`. Anything else still raises: a bug shows its trace."""
+    try:
+        yield
+    except kinds as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            say_error(f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+        else:
+            say_error(str(exc))
+        raise typer.Exit(1) from None
+
+
+# ---- output: --json or a table -----------------------------------------------------------------
+def print_json(data: Any) -> None:
+    """`data` as indented JSON on stdout (pydantic models and lists of them as their JSON form)."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    elif isinstance(data, list):
+        data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def emit(data: Any, as_json: bool, table: Table | None = None, message: str | None = None) -> None:
+    """`data` as JSON with `--json`; otherwise the table and/or the message (rich markup)."""
+    if as_json:
+        print_json(data)
+        return
+    if table is not None:
+        out.print(table)
+    if message:
+        out.print(message, highlight=False)
+
+
+def show_rows(rows: list[dict[str, Any]], json_out: bool, title: str) -> None:
+    """Rows as JSON (--json) or as one table."""
+    if json_out:
+        print_json(rows)
+        return
+    table = Table(title=title)
+    for col in rows[0]:
+        # Addresses print whole: they are what one copies to fund, whitelist or invite.
+        table.add_column(col, no_wrap=col == "address", min_width=42 if col == "address" else None,
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    out.print(table)
+
+
+def kv_table(title: str, rows: dict[str, Any]) -> Table:
+    """A two-column table: one field and its value per line."""
+    table = Table(title=title, show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for k, v in rows.items():
+        table.add_row(k, str(v))
+    return table
+
+
+# ---- services ----------------------------------------------------------------------------------
 
 
 def _set_up_logging() -> None:
@@ -45,7 +129,7 @@ def settings_from_flags(cls: type[S], **flags: Any) -> S:
             + (f" (flag, or env {prefix}{str(e['loc'][0]).upper()})" if e["loc"] else "")
             for e in exc.errors()
         )
-        _err.print(f"[red]invalid setting:[/red] {problems}", highlight=False)
+        err.print(f"[red]invalid setting:[/red] {problems}", highlight=False)
         raise typer.Exit(2) from None
 
 

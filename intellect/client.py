@@ -1,4 +1,9 @@
-"""The trainer's SDK: a typed Python client for the orchestrator's task API.
+"""The one client for the orchestrator's API: the trainer's SDK, and what every other caller uses.
+
+Who calls it: trainers and the CLIs (`intellect task`, `intellect-pool hardware`, the devnet) with the
+admin token; the worker (`heartbeat`, `request_upload`) and the validator (`stored_file`, `get`) with
+their keys, each request signed (docs/signed-requests.md). One class, so a route's path, its auth,
+its error reading and its retries are written once.
 
 What a trainer posting RL tasks does every day, in a few calls::
 
@@ -12,7 +17,8 @@ What a trainer posting RL tasks does every day, in a few calls::
 
 Requests carry the admin bearer token or, for services that accept them, EIP-191 signed request
 headers (`intellect.signing.SignedAuth`). Transient failures (connection errors, 429, 502/503/504)
-are retried with exponential backoff (tenacity); every refusal raises `TaskApiError` carrying the
+are retried with exponential backoff (tenacity; `retries=1` for a caller with a retry loop of its
+own, as the worker and the validator have); every refusal raises `TaskApiError` carrying the
 server's status and its reason, never a bare httpx exception.
 """
 
@@ -37,17 +43,21 @@ from tenacity import (
     wait_exponential,
 )
 
+from intellect.errors import PeerError
 from intellect.identity import Wallet
 from intellect.signing import SignedAuth
 from intellect.wire.admin import HardwareHistory, NodeList
+from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse
+from intellect.wire.storage import StoredFile, UploadGrant, UploadRequest
 from intellect.wire.tasks import Task, TaskSpec, TaskState
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
-class TaskApiError(Exception):
+class TaskApiError(PeerError):
     """The orchestrator refused a request, or could not be reached: `status` is the HTTP status
-    (0 when no answer came), `reason` the server's own words."""
+    (0 when no answer came), `reason` the server's own words. (Named for the task API it first
+    served; every route raises it.)"""
 
     def __init__(self, status: int, reason: str, url: str = "") -> None:
         self.status = status
@@ -180,6 +190,27 @@ class OrchestratorClient:
             return response.json() if response.content else None
 
         return once()
+
+    def _send(self, method: str, path: str, body: BaseModel) -> Any:
+        """A wire model as the request body, its JSON bytes exactly as signed."""
+        return self._request(method, path, content=body.model_dump_json().encode(),
+                             headers={"Content-Type": "application/json"})  # fmt: skip
+
+    # ---- nodes (signed by the node key) ---------------------------------------------------------
+    def heartbeat(self, beat: HeartbeatRequest) -> HeartbeatResponse:
+        """`POST /heartbeat`: the node's status in, the task it should run out."""
+        return HeartbeatResponse.model_validate(self._send("POST", "/heartbeat", beat))
+
+    def request_upload(self, request: UploadRequest) -> UploadGrant:
+        """`POST /storage/request-upload`: a signed URL to PUT one finished file to."""
+        return UploadGrant.model_validate(self._send("POST", "/storage/request-upload", request))
+
+    # ---- files (admin, or signed by a validator) ------------------------------------------------
+    def stored_file(self, sha256: str, timeout: float | None = None) -> StoredFile:
+        """`GET /storage/files/{sha256}`: the upload's record (node, task, size) and a download URL,
+        in one answer: all a validator needs of the orchestrator for one file."""
+        per_call = {"timeout": timeout} if timeout is not None else {}
+        return StoredFile.model_validate(self._request("GET", f"/storage/files/{sha256}", **per_call))
 
     # ---- tasks ---------------------------------------------------------------------------------
     def submit(self, spec: TaskSpec | Mapping[str, Any]) -> Task:

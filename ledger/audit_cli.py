@@ -10,13 +10,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from intellect.cli import out
 from intellect.wire.receipts import ReceiptError
 from ledger.audit import Audit, AuditedWork, Auditor
-from ledger.cli_common import (
+from ledger.cli_options import (
     Chain,
     address,
     fmt_tokens,
-    out,
 )
 from ledger.errors import LedgerError
 from ledger.group_audit import GroupAudit, GroupAuditor, MemberAudit

@@ -15,10 +15,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from intellect.cli import kv_table
 from intellect.logs import setup_logging
 from ledger import node_cli
 from ledger.audit_cli import audit
-from ledger.cli_common import (
+from ledger.cli_options import (
     AsJson,
     Chain,
     DeploymentPath,
@@ -27,7 +28,6 @@ from ledger.cli_common import (
     address,
     command,
     fmt_tokens,
-    kv_table,
     store_chain_options,
     tokens,
 )

@@ -16,7 +16,7 @@ from rich.table import Table
 from intellect.client import OrchestratorClient, TaskApiError
 from intellect.hardware_evidence import evidence_digest, judge_evidence
 from intellect.wire.admin import hardware_summary
-from ledger.cli_common import Chain, address, fmt_tokens
+from ledger.cli_options import Chain, address, fmt_tokens
 from ledger.errors import LedgerError
 
 # Shared by `nodes` (the figures beside the chain's record) and `hardware-evidence` (where it is read).

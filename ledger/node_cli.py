@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from ledger.cli_common import (
+from ledger.cli_options import (
     Chain,
     address,
 )

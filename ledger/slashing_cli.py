@@ -17,7 +17,7 @@ import httpx
 import typer
 from rich.table import Table
 
-from ledger.cli_common import (
+from ledger.cli_options import (
     Chain,
     address,
     command,

@@ -1,6 +1,7 @@
 """Downloads of submitted files from the pool's storage, through the orchestrator's signed read
 access (`GET /storage/files/{sha256}`, signed by the validator's key, which must hold the on-chain
-validator role): streamed to disk, size-limited, time-limited.
+validator role; validator/records.py): streamed to disk, size-limited, time-limited. That one answer
+also names the file's task, remembered for the judge: one call to the orchestrator per file.
 
 Two kinds of failure, because they are judged differently (validator/judging.py):
 - `FileMissing`: the orchestrator answered that no upload of this file was ever completed. An honest
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import httpx
 
+from intellect.client import TaskApiError
 from intellect.http_client import shared as http_client
 from intellect.identity import Wallet
-from intellect.signing import SignedAuth
+from validator.records import for_orchestrator
 
 
 class FetchError(Exception):
@@ -45,7 +47,7 @@ class Fetcher:
         self, orchestrator_url: str, wallet: Wallet, files_dir: Path, *, max_bytes: int, timeout: float
     ):
         self.url = orchestrator_url.rstrip("/")
-        self.auth = SignedAuth(wallet)
+        self.records = for_orchestrator(self.url, wallet)
         self.files_dir = files_dir
         self.max_bytes = max_bytes
         self.timeout = timeout
@@ -54,20 +56,24 @@ class Fetcher:
     def path_for(self, sha256: str) -> Path:
         return self.files_dir / f"{sha256}.parquet"
 
+    def _download_url(self, sha256: str) -> str:
+        try:
+            return self.records.record(sha256, timeout=self.timeout).url
+        except TaskApiError as exc:
+            if exc.status == 404:
+                raise FileMissing(f"no completed upload: {exc.reason[:300]}") from None
+            if exc.status == 0:
+                raise StorageUnreachable(exc.reason) from None  # "cannot reach the orchestrator: ..."
+            raise StorageUnreachable(f"orchestrator answered {exc.status}: {exc.reason[:300]}") from None
+        except ValueError as exc:  # not a file record: the orchestrator's fault, never the node's
+            raise StorageUnreachable(f"the orchestrator's answer for {sha256} is no file record: {exc}"
+                                     ) from None
+
     def fetch(self, sha256: str) -> Path:
         target = self.path_for(sha256)
         if target.exists():
             return target
-        try:
-            grant = http_client().get(f"{self.url}/storage/files/{sha256}", auth=self.auth,
-                                      timeout=self.timeout)  # fmt: skip
-        except httpx.HTTPError as exc:
-            raise StorageUnreachable(f"orchestrator unreachable: {exc}") from None
-        if grant.status_code == 404:
-            raise FileMissing(f"no completed upload: {grant.text[:300]}")
-        if grant.status_code != 200:
-            raise StorageUnreachable(f"orchestrator answered {grant.status_code}: {grant.text[:300]}")
-        url = grant.json()["url"]
+        url = self._download_url(sha256)
         # per process and thread: the judge loop downloads ahead on a thread pool
         part = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")
         size = 0

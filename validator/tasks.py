@@ -1,11 +1,10 @@
 """Each submitted file is judged by the task it belongs to, with that task's workload plug-in.
 
 The chain records only (node, work key, units); which task a file belongs to is in the orchestrator's
-upload record, which the node signed when it asked to upload that file for that task. So for each
-file the validator asks the orchestrator, with a request signed by its own key (the orchestrator
-lets addresses with the on-chain validator role read tasks and file records):
-`GET /storage/files/{sha256}` → the task id, then `GET /tasks/{id}?include_deleted=true` → the spec.
-Tasks never change once created, so they are cached by id.
+upload record, which the node signed when it asked to upload that file for that task. The fetch of
+the file already read that record (`GET /storage/files/{sha256}`, validator/records.py), so the task
+id is known without another call; the task itself is `GET /tasks/{id}?include_deleted=true`, once
+per task: tasks never change once created, so they are cached by id.
 
 What can be pinned on the node is judged; what cannot never slashes:
 - the orchestrator cannot be reached → the file waits and is judged later (`TaskUnreachable`);
@@ -22,15 +21,14 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-import httpx
 import structlog
 
-from intellect.http_client import shared as http_client
+from intellect.client import TaskApiError
 from intellect.identity import Wallet
-from intellect.signing import SignedAuth
 from intellect.wire.tasks import Task
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import FileJudge, ValidatorEnv, WorkloadError, settings_for
+from validator.records import for_orchestrator
 
 log = structlog.get_logger(__name__)
 
@@ -50,27 +48,23 @@ class TaskBook:
 
     def __init__(self, orchestrator_url: str, wallet: Wallet, *, timeout: float = 30.0, cached: int = 256):
         self.url = orchestrator_url.rstrip("/")
-        self.auth = SignedAuth(wallet)
-        self.timeout = timeout
+        self.records = for_orchestrator(self.url, wallet, timeout)
         self.cached = cached
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _get(self, path: str) -> httpx.Response:
-        try:
-            return http_client().get(self.url + path, auth=self.auth, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise TaskUnreachable(f"orchestrator {self.url} unreachable: {exc}") from None
-
     def task_of(self, work_key: str) -> Task:
         sha = work_key.lower().removeprefix("0x")
-        resp = self._get(f"/storage/files/{sha}")
-        if resp.status_code >= 500:
-            raise TaskUnreachable(f"orchestrator answered {resp.status_code}: {_detail(resp)}")
-        if resp.status_code != 200:
-            raise TaskUnknown(f"the orchestrator has no task for file {sha[:16]}… ({resp.status_code}: "
-                              f"{_detail(resp)})")  # fmt: skip
-        task_id = str(resp.json().get("task_id", ""))
+        try:
+            task_id = self.records.task_id(sha)
+        except TaskApiError as exc:
+            if _unreachable(exc):
+                raise TaskUnreachable(f"orchestrator {self.url}: {exc}") from None
+            raise TaskUnknown(f"the orchestrator has no task for file {sha[:16]}… ({exc.status}: "
+                              f"{exc.reason[:300]})") from None  # fmt: skip
+        except ValueError as exc:
+            raise TaskUnknown(f"the orchestrator's record of file {sha[:16]}… is no file record ({exc})"
+                              ) from None
         return self.task(task_id)
 
     def task(self, task_id: str) -> Task:
@@ -78,13 +72,13 @@ class TaskBook:
             if task_id in self._tasks:
                 self._tasks.move_to_end(task_id)
                 return self._tasks[task_id]
-        resp = self._get(f"/tasks/{task_id}?include_deleted=true")
-        if resp.status_code >= 500:
-            raise TaskUnreachable(f"orchestrator answered {resp.status_code}: {_detail(resp)}")
-        if resp.status_code != 200:
-            raise TaskUnknown(f"task {task_id} could not be read ({resp.status_code}: {_detail(resp)})")
         try:
-            task = Task.model_validate(resp.json())
+            task = self.records.task(task_id)
+        except TaskApiError as exc:
+            if _unreachable(exc):
+                raise TaskUnreachable(f"orchestrator {self.url}: {exc}") from None
+            reason = f"{exc.status}: {exc.reason[:300]}"
+            raise TaskUnknown(f"task {task_id} could not be read ({reason})") from None
         except ValueError as exc:
             raise TaskUnknown(f"task {task_id}: the orchestrator's record is not a task ({exc})") from None
         with self._lock:
@@ -94,11 +88,9 @@ class TaskBook:
         return task
 
 
-def _detail(resp: httpx.Response) -> str:
-    try:
-        return str(resp.json().get("detail", ""))[:300]
-    except ValueError:
-        return resp.text[:300]
+def _unreachable(exc: TaskApiError) -> bool:
+    """No answer, or the orchestrator failing: the file waits (never a verdict on the node)."""
+    return exc.status == 0 or exc.status >= 500
 
 
 class TaskJudge:

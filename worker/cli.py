@@ -12,7 +12,7 @@ import typer
 from docker.errors import DockerException
 from rich.table import Table
 
-from intellect.cli import service_app
+from intellect.cli import err, out, print_json, service_app
 from intellect.http_server import exit_if_port_taken
 from intellect.logs import setup_logging
 from intellect.net import free_port
@@ -21,7 +21,7 @@ from ledger.client import LedgerClient
 from ledger.deploy import Deployment
 from worker import __version__
 from worker.chain import ChainAuthorizer, RegistrationPlan, WorkerChain, tokens, when
-from worker.cli_common import (
+from worker.cli_options import (
     CliError,
     DeploymentOpt,
     DiscoveryUrl,
@@ -30,10 +30,7 @@ from worker.cli_common import (
     RpcUrl,
     StateDir,
     build_settings,
-    console,
-    err,
     friendly,
-    print_json,
 )
 from worker.cli_wallet import wallet_app
 from worker.daemon import WorkerDaemon
@@ -79,7 +76,7 @@ def _make_runtime(kind: str, settings: WorkerSettings, node_address: str,
     return start_runtime(kind, node_address, settings.state_dir, storage_root=settings.state_dir / "data",
                          signer=signer, task_env=settings.task_env, task_network=settings.task_network,
                          p2p_seed=settings.p2p_seed, p2p_port=settings.p2p_bind_port or settings.p2p_port,
-                         task_isolation=settings.task_isolation,
+                         task_isolation=settings.task_isolation, task_software=settings.task_software,
                          task_uid=settings.task_uid, task_gid=settings.task_gid)
 
 
@@ -219,7 +216,7 @@ def check(
     if json_out:
         print_json({"ok": not failed, "specs": specs.model_dump(), "checks": [c.__dict__ for c in checks]})
     else:
-        console.print(_checks_table(checks))
+        out.print(_checks_table(checks))
     if failed:
         raise typer.Exit(1)
 
@@ -288,7 +285,7 @@ def status(
         for item in found["rejected"][-3:]:
             why = "; ".join(item["reasons"])[:200]
             table.add_row(f"  {item['verdict']}", f"{item['work_key'][:18]}…: {why}")
-    console.print(table)
+    out.print(table)
 
 
 def _verdicts(url: str, node: str | None, pool_id: int) -> dict[str, Any]:
@@ -350,7 +347,7 @@ def claim(
         table.add_column(col)
     for r in results:
         table.add_row(r.kind, tokens(r.amount), r.tx_hash, str(r.gas_used))
-    console.print(table)
+    out.print(table)
 
 
 # ---- balance ----
@@ -378,8 +375,8 @@ def balance(
         table.add_column(col)
     for r in rows:
         table.add_row(r["key"], r["address"], f"{r['eth_wei'] / 10**18:,.6f}", tokens(r["tokens"]))
-    console.print(table)
-    console.print(f"stake: {tokens(provider.stake)} tokens (registered: {provider.registered})")
+    out.print(table)
+    out.print(f"stake: {tokens(provider.stake)} tokens (registered: {provider.registered})")
 
 
 # ---- deregister ----
@@ -425,18 +422,18 @@ def deregister(
                     "daemon_stopped": pid, "tasks_stopped": removed,
                     "unbonding": [u.model_dump() for u in unbonds]})
         return
-    console.print(f"deregistered node {keys.node.address}: {len(txs)} transaction(s)")
+    out.print(f"deregistered node {keys.node.address}: {len(txs)} transaction(s)")
     for tx in txs:
-        console.print(f"  {tx}")
+        out.print(f"  {tx}")
     for u in unbonds:
-        console.print(f"{tokens(u.amount)} tokens of stake claimable from {when(u.release_at)} "
+        out.print(f"{tokens(u.amount)} tokens of stake claimable from {when(u.release_at)} "
                       "with `intellect-worker claim`")
 
 
 @app.command()
 def version() -> None:
     """Print the worker version."""
-    console.print(__version__)
+    out.print(__version__)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ from typing import Annotated, Literal
 
 import typer
 
+from intellect.cli import show_rows
 from intellect.identity import Wallet, resolve_passphrase
-from worker.cli_common import CliError, JsonOut, StateDir, build_settings, friendly, show_rows
+from worker.cli_options import CliError, JsonOut, StateDir, build_settings, friendly
 from worker.keys import keystore_path, load_key, load_keys
 
 wallet_app = typer.Typer(help="Create, import and show the provider and node keys.", no_args_is_help=True)

@@ -81,8 +81,8 @@ class WorkerDaemon:
         # Runtimes with a task bridge (worker.runtime) announce files: upload them and submit the work.
         bridge = runtime.bridge
         self.uploader = Uploader(
-            keys.node, bridge.queue, chain.work(settings.pool_id),
-            settings.state_dir, self._orchestrator_url, timeout=max(30.0, settings.request_timeout),
+            keys.node, bridge.files, chain.work(settings.pool_id),
+            self._orchestrator_url, timeout=max(30.0, settings.request_timeout),
             batch_files=settings.submit_batch_files, batch_age=settings.submit_batch_age,
         ) if bridge is not None else None
 

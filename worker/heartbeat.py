@@ -4,8 +4,10 @@ Applying runs beside the beats, never in their way: a reconcile that takes longe
 (an image pull) continues in the background while the node keeps beating with its last status.
 
 Pull model: the reply's `current_task` is the desired state; the runtime reconciles to it and the
-resulting status goes out with the next heartbeat. All HTTP calls have timeouts; failures are
-logged and retried at the next tick, never fatal.
+resulting status goes out with the next heartbeat. The beat goes through the one orchestrator client
+(`intellect.client`, signed by the node key, one try: the next tick is the retry) on a thread, so the
+loop never waits on the network. All HTTP calls have timeouts; failures are logged and retried at the
+next tick, never fatal.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
 import structlog
 
-from intellect.errors import PeerRefused
+from intellect.client import OrchestratorClient, TaskApiError
+from intellect.errors import PeerError, PeerRefused, PeerUnreachable
 from intellect.identity import Wallet
-from intellect.signing import SignedAuth
 from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse, TaskStatus
 from intellect.wire.tasks import AssignedTask, TaskState
 from worker import __version__
@@ -80,7 +81,7 @@ class Heartbeater:
         self.status = initial_status
         self.on_status = on_status
         self.stats = HeartbeatStats()
-        self._client: httpx.AsyncClient | None = None
+        self._client: OrchestratorClient | None = None
         self._applying: asyncio.Task[None] | None = None
         # The round trip to the next member of this node's group (its peer inbox), measured here and
         # sent with the beats as the metric `worker_successor_rtt_ms` (docs/hardware.md).
@@ -89,15 +90,14 @@ class Heartbeater:
         self._probed_at = 0.0
         self._probing: asyncio.Task[None] | None = None
 
-    def _client_for(self, orchestrator_url: str) -> httpx.AsyncClient:
+    def _client_for(self, orchestrator_url: str) -> OrchestratorClient:
         """One keep-alive connection per orchestrator: a new TCP connection per beat costs the server."""
         base = orchestrator_url.rstrip("/")
-        if self._client is None or str(self._client.base_url).rstrip("/") != base:
-            old, self._client = self._client, httpx.AsyncClient(
-                base_url=base, timeout=self.timeout, auth=SignedAuth(self.node)
-            )
+        if self._client is None or self._client.url != base:
+            old, self._client = self._client, OrchestratorClient(base, wallet=self.node, timeout=self.timeout,
+                                                                 retries=1)  # fmt: skip
             if old is not None:
-                asyncio.get_running_loop().create_task(old.aclose())
+                old.close()
         return self._client
 
     async def aclose(self) -> None:
@@ -106,7 +106,7 @@ class Heartbeater:
         if self._applying is not None and not self._applying.done():
             await asyncio.wait({self._applying}, timeout=self.timeout)
         if self._client is not None:
-            await self._client.aclose()
+            self._client.close()
             self._client = None
 
     async def beat(self, orchestrator_url: str, *, leaving: bool = False) -> HeartbeatResponse:
@@ -115,12 +115,14 @@ class Heartbeater:
             metrics[SUCCESSOR_METRIC] = round(self.successor_rtt_ms, 3)
         request = HeartbeatRequest(task=self.status, metrics=metrics, worker_version=__version__,
                                    leaving=leaving)  # fmt: skip
-        body = request.model_dump_json().encode()
         client = self._client_for(orchestrator_url)
-        response = await client.post("/heartbeat", content=body, headers={"Content-Type": "application/json"})
-        if response.status_code >= 400:
-            raise PeerRefused.from_response(response, f"orchestrator {orchestrator_url}")
-        reply = HeartbeatResponse.model_validate_json(response.content)
+        try:
+            reply = await asyncio.to_thread(client.heartbeat, request)
+        except TaskApiError as exc:
+            peer = f"orchestrator {orchestrator_url}"
+            if exc.status == 0:
+                raise PeerUnreachable(peer, exc.reason) from None
+            raise PeerRefused(exc.status, exc.reason, peer) from None
         self.stats.sent += 1
         self.stats.consecutive_failures = 0
         self.stats.last_response = reply
@@ -130,7 +132,7 @@ class Heartbeater:
         """One heartbeat, then apply the desired task. Returns None if the heartbeat failed."""
         try:
             reply = await self.beat(orchestrator_url)
-        except (httpx.HTTPError, PeerRefused, ValueError) as exc:
+        except (PeerError, ValueError) as exc:
             self.stats.failed += 1
             self.stats.consecutive_failures += 1
             self.stats.last_error = str(exc) or type(exc).__name__

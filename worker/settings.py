@@ -52,6 +52,11 @@ class WorkerSettings(IntellectSettings):
         "namespaces, a root holding only its folders and the software, user task_uid) when the worker runs "
         "as root; 'require' fails tasks that cannot be confined, 'off' runs them as the worker's user",
     )
+    task_software: list[Path] = Field(
+        default_factory=list, description="folders a confined task may read besides the worker's own "
+        "Python environment, as JSON: another environment a task's entry point names (the vLLM "
+        "backend's .venv-vllm: INTELLECT_WORKER_TASK_SOFTWARE='[\"/srv/intellect/.venv-vllm\"]')",
+    )
     task_uid: int = Field(default=65534, ge=1, description="user id confined tasks run as (nobody)")
     task_gid: int = Field(default=65534, ge=1, description="group id confined tasks run as (nogroup)")
     p2p_seed: str | None = Field(

@@ -1,17 +1,18 @@
-"""From the bridge queue to storage and the chain: upload each announced file, then `submitWork` once.
+"""From the worker's file record to storage and the chain: upload each announced file, then
+`submitWork` once.
 
-Per file (`FileQueue` of the task bridge):
-1. upload: `POST /storage/request-upload` signed by the node key → `UploadGrant` → PUT the file to
-   the signed URL (tenacity retries on network errors and 5xx; a 4xx is never retried). A 409
-   "already uploaded" means an earlier run finished the PUT: the file counts as uploaded.
+Per file (`worker.files`: one record per file, announced → uploaded → sending → submitted | refused):
+1. upload: `POST /storage/request-upload` signed by the node key (`intellect.client`) → `UploadGrant`
+   → PUT the file to the signed URL (tenacity retries on network errors and 5xx; a 4xx is never
+   retried). A 409 "already uploaded" means an earlier run finished the PUT: the file counts as uploaded.
 2. submit: `ComputePool.submitWork(pool, node, sha256, units)` sent with the **provider key** (the
    contract accepts the provider or the node; the provider holds the gas, the node key only signs).
-   Exactly once, even across worker restarts: an intent is written to `<state_dir>/uploader.sqlite`
+   Exactly once, even across worker restarts: the intent (`sending`) is written to the file's record
    before the transaction is sent. An intent without a result means "maybe sent": the chain is asked
    (`getWork`) before anything is sent again, and a `WorkAlreadySubmitted` revert for a key the chain
    records under our node is success (its transaction hash is read from the `WorkSubmitted` event).
 A file that can never succeed (the orchestrator refuses it for good, the key belongs to another node,
-zero work units) is recorded as `rejected` with the reason and is not retried.
+zero work units) is recorded as `refused` with the reason and is not retried.
 
 Batched (`batch_files` > 1): uploaded files wait until `batch_files` of them are ready, or the oldest
 has waited `batch_age` seconds since its upload, then go out in one `submitWorkBatch` (in upload order,
@@ -23,12 +24,9 @@ neither lose a file nor count it twice.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Protocol
 
 import httpx
@@ -36,15 +34,14 @@ import structlog
 from eth_utils import to_checksum_address
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from intellect.client import OrchestratorClient, TaskApiError
 from intellect.identity import Wallet
-from intellect.signing import SignedAuth
 from intellect.wire.storage import UploadGrant, UploadRequest
 from ledger.client import LedgerClient
 from ledger.errors import ContractRevert, LedgerError
 from ledger.events import EventReader, WorkSubmittedEvent
 from ledger.merkle import MAX_BATCH
-from worker.runtime.bridge import FileQueue, PendingFile
-from worker.sqlite import transaction
+from worker.files import FileState, WorkerFile, WorkerFiles
 
 log = structlog.get_logger("intellect.worker.uploader")
 
@@ -114,40 +111,6 @@ class PassReport:
     retry_later: list[str] = field(default_factory=list)
 
 
-class Journal:
-    """Intents and outcomes per work key, in SQLite next to the bridge queue (survives restarts)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS submissions (sha256 TEXT PRIMARY KEY, state TEXT NOT NULL,"
-                       " attempts INTEGER NOT NULL DEFAULT 0, tx_hash TEXT, reason TEXT, updated_at TEXT)")
-
-    def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return transaction(self.path)
-
-    def get(self, sha256: str) -> tuple[str, int, str | None, str | None] | None:
-        with self._db() as db:
-            return db.execute("SELECT state, attempts, tx_hash, reason FROM submissions WHERE sha256 = ?",
-                              (sha256,)).fetchone()
-
-    def set(self, sha256: str, state: str, *, tx_hash: str | None = None, reason: str | None = None,
-            attempt: bool = False) -> None:
-        now = datetime.now(UTC).isoformat()
-        with self._db() as db:
-            db.execute("INSERT INTO submissions (sha256, state, attempts, tx_hash, reason, updated_at)"
-                       " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(sha256) DO UPDATE SET state = excluded.state,"
-                       " attempts = attempts + ?, tx_hash = COALESCE(excluded.tx_hash, tx_hash),"
-                       " reason = excluded.reason, updated_at = excluded.updated_at",
-                       (sha256, state, int(attempt), tx_hash, reason, now, int(attempt)))
-
-    def states(self) -> dict[str, str]:
-        with self._db() as db:
-            return dict(db.execute("SELECT sha256, state FROM submissions").fetchall())
-
-
 def _say_retrying(state: RetryCallState) -> None:
     """One line per failed attempt: an upload stuck behind a cut link (storage or orchestrator) is
     otherwise silent until every attempt has timed out."""
@@ -160,6 +123,8 @@ def _say_retrying(state: RetryCallState) -> None:
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError):
         return True
+    if isinstance(exc, TaskApiError):  # the orchestrator unreachable (0), overloaded or failing
+        return exc.status == 0 or exc.status >= 500 or exc.status == 429
     return isinstance(exc, httpx.HTTPStatusError) and (exc.response.status_code >= 500
                                                        or exc.response.status_code == 429)
 
@@ -172,18 +137,18 @@ def _detail(response: httpx.Response) -> str:
 
 
 class Uploader:
-    def __init__(self, node: Wallet, queue: FileQueue, chain: WorkChain, state_dir: Path,
+    def __init__(self, node: Wallet, files: WorkerFiles, chain: WorkChain,
                  orchestrator_url: Callable[[], str | None], *, timeout: float = 30.0, attempts: int = 4,
-                 backoff: float = 0.5, batch_files: int = 1, batch_age: float = 30.0) -> None:
+                 backoff: float = 0.5, batch_files: int = 1, batch_age: float = 30.0) -> None:  # fmt: skip
         if not 1 <= batch_files <= MAX_BATCH:
             raise ValueError(f"batch_files must be 1..{MAX_BATCH} (the contract's limit), got {batch_files}")
         self.node = node
-        self.queue = queue
+        self.files = files
         self.chain = chain
-        self.journal = Journal(state_dir / "uploader.sqlite")
         self.orchestrator_url = orchestrator_url
         self.timeout = timeout
-        self._client: httpx.Client | None = None
+        self._client: httpx.Client | None = None  # for the PUTs to storage
+        self._orchestrator: OrchestratorClient | None = None
         self.batch_files = batch_files
         self.batch_age = batch_age
         # A template: each call runs on a copy (a Retrying keeps per-call statistics).
@@ -193,29 +158,31 @@ class Uploader:
 
     # ---- upload ----
 
-    def _request_grant(self, client: httpx.Client, base: str, item: PendingFile) -> UploadGrant | None:
-        body = UploadRequest(task_id=item.task_id, original_name=item.relative_path,
-                             size_bytes=item.size_bytes, sha256=item.sha256,
-                             work_units=item.work_units).model_dump_json()
+    def _orchestrator_at(self, base: str) -> OrchestratorClient:
+        """One signed client per orchestrator (kept while the node's orchestrator stays the same); it
+        tries once, the retries are this uploader's (`retrying`, which says each failed attempt)."""
+        if self._orchestrator is None or self._orchestrator.url != base.rstrip("/"):
+            if self._orchestrator is not None:
+                self._orchestrator.close()
+            self._orchestrator = OrchestratorClient(base, wallet=self.node, timeout=self.timeout, retries=1)
+        return self._orchestrator
 
-        def ask() -> httpx.Response:
-            response = client.post(f"{base}/storage/request-upload", content=body, auth=SignedAuth(self.node),
-                                   headers={"Content-Type": "application/json"})
-            if response.status_code >= 500 or response.status_code == 429:
-                response.raise_for_status()
-            return response
-
-        response = self.retrying.copy()(ask)
-        if response.status_code == 409 and _detail(response).startswith("already uploaded"):
-            return None
-        if response.status_code >= 400:
+    def _request_grant(self, base: str, item: WorkerFile) -> UploadGrant | None:
+        request = UploadRequest(task_id=item.task_id, original_name=item.relative_path,
+                                size_bytes=item.size_bytes, sha256=item.sha256, work_units=item.work_units)
+        orchestrator = self._orchestrator_at(base)
+        try:
+            return self.retrying.copy()(orchestrator.request_upload, request)
+        except TaskApiError as exc:
+            if exc.status == 409 and exc.reason.startswith("already uploaded"):
+                return None
+            if _retryable(exc):
+                raise  # the pass counts it as "retry later"
             # 403 (not Healthy / not assigned: may change) and 404 are worth asking again later.
-            final = response.status_code in (400, 409, 413, 422)
-            reason = f"upload request refused ({response.status_code}): {_detail(response)}"
-            raise UploadRefused(reason, final)
-        return UploadGrant.model_validate(response.json())
+            final = exc.status in (400, 409, 413, 422)
+            raise UploadRefused(f"upload request refused ({exc.status}): {exc.reason}", final) from None
 
-    def _put(self, client: httpx.Client, grant: UploadGrant, item: PendingFile) -> None:
+    def _put(self, client: httpx.Client, grant: UploadGrant, item: WorkerFile) -> None:
         def put() -> None:
             with item.path.open("rb") as handle:
                 response = client.request(grant.method, grant.url, content=handle,
@@ -230,77 +197,80 @@ class Uploader:
 
         self.retrying.copy()(put)
 
-    def upload(self, client: httpx.Client, base: str, item: PendingFile) -> None:
+    def upload(self, client: httpx.Client, base: str, item: WorkerFile) -> None:
         if not item.path.is_file():
             raise UploadRefused(f"{item.path} is gone from the data directory", final=True)
-        grant = self._request_grant(client, base, item)
+        grant = self._request_grant(base, item)
         if grant is not None:
             self._put(client, grant, item)
             ref = grant.file_name
         else:
             ref = None
-        self.queue.mark_uploaded(item.id, ref)
+        self.files.mark_uploaded(item.id, ref)
         log.info("uploaded", file=item.relative_path, sha256=item.sha256[:12], bytes=item.size_bytes, ref=ref)
 
     # ---- submit ----
 
-    def submit(self, item: PendingFile) -> str | None:
+    def _refuse(self, item: WorkerFile, reason: str) -> None:
+        self.files.mark_refused(item.id, reason)
+
+    def submit(self, item: WorkerFile) -> str | None:
         """Exactly-once `submitWork`: the tx hash ("" when on chain but its tx is not found), or None
-        when the file was rejected for good (reason in the journal)."""
-        key = item.sha256
-        entry = self.journal.get(key)
-        if entry and entry[0] == "submitted":
-            return entry[2] or ""
-        if item.work_units == 0:
-            self.journal.set(key, "rejected", reason="zero work units: nothing to submit on chain")
+        when the file was refused for good (the reason in its record)."""
+        current = self.files.get(item.id)
+        if current.state == FileState.SUBMITTED:
+            return current.tx_hash or ""
+        if current.state == FileState.REFUSED:
             return None
-        if entry and entry[0] == "sending":  # a previous run may have sent it: the chain decides
-            found, tx = self._on_chain(key)
+        if item.work_units == 0:
+            self._refuse(item, "zero work units: nothing to submit on chain")
+            return None
+        if current.state == FileState.SENDING:  # a previous run may have sent it: the chain decides
+            found, tx = self._on_chain(item)
             if found:
                 return tx
-        self.journal.set(key, "sending", attempt=True)  # the intent, before anything leaves
+        self.files.mark_sending(item.id)  # the intent, before anything leaves
         try:
-            tx = self.chain.submit(key, item.work_units)
+            tx = self.chain.submit(item.sha256, item.work_units)
         except ContractRevert as exc:
             if exc.error_name == "WorkAlreadySubmitted":
-                found, tx = self._on_chain(key)
+                found, tx = self._on_chain(item)
                 if found:
                     return tx
             if exc.error_name in FINAL_REVERTS:
-                self.journal.set(key, "rejected", reason=str(exc))
+                self._refuse(item, str(exc))
                 return None
             raise
-        self.journal.set(key, "submitted", tx_hash=tx)
-        log.info("work submitted", work_key=key[:12], work_units=item.work_units, tx=tx)
+        self.files.mark_submitted(item.id, tx)
+        log.info("work submitted", work_key=item.sha256[:12], work_units=item.work_units, tx=tx)
         return tx
 
-    def _on_chain(self, key: str) -> tuple[bool, str | None]:
+    def _on_chain(self, item: WorkerFile) -> tuple[bool, str | None]:
         """(False, None): not on chain. (True, tx hash or ""): ours. (True, None): another node's."""
+        key = item.sha256
         owner = self.chain.owner_of(key)
         if owner is None:
             return False, None
         if owner != to_checksum_address(self.chain.node):
-            self.journal.set(key, "rejected", reason=f"work key already submitted by node {owner}")
+            self._refuse(item, f"work key already submitted by node {owner}")
             return True, None
         tx = self.chain.submission_tx(key) or ""
-        self.journal.set(key, "submitted", tx_hash=tx or None)
+        self.files.mark_submitted(item.id, tx)
         log.info("work was already on chain for this node", work_key=key[:12], tx=tx or "unknown")
         return True, tx
 
     # ---- one pass ----
 
-    def _upload_pending(self, base: str, rejected: set[str], report: PassReport) -> None:
+    def _upload_pending(self, base: str, report: PassReport) -> None:
         """Every announced file not yet uploaded, through one client kept for the uploader's life (built
         when a file first waits: a client per pass built an SSL context, 27 ms of CPU, files or not)."""
-        pending = self.queue.pending_upload()
+        pending = self.files.pending_upload()
         if not pending:
             return
         if self._client is None or self._client.is_closed:
             self._client = httpx.Client(timeout=self.timeout)
         client = self._client
         for item in pending:
-            if item.sha256 in rejected:
-                continue
             try:
                 self.upload(client, base, item)
                 report.uploaded.append(item.sha256)
@@ -309,21 +279,20 @@ class Uploader:
                     "upload refused", file=item.relative_path, reason=exc.reason, final=exc.final
                 )
                 if exc.final:
-                    self.journal.set(item.sha256, "rejected", reason=exc.reason)
+                    self._refuse(item, exc.reason)
                     report.rejected.append(item.sha256)
                 else:
                     report.retry_later.append(item.sha256)
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, TaskApiError) as exc:
                 log.warning("upload failed, retrying later", file=item.relative_path, error=str(exc))
                 report.retry_later.append(item.sha256)
 
     def run_once(self) -> PassReport:
         report = PassReport()
         base = self.orchestrator_url()
-        rejected = {k for k, state in self.journal.states().items() if state == "rejected"}
         if base:
-            self._upload_pending(base.rstrip("/"), rejected, report)
-        waiting = [item for item in self.queue.pending_submission() if item.sha256 not in rejected]
+            self._upload_pending(base.rstrip("/"), report)
+        waiting = self.files.pending_submission()
         if self.batch_files > 1:
             self._submit_batches(waiting, report)
             return report
@@ -335,43 +304,35 @@ class Uploader:
                 report.retry_later.append(item.sha256)
                 continue
             if tx is None:
-                state = self.journal.get(item.sha256)
-                log.error("work not submitted", sha256=item.sha256[:12], reason=state[3] if state else "?")
+                reason = self.files.get(item.id).reason
+                log.error("work not submitted", sha256=item.sha256[:12], reason=reason)
                 report.rejected.append(item.sha256)
-                self.queue.mark_submitted(item.id, "")  # leaves the queue; the reason is in the journal
             else:
-                self.queue.mark_submitted(item.id, tx)
                 report.submitted.append(item.sha256)
         return report
 
     # ---- batched ----
 
-    def _settled(self, item: PendingFile, report: PassReport) -> bool:
+    def _settled(self, item: WorkerFile, report: PassReport) -> bool:
         """Whether the file's fate is already known (submitted, on chain, or refused for good)."""
-        key = item.sha256
-        entry = self.journal.get(key)
+        current = self.files.get(item.id)
         tx: str | None = None
-        if entry and entry[0] == "submitted":
-            tx = entry[2] or ""
-        elif entry and entry[0] == "rejected":
+        if current.state == FileState.SUBMITTED:
+            tx = current.tx_hash or ""
+        elif current.state == FileState.REFUSED:
             pass
         elif item.work_units == 0:
-            self.journal.set(key, "rejected", reason="zero work units: nothing to submit on chain")
-        elif entry and entry[0] == "sending":  # maybe in a batch sent before a crash: the chain decides
-            found, tx = self._on_chain(key)
+            self._refuse(item, "zero work units: nothing to submit on chain")
+        elif current.state == FileState.SENDING:  # maybe in a batch sent before a crash: the chain decides
+            found, tx = self._on_chain(item)
             if not found:
                 return False
         else:
             return False
-        if tx is None:
-            report.rejected.append(key)
-            self.queue.mark_submitted(item.id, "")
-        else:
-            report.submitted.append(key)
-            self.queue.mark_submitted(item.id, tx)
+        (report.rejected if tx is None else report.submitted).append(item.sha256)
         return True
 
-    def _submit_batches(self, items: list[PendingFile], report: PassReport) -> None:
+    def _submit_batches(self, items: list[WorkerFile], report: PassReport) -> None:
         try:
             ready = [item for item in items if not self._settled(item, report)]
         except LedgerError as exc:
@@ -385,7 +346,7 @@ class Uploader:
                 return  # not full and nobody waited long enough: wait for more files
             chunk, ready = ready[: self.batch_files], ready[self.batch_files:]
             for item in chunk:
-                self.journal.set(item.sha256, "sending", attempt=True)  # the intent, before anything leaves
+                self.files.mark_sending(item.id)  # the intent, before anything leaves
             try:
                 tx = self.chain.submit_batch([(item.sha256, item.work_units) for item in chunk])
             except ContractRevert as exc:
@@ -396,13 +357,12 @@ class Uploader:
                 report.retry_later.extend(item.sha256 for item in chunk)
                 return
             for item in chunk:
-                self.journal.set(item.sha256, "submitted", tx_hash=tx)
-                self.queue.mark_submitted(item.id, tx)
+                self.files.mark_submitted(item.id, tx)
                 report.submitted.append(item.sha256)
             units = sum(i.work_units for i in chunk)
             log.info("work batch submitted", files=len(chunk), work_units=units, tx=tx)
 
-    def _batch_refused(self, exc: ContractRevert, chunk: list[PendingFile], report: PassReport) -> None:
+    def _batch_refused(self, exc: ContractRevert, chunk: list[WorkerFile], report: PassReport) -> None:
         """A batch is all or nothing: settle the file the revert names, the rest goes out next pass."""
         named = exc.error_args.get("workKey")
         if isinstance(named, bytes | bytearray):
@@ -411,11 +371,11 @@ class Uploader:
             key = str(named or "").removeprefix("0x")
         culprit = next((item for item in chunk if item.sha256 == key), None)
         if culprit is not None and exc.error_name == "WorkAlreadySubmitted":
-            found, _ = self._on_chain(culprit.sha256)
+            found, _ = self._on_chain(culprit)
             if found:
                 self._settled(culprit, report)
         elif culprit is not None and exc.error_name in FINAL_REVERTS:
-            self.journal.set(culprit.sha256, "rejected", reason=str(exc))
+            self._refuse(culprit, str(exc))
             self._settled(culprit, report)
         log.warning("submitWorkBatch refused, retrying the others next pass", error=str(exc))
         report.retry_later.extend(item.sha256 for item in chunk if item is not culprit)

@@ -42,7 +42,7 @@ from ledger.errors import ContractRevert  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
 from ledger.models import ONE_TOKEN  # noqa: E402
 from tests.support import testing  # noqa: E402
-from worker.runtime.bridge import FileQueue  # noqa: E402
+from worker.files import WorkerFiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("INTELLECT_TEST_IMAGE", "intellect-test:latest")
@@ -172,7 +172,7 @@ def test_task_output_is_uploaded_and_submitted_once(stack: tuple[str, Cluster]) 
     assert hashlib.sha256(on_disk.read_bytes()).hexdigest() == key
 
     # the worker recorded the upload and the transaction
-    queue = FileQueue(cluster.tmp / "worker0" / "bridge" / "files.sqlite")
+    queue = WorkerFiles(cluster.tmp / "worker0" / "bridge" / "files.sqlite")
     wait_until("the queue entry marked submitted", lambda: queue.all() and queue.all()[0].tx_hash, 10)
     [entry] = queue.all()
     assert entry.sha256 == key and entry.tx_hash == event.tx_hash and entry.upload_ref == info["file_name"]
@@ -201,7 +201,7 @@ def test_duplicates_are_refused_and_nothing_is_half_written(stack: tuple[str, Cl
     assert r.status_code == 409 and r.json()["detail"].startswith("already uploaded")
     # nothing half-written: no partial upload, no queued file, exactly one submission
     assert list((cluster.tmp / "orchestrator" / "storage" / "incoming").iterdir()) == []
-    queue = FileQueue(cluster.tmp / "worker0" / "bridge" / "files.sqlite")
+    queue = WorkerFiles(cluster.tmp / "worker0" / "bridge" / "files.sqlite")
     assert queue.pending_upload() == [] and queue.pending_submission() == []
     assert len(submitted(cluster, key)) == 1
 

@@ -1,4 +1,4 @@
-"""The task bridge on its own: a real unix socket server, the workload client, the durable queue."""
+"""The task bridge on its own: a real unix socket server, the workload client, the durable file record."""
 
 from __future__ import annotations
 
@@ -76,20 +76,20 @@ def test_client_reports_metrics_and_announces_files(bridge: TaskBridge, task: Pa
     out.parent.mkdir()
     out.write_bytes(b"x" * 5000)
     bridge_client.announce_file(out, work_units=32)  # absolute host path: sent relative to the data dir
-    [queued] = bridge.pending_files()
+    [queued] = bridge.files.pending_upload()
     assert (queued.relative_path, queued.work_units, queued.size_bytes) == ("sub/rollouts.parquet", 32, 5000)
     assert queued.sha256 == hashlib.sha256(b"x" * 5000).hexdigest()
     assert queued.path == out.resolve()
     # The same content announced again (e.g. a restarted task) stays one entry: one work key on chain.
     bridge_client.announce_file("sub/rollouts.parquet", work_units=32)
-    assert len(bridge.queue.all()) == 1
+    assert len(bridge.files.all()) == 1
 
 
 def test_container_paths_map_to_the_host_data_dir(bridge: TaskBridge, task: Path) -> None:
     (task / "a.bin").write_bytes(b"abc")
     sha = hashlib.sha256(b"abc").hexdigest()
     assert exchange(bridge.socket_path, file_ready("/data/a.bin", sha)) == [{"ok": True, "error": None}]
-    assert bridge.pending_files()[0].path == (task / "a.bin").resolve()
+    assert bridge.files.pending_upload()[0].path == (task / "a.bin").resolve()
 
 
 def test_malformed_and_refused_messages_get_a_reason_and_the_server_keeps_serving(
@@ -120,7 +120,7 @@ def test_malformed_and_refused_messages_get_a_reason_and_the_server_keeps_servin
     for (line, expected), reply in zip(cases.items(), replies, strict=True):
         assert reply["ok"] is False, line
         assert expected in reply["error"], (line, reply)
-    assert bridge.pending_files() == [] and bridge.metrics("task-1") == {}
+    assert bridge.files.pending_upload() == [] and bridge.metrics("task-1") == {}
     # Still serving, on the same connection and on a new one.
     assert exchange(bridge.socket_path, file_ready("ok.bin", good_sha))[0]["ok"] is True
 
@@ -143,14 +143,14 @@ def test_announced_files_survive_a_worker_restart(bridge: TaskBridge, task: Path
     bridge.stop()
     assert not bridge.socket_path.exists()
     restarted = TaskBridge(bridge.socket_path, short_tmp / "state")
-    pending = restarted.pending_files()
+    pending = restarted.files.pending_upload()
     assert [p.relative_path for p in pending] == ["one.bin", "two.bin"]
-    uploaded = restarted.mark_uploaded(pending[0].id, "upload-7")
+    uploaded = restarted.files.mark_uploaded(pending[0].id, "upload-7")
     assert uploaded.upload_ref == "upload-7" and uploaded.uploaded_at is not None
-    assert [p.relative_path for p in restarted.pending_files()] == ["two.bin"]
-    assert [p.id for p in restarted.queue.pending_submission()] == [pending[0].id]
-    restarted.queue.mark_submitted(pending[0].id, "0x" + "ab" * 32)
-    assert restarted.queue.pending_submission() == []
+    assert [p.relative_path for p in restarted.files.pending_upload()] == ["two.bin"]
+    assert [p.id for p in restarted.files.pending_submission()] == [pending[0].id]
+    restarted.files.mark_submitted(pending[0].id, "0x" + "ab" * 32)
+    assert restarted.files.pending_submission() == []
 
 
 def test_socket_lifecycle_guards(short_tmp: Path) -> None:
@@ -176,7 +176,7 @@ def test_client_cli(bridge: TaskBridge, task: Path, capsys: pytest.CaptureFixtur
     assert bridge.metrics("task-1") == {"tokens": 12.0, "loss": 0.5}
     (task / "f.bin").write_bytes(b"f")
     assert bridge_client.main(["file", str(task / "f.bin"), "--work-units", "3"]) == 0
-    assert bridge.pending_files()[0].work_units == 3
+    assert bridge.files.pending_upload()[0].work_units == 3
     assert bridge_client.main(["file", "nope.bin"]) == 1
     assert "nope.bin" in capsys.readouterr().err
     assert bridge_client.main(["dance"]) == 2

@@ -276,7 +276,7 @@ def test_the_task_talks_to_the_worker_over_the_bridge(harness: Harness) -> None:
     logs = "\n".join(runtime.logs(tail=50))
     assert status.state == TaskState.COMPLETED, (status, logs)
     assert harness.bridge.metrics(desired.task.id) == {"loss": 0.25, "tokens": 1200.0}
-    [queued] = harness.bridge.pending_files()
+    [queued] = harness.bridge.files.pending_upload()
     assert queued.task_id == desired.task.id and queued.work_units == 16
     assert queued.sha256 == hashlib.sha256(payload.encode()).hexdigest()
     assert queued.path == harness.data_dir(desired) / "rollouts.bin"
@@ -330,7 +330,7 @@ def test_the_documented_bridge_example_runs_in_both_runtimes(harness: Harness) -
     status = wait_for(runtime, desired, FINISHED)
     logs = "\n".join(runtime.logs(tail=50))
     assert status.state == TaskState.COMPLETED, (status, logs)
-    [queued] = harness.bridge.pending_files()
+    [queued] = harness.bridge.files.pending_upload()
     assert queued.path == harness.data_dir(desired) / "out.txt" and queued.work_units == 16
     # and `python3` as the command itself: the workload modules import under the process runtime
     program = "import workloads.bridge_client; print('imported')"

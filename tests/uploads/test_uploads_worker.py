@@ -15,7 +15,7 @@ from uploads_world import Orchestrator, joined_nodes, make_healthy
 
 from intellect.identity import Wallet
 from ledger.events import EventReader
-from worker.runtime.bridge import FileQueue
+from worker.files import WorkerFiles
 from worker.uploader import LedgerWork, Uploader
 
 
@@ -56,7 +56,7 @@ class CountingWork(LedgerWork):
         return tx
 
 
-def add_file(queue: FileQueue, data_dir: Path, task: str, name: str, data: bytes, units: int = 4):
+def add_file(queue: WorkerFiles, data_dir: Path, task: str, name: str, data: bytes, units: int = 4):
     path = data_dir / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -65,10 +65,10 @@ def add_file(queue: FileQueue, data_dir: Path, task: str, name: str, data: bytes
 
 
 def uploader(orch, devnet, provider, node, state: Path, *, batch_files: int = 1, batch_age: float = 30.0,
-             **kw) -> tuple[Uploader, CountingWork, FileQueue]:  # fmt: skip
-    queue = FileQueue(state / "bridge" / "files.sqlite")
+             **kw) -> tuple[Uploader, CountingWork, WorkerFiles]:  # fmt: skip
+    queue = WorkerFiles(state / "bridge" / "files.sqlite")
     work = CountingWork(devnet.client(provider), devnet.pool_id, node.address, **kw)
-    up = Uploader(node, queue, work, state, lambda: orch.url, backoff=0.05, batch_files=batch_files,
+    up = Uploader(node, queue, work, lambda: orch.url, backoff=0.05, batch_files=batch_files,
                   batch_age=batch_age)  # fmt: skip
     return up, work, queue
 
@@ -120,7 +120,7 @@ def test_own_duplicate_is_success_and_foreign_key_is_rejected(world, devnet, tmp
     orch, provider, nodes, task = world
     node, other = nodes[2], nodes[0]
     up, work, queue = uploader(orch, devnet, provider, node, tmp_path)
-    # submitted on chain earlier by this node (say the journal was lost with a disk): the revert
+    # submitted on chain earlier by this node (say its file record was lost with a disk): the revert
     # WorkAlreadySubmitted for our own key counts as success, with the original transaction
     mine = add_file(queue, tmp_path / "data", task, "mine.bin", os.urandom(3000))
     tx = devnet.client(provider).submit_work(devnet.pool_id, node.address, "0x" + mine.sha256, 4).tx_hash
@@ -133,8 +133,8 @@ def test_own_duplicate_is_success_and_foreign_key_is_rejected(world, devnet, tmp
     assert set(report.uploaded) == {mine.sha256, theirs.sha256, zero.sha256}
     assert report.submitted == [mine.sha256] and queue.get(mine.id).tx_hash == tx
     assert set(report.rejected) == {theirs.sha256, zero.sha256}
-    assert "another" not in (up.journal.get(mine.sha256)[3] or "")
-    assert other.address in up.journal.get(theirs.sha256)[3]
+    assert "another" not in (queue.get(mine.id).reason or "")
+    assert other.address in (queue.get(theirs.id).reason or "")
     # the attempt reverted at gas estimation: nothing was mined for it
     assert len(submissions(devnet, mine.sha256)) == 1 and work.sent == 0
     assert up.run_once().rejected == [] and work.sent == 0  # rejected files are not retried
@@ -145,7 +145,7 @@ def test_refused_upload_is_not_retried_and_unknown_node_waits(world, devnet, tmp
     up, work, queue = uploader(orch, devnet, provider, nodes[0], tmp_path)
     big = add_file(queue, tmp_path / "data", task, "big.bin", os.urandom((1 << 20) + 1))
     report = up.run_once()
-    assert report.rejected == [big.sha256] and "upload_max_bytes" in up.journal.get(big.sha256)[3]
+    assert report.rejected == [big.sha256] and "upload_max_bytes" in (queue.get(big.id).reason or "")
     assert queue.get(big.id).uploaded_at is None and work.sent == 0
     # a node the orchestrator does not know (yet): 404, kept for later
     stranger, _, q2 = uploader(orch, devnet, provider, Wallet.create(), tmp_path / "s")
@@ -203,7 +203,7 @@ def test_a_batch_holding_a_file_on_chain_settles_it_and_sends_the_rest(world, de
     node = nodes[2]
     up, work, queue = uploader(orch, devnet, provider, node, tmp_path, batch_files=4)
     files = [add_file(queue, tmp_path / "data", task, f"d{i}.bin", os.urandom(3000)) for i in range(4)]
-    # the journal lost (a new disk), file 1 already on chain by this node
+    # the record lost (a new disk), file 1 already on chain by this node
     tx = devnet.client(provider).submit_work(devnet.pool_id, node.address, "0x" + files[1].sha256, 4).tx_hash
     report = up.run_once()
     assert report.submitted == [files[1].sha256] and queue.get(files[1].id).tx_hash == tx

@@ -278,8 +278,10 @@ def test_a_file_bigger_than_the_validator_reads_uses_its_counter_and_holds_the_n
     storage = FastAPI()
 
     @storage.get("/storage/files/{sha}")
-    def grant(sha: str) -> dict[str, str]:
-        return {"url": f"{server.url}/blob/{sha}"}
+    def grant(sha: str) -> dict[str, object]:  # the orchestrator's file record (StoredFile)
+        return {"sha256": sha, "file_name": f"t/{sha}", "size_bytes": sizes.get(sha, 1), "work_units": 1,
+                "node_address": A, "task_id": "t", "url": f"{server.url}/blob/{sha}",
+                "expires_at": "2100-01-01T00:00:00Z"}
 
     @storage.get("/blob/{sha}")
     def blob(sha: str) -> Response:

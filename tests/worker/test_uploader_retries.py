@@ -9,7 +9,7 @@ import httpx
 import structlog
 
 from intellect.identity import Wallet
-from worker.runtime.bridge import FileQueue
+from worker.files import WorkerFiles
 from worker.uploader import Uploader
 
 
@@ -27,8 +27,8 @@ class NoChain:  # the retries under test never reach the chain
 
 
 def test_each_failed_attempt_is_one_warning_line(tmp_path: Path) -> None:
-    uploader = Uploader(Wallet.create(), FileQueue(tmp_path / "files.sqlite"), NoChain(), tmp_path,
-                        lambda: None, attempts=4, backoff=0.01)  # fmt: skip
+    uploader = Uploader(Wallet.create(), WorkerFiles(tmp_path / "files.sqlite"), NoChain(), lambda: None,
+                        attempts=4, backoff=0.01)  # fmt: skip
     calls = []
 
     def flaky() -> str:

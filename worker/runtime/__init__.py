@@ -1,7 +1,8 @@
 """Task runtimes: Docker (a real engine) and process (no engine: CI, pods, laptops).
 
-`start_runtime(...)` is what the worker daemon calls: it starts the task bridge in the state dir,
-builds the runtime ("auto": Docker when an engine answers, else processes) and hands it the bridge.
+`start_runtime(...)` is what the worker daemon calls: it starts the task bridge in the state dir (with
+the worker's file record, `worker.files`, an older worker's uploader journal merged into it), builds
+the runtime ("auto": Docker when an engine answers, else processes) and hands it the bridge.
 Everything the worker needs of a runtime is the `Runtime` protocol; both real runtimes implement it
 over the `RuntimeBase` skeleton, and `RecordingRuntime` (no execution) implements it on its own.
 """
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from worker.files import LEGACY_JOURNAL
 from worker.hardware import docker_reachable
 from worker.runtime.base import Runtime, RuntimeBase, RuntimeConfig, TaskSetupError, run_name
 from worker.runtime.bridge import TaskBridge, socket_path_for
@@ -64,7 +66,9 @@ def start_runtime(
     `sign_message`, with which the bridge signs a group member's link commitments (`sign_link`)."""
     confines = os.geteuid() == 0 and options.get("task_isolation", "auto") != "off"
     task_gid = options.get("task_gid", RuntimeConfig.model_fields["task_gid"].default) if confines else None
-    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge", task_gid, signer).start()
+    bridge = TaskBridge(socket_path_for(state_dir), state_dir / "bridge", task_gid, signer)
+    bridge.files.merge_journal(state_dir / LEGACY_JOURNAL)  # before the uploader's first pass
+    bridge.start()
     config = RuntimeConfig(
         node_address=node_address,
         storage_root=storage_root or state_dir / "storage",

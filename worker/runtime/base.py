@@ -65,6 +65,8 @@ class RuntimeConfig(BaseModel):
     task_isolation: Literal["auto", "require", "off"] = Field(
         default="auto", description="process runtime: confine tasks (own namespaces, own root, the task "
         "user) when the worker is root; 'require' fails a task that cannot be, 'off' never confines")
+    task_software: list[Path] = Field(default_factory=list, description="process runtime: folders a "
+                                      "confined task may read besides the worker's own environment")
     task_uid: int = Field(default=65534, ge=1, description="user a confined task runs as (nobody)")
     task_gid: int = Field(default=65534, ge=1, description="group a confined task runs as (nogroup)")
     orphan_ttl: float = Field(default=15.0, gt=0, description="a task outlives a dead worker by at most "

@@ -9,8 +9,9 @@ user opens both to that user's group alone (0660 in 0710). Newline-delimited JSO
   the node key (the task never holds it) over the fixed text `SignLinkMessage.claim_text`; refused
   without a signer (a worker started without its key) or for a task this worker does not run;
 - `file_ready`: a finished file in the task's data dir, checked (inside the dir, exists, sha256
-  matches) and queued durably in SQLite in the worker's state dir, so a worker restart never loses
-  an announced file. The uploader takes them from `pending_files()` and calls `mark_uploaded`.
+  matches) and written to the worker's file record (`worker.files`, `<state_dir>/files.sqlite`)
+  before the answer, so a worker restart never loses an announced file; the uploader takes it from
+  there (`bridge.files`).
 A malformed or refused message gets `{"ok": false, "error": ...}` and a log line; it never
 stops the server. The server runs an asyncio loop in a background thread (`start()` / `stop()`).
 """
@@ -22,17 +23,15 @@ import contextlib
 import hashlib
 import math
 import os
-import sqlite3
 import stat
 import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 import structlog
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from intellect.digests import sha256_file
 from intellect.wire.bridge import (
@@ -42,7 +41,7 @@ from intellect.wire.bridge import (
     SignLinkMessage,
     bridge_message,
 )
-from worker.sqlite import transaction
+from worker.files import FILES_DB, WorkerFiles
 
 log = structlog.get_logger(__name__)
 
@@ -65,101 +64,6 @@ def socket_path_for(state_dir: Path) -> Path:
 
 class BridgeRejected(ValueError):
     """A message the worker refuses; the text goes back to the task."""
-
-
-class PendingFile(BaseModel):
-    """A file a task announced, as queued for the uploader."""
-
-    id: int
-    task_id: str
-    path: Path
-    relative_path: str
-    sha256: str
-    work_units: int
-    size_bytes: int
-    announced_at: datetime
-    uploaded_at: datetime | None = None
-    upload_ref: str | None = None
-    submitted_at: datetime | None = None
-    tx_hash: str | None = None
-
-
-class FileQueue:
-    """Durable queue of announced files (SQLite, one connection per call: safe across threads)."""
-
-    COLUMNS = (
-        "id, task_id, path, relative_path, sha256, work_units, size_bytes, announced_at, "
-        "uploaded_at, upload_ref, submitted_at, tx_hash"
-    )
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS files ("
-                " id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, path TEXT NOT NULL,"
-                " relative_path TEXT NOT NULL,"
-                # One work key per file on chain: the same content announced twice is one entry.
-                " sha256 TEXT NOT NULL UNIQUE, work_units INTEGER NOT NULL, size_bytes INTEGER NOT NULL,"
-                " announced_at TEXT NOT NULL, uploaded_at TEXT, upload_ref TEXT, submitted_at TEXT,"
-                " tx_hash TEXT)"
-            )
-
-    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return transaction(self.path)
-
-    def _rows(self, where: str, *args: object) -> list[PendingFile]:
-        with self._connect() as db:
-            rows = db.execute(f"SELECT {self.COLUMNS} FROM files WHERE {where} ORDER BY id", args).fetchall()
-        names = [c.strip() for c in self.COLUMNS.split(",")]
-        return [PendingFile.model_validate(dict(zip(names, row, strict=True))) for row in rows]
-
-    def add(
-        self, task_id: str, path: Path, relative_path: str, sha256: str, work_units: int, size_bytes: int
-    ) -> tuple[PendingFile, bool]:
-        """Queue a file; (entry, False) when the same content was already announced."""
-        now = datetime.now(UTC).isoformat()
-        with self._connect() as db:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO files (task_id, path, relative_path, sha256, work_units, size_bytes,"
-                " announced_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (task_id, str(path), relative_path, sha256, work_units, size_bytes, now),
-            )
-            created = cursor.rowcount == 1
-        return self._rows("sha256 = ?", sha256)[0], created
-
-    def get(self, file_id: int) -> PendingFile:
-        rows = self._rows("id = ?", file_id)
-        if not rows:
-            raise KeyError(f"no queued file with id {file_id}")
-        return rows[0]
-
-    def all(self) -> list[PendingFile]:
-        return self._rows("1 = 1")
-
-    def pending_upload(self) -> list[PendingFile]:
-        return self._rows("uploaded_at IS NULL")
-
-    def pending_submission(self) -> list[PendingFile]:
-        return self._rows("uploaded_at IS NOT NULL AND submitted_at IS NULL")
-
-    def mark_uploaded(self, file_id: int, upload_ref: str | None = None) -> PendingFile:
-        with self._connect() as db:
-            db.execute(
-                "UPDATE files SET uploaded_at = COALESCE(uploaded_at, ?), upload_ref = ? WHERE id = ?",
-                (datetime.now(UTC).isoformat(), upload_ref, file_id),
-            )
-        return self.get(file_id)
-
-    def mark_submitted(self, file_id: int, tx_hash: str) -> PendingFile:
-        with self._connect() as db:
-            db.execute(
-                "UPDATE files SET submitted_at = COALESCE(submitted_at, ?), tx_hash = ? WHERE id = ?",
-                (datetime.now(UTC).isoformat(), tx_hash, file_id),
-            )
-        return self.get(file_id)
 
 
 @dataclass
@@ -195,7 +99,7 @@ class TaskBridge:
             )
         self.socket_path = socket_path
         self.task_gid = task_gid
-        self.queue = FileQueue(state_dir / "files.sqlite")
+        self.files = WorkerFiles(state_dir / FILES_DB)
         self._tasks: dict[str, TaskEntry] = {}
         self._metrics: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
@@ -219,12 +123,6 @@ class TaskBridge:
         """Latest value per label (gauges: a lost heartbeat loses nothing, the next one has them)."""
         with self._lock:
             return dict(self._metrics.get(task_id, {}))
-
-    def pending_files(self) -> list[PendingFile]:
-        return self.queue.pending_upload()
-
-    def mark_uploaded(self, file_id: int, upload_ref: str | None = None) -> PendingFile:
-        return self.queue.mark_uploaded(file_id, upload_ref)
 
     # ---- message handling ------------------------------------------------------------------
     async def handle_line(self, line: bytes) -> BridgeReply:
@@ -310,7 +208,7 @@ class TaskBridge:
             raise BridgeRejected(
                 f"sha256 mismatch for {relative}: announced {message.sha256}, file has {actual}"
             )
-        queued, created = self.queue.add(
+        queued, created = self.files.add(
             message.task_id, host, relative, actual, message.work_units, host.stat().st_size
         )
         log.info(

@@ -216,61 +216,72 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
         if self.config.socket_path is not None:
             writable.append(self.config.socket_path.parent)
         return Jail.for_task(uid, gid, run_dir, prepared.data_dir, writable,
-                             [self._python_launchers()], size_bytes(self.config.shm_size))
+                             [self._python_launchers(), *self.config.task_software],
+                             size_bytes(self.config.shm_size))
 
-    def _spawn(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool = True) -> RunRecord:
-        make_dirs(prepared)
+    def _run_dir(self, prepared: PreparedTask, fresh: bool) -> Path:
+        """The run's folder (emptied for a fresh start), without the state of an earlier run."""
         run_dir = self.runs_dir / prepared.name
         if fresh and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "state.json").unlink(missing_ok=True)
+        return run_dir
+
+    @staticmethod
+    def _argv(prepared: PreparedTask, run_dir: Path) -> list[str]:
+        """What the task runs, the image's Python names bound to the worker's interpreter; none
+        (recorded as a failed run) when the spec names nothing to run."""
         argv = (prepared.entrypoint or []) + prepared.cmd
         if argv and argv[0] in IMAGE_PYTHONS:
             argv = [sys.executable, *argv[1:]]
         if not argv:
             # A container falls back to the image's CMD; a process has nothing to run.
-            (run_dir / "state.json").write_text(
-                json.dumps(
-                    {
-                        "state": "failed",
-                        "exit_code": None,
-                        "restart_count": 0,
-                        "detail": "the process runtime needs `entrypoint` or `cmd` "
-                        "(an image's defaults do not apply)",
-                    }
-                )
-            )
+            detail = "the process runtime needs `entrypoint` or `cmd` (an image's defaults do not apply)"
+            (run_dir / "state.json").write_text(json.dumps(
+                {"state": "failed", "exit_code": None, "restart_count": 0, "detail": detail}))  # fmt: skip
+        return argv
+
+    def _environment(self, prepared: PreparedTask) -> dict[str, str]:
+        """The task's environment: a few of the worker's variables, the task's own, the launchers first
+        on PATH and the worker's GPUs."""
         env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
         env |= prepared.env
         env["PATH"] = os.pathsep.join([str(self._python_launchers()), env.get("PATH", os.defpath)])
         if self.config.gpu_ids:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(self.config.gpu_ids))
+        return env
+
+    def _supervisor_command(self, prepared: PreparedTask, run_dir: Path, argv: list[str]) -> list[str]:
+        """The supervisor (worker/runtime/supervise.py) that runs `argv` and restarts it as configured."""
+        c = self.config
+        return [sys.executable, str(SUPERVISOR), "--run-dir", str(run_dir), "--cwd", str(prepared.data_dir),
+                "--max-restarts", str(c.max_restarts), "--restart-delay", str(c.restart_delay),
+                "--owner-file", str(self.owner_file), "--orphan-ttl", str(c.orphan_ttl),
+                "--", *argv]  # fmt: skip
+
+    @staticmethod
+    def _save_record(run_dir: Path, record: RunRecord) -> None:
+        tmp = run_dir / "run.json.tmp"
+        # The assigned task may carry its group's secret: readable by the worker's user only.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(record.model_dump_json())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, run_dir / "run.json")
+
+    def _spawn(self, prepared: PreparedTask, desired: AssignedTask, fresh: bool = True) -> RunRecord:
+        make_dirs(prepared)
+        run_dir = self._run_dir(prepared, fresh)
+        argv = self._argv(prepared, run_dir)
+        env = self._environment(prepared)
         jail = self._confine(prepared, desired, run_dir) if argv else None
         if jail is not None:
             argv = jail.command(argv)
             env |= {"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "nobody"}
-        command = [
-            sys.executable,
-            str(SUPERVISOR),
-            "--run-dir",
-            str(run_dir),
-            "--cwd",
-            str(prepared.data_dir),
-            "--max-restarts",
-            str(self.config.max_restarts),
-            "--restart-delay",
-            str(self.config.restart_delay),
-            "--owner-file",
-            str(self.owner_file),
-            "--orphan-ttl",
-            str(self.config.orphan_ttl),
-            "--",
-            *argv,
-        ]
         if argv:
             process = subprocess.Popen(
-                command,
+                self._supervisor_command(prepared, run_dir, argv),
                 env=env,
                 cwd=prepared.data_dir,
                 start_new_session=True,
@@ -282,22 +293,11 @@ class ProcessRuntime(RuntimeBase[RunRecord]):
         else:
             pid, started = 0, time.time()
         record = RunRecord(
-            name=prepared.name,
-            task_id=prepared.task_id,
-            config_hash=prepared.config_hash,
-            effective_hash=prepared.effective_hash,
-            image_hint=prepared.image,
-            supervisor_pid=pid,
-            supervisor_started=started,
-            assigned=desired,
-        )
-        tmp = run_dir / "run.json.tmp"
-        # The assigned task may carry its group's secret: readable by the worker's user only.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(record.model_dump_json())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, run_dir / "run.json")
+            name=prepared.name, task_id=prepared.task_id, config_hash=prepared.config_hash,
+            effective_hash=prepared.effective_hash, image_hint=prepared.image, supervisor_pid=pid,
+            supervisor_started=started, assigned=desired,
+        )  # fmt: skip
+        self._save_record(run_dir, record)
         return record
 
     def _load(self, name: str) -> RunRecord | None:

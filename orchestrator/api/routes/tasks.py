@@ -19,7 +19,13 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi.concurrency import run_in_threadpool
 
 from intellect.wire.tasks import Task, TaskSpec, WorkloadRef
-from intellect.workloads import UnknownWorkload, WorkloadSettingsError, claimant, load, unjudged_warning
+from intellect.workloads import (
+    UnknownWorkload,
+    WorkloadSettingsError,
+    claimant,
+    settings_for,
+    unjudged_warning,
+)
 from orchestrator.api.deps import ADMIN_ONLY, READERS, SettingsDep, TaskStoreDep
 from orchestrator.groups.reconcile import UnknownTopology, resolve_topology
 from orchestrator.settings import OrchestratorSettings
@@ -45,17 +51,18 @@ def not_found(exc: TaskNotFound) -> HTTPException:
 
 
 def render_workload(spec: TaskSpec, refuse_unjudged: bool = False) -> TaskSpec:
-    """The spec as the workers will run it, after its workload plug-in checked its settings."""
+    """The spec as the workers will run it, after its workload plug-in checked its settings (the
+    plug-in and settings found as every validator finds them: `intellect.workloads.settings_for`)."""
     name = claimant(spec)
     if name is None:
         if refuse_unjudged:  # a 422, not work nobody will pay for
             raise HTTPException(422, f"workload.type: this pool refuses unjudged tasks. {unjudged_warning()}")
         return spec
-    if spec.workload is None:
+    if spec.workload is None:  # stored naming its claimant, so every validator judges it by that one
         spec = spec.model_copy(update={"workload": WorkloadRef(type=name)})
     try:
-        plugin = load(name)
-        return plugin.render(spec, plugin.task_settings(spec))
+        plugin, settings = settings_for(spec)
+        return plugin.render(spec, settings)
     except UnknownWorkload as exc:
         raise HTTPException(422, f"workload.type: {exc}") from None
     except WorkloadSettingsError as exc:

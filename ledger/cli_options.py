@@ -1,23 +1,21 @@
 """What every `intellect-pool` command shares: the chain options (`--rpc-url`, `--deployment`,
-`--keystore`, `--json`) declared once, the context object built from them, the one-line error
-wrapper, token amounts and addresses read strictly, and output (table, message or `--json`, with the
-tx hash and gas of whatever was sent).
+`--keystore`, `--json`) declared once, the context object built from them, token amounts and
+addresses read strictly, and a transaction's report (the tx hash and gas of whatever was sent). How
+a command prints (one line per error, a table, a message or `--json`) is every CLI's, in
+`intellect.cli`.
 
 The chain options may be given before the command (`intellect-pool --rpc-url URL pool 1`: the app's
 callback stores them in a `Chain` context object) or after it, as every command also accepts them
 (`intellect-pool pool 1 --rpc-url URL`); a value given after the command wins. Commands are declared
 with `@command(app, ...)` and receive that `Chain` as their first argument, so no command repeats
 the option list or the client plumbing. The command modules (cli.py, slashing_cli.py, audit_cli.py,
-node_cli.py) import from here and from nowhere else for these."""
+node_cli.py, hardware_cli.py) import from here and from nowhere else for these."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -25,18 +23,14 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 from eth_utils import is_address, is_checksum_address, is_hex_address, to_checksum_address
-from pydantic import BaseModel, ValidationError
-from rich.console import Console
 from rich.table import Table
 
+from intellect.cli import emit, one_line_errors
 from intellect.identity import IdentityError
 from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from ledger.models import ONE_TOKEN, TxResult
 from ledger.settings import LedgerSettings
-
-out = Console(soft_wrap=True)  # messages never break inside an address or hash
-err = Console(stderr=True, soft_wrap=True)  # one unwrapped line per error
 
 RpcUrl = Annotated[str | None, typer.Option("--rpc-url", help="EVM JSON-RPC URL (env INTELLECT_RPC_URL)")]
 DeploymentPath = Annotated[
@@ -48,20 +42,8 @@ Keystore = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
-@contextmanager
-def one_line_errors() -> Iterator[None]:
-    """One line on stderr and exit code 1 instead of a traceback."""
-    try:
-        yield
-        return
-    except (LedgerError, IdentityError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        err.print(f"[red]error:[/red] {'.'.join(map(str, first['loc']))}: {first['msg']}", highlight=False)
-    except (ValueError, OSError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-    raise typer.Exit(1)
+# What a command may fail with that the user can fix (a pydantic error names its first field).
+CHAIN_ERRORS = (LedgerError, IdentityError, ValueError, OSError)
 
 
 @dataclass(frozen=True)
@@ -144,7 +126,7 @@ def command(
             given = {k: params.pop(k) for k in _SHARED if k in params}
             base = typer_ctx.find_object(Chain) or Chain()
             chain = replace(base, **{k: v for k, v in given.items() if v not in (None, False)})
-            with one_line_errors():
+            with one_line_errors(*CHAIN_ERRORS):
                 fn(chain, **params)
 
         # typer reads this signature (fn's own parameters, then the chain options), not fn's.
@@ -188,31 +170,8 @@ def address(text: str, what: str = "address") -> str:
     return to_checksum_address(text)
 
 
-def emit(data: Any, as_json: bool, table: Table | None = None, message: str | None = None) -> None:
-    if as_json:
-        if isinstance(data, BaseModel):
-            data = data.model_dump(mode="json")
-        elif isinstance(data, list):
-            data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-        return
-    if table is not None:
-        out.print(table)
-    if message:
-        out.print(message, highlight=False)
-
-
 def tx_done(result: TxResult | list[TxResult], as_json: bool, message: str) -> None:
     results = result if isinstance(result, list) else [result]
     data = {"message": message, "transactions": [r.model_dump(mode="json") for r in results]}
     gas = sum(r.gas_used for r in results)
     emit(data, as_json, message=f"[green]ok[/green] {message} (gas {gas}, tx {results[-1].tx_hash})")
-
-
-def kv_table(title: str, rows: dict[str, Any]) -> Table:
-    table = Table(title=title, show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for k, v in rows.items():
-        table.add_row(k, str(v))
-    return table
