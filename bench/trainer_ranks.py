@@ -39,6 +39,9 @@ def run(model: str, ranks: int, steps: int, work: Path) -> dict[str, float]:
             write_files(rollouts, 9, seed=100 + step, step=step)
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTELLECT_")}
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))  # the cores shared out
+    # Threads that sleep when idle: spinning ones, on a machine with other work, made one process
+    # with 2 threads 20x slower (48.9 against 2.25 s a step, measured at load 9).
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     command = [sys.executable, "-m", "workloads.trainer", "--cpu-demo", "--model", model,
                "--rollouts", str(rollouts), "--output-dir", str(out), "--max-steps", str(steps),
                "--rows-per-step", "256", "--vote-window-seconds", "0", "--port", "0", "--poll-seconds", "0.1",
