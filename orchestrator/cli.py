@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -96,6 +96,15 @@ def serve(
     if workers == 1:
         uvicorn.run(create_app(settings), **server_options)  # type: ignore[arg-type]
         return
+    _serve_replicas(settings, server_options, workers, log_level)
+
+
+def _serve_replicas(settings: OrchestratorSettings, server_options: dict[str, Any], workers: int,
+                    log_level: str) -> None:
+    """`serve --workers N`: N API processes sharing the port (uvicorn's supervisor spawns them) and, when
+    the loops run, one more process for the loops alone; what they share is made once, here, first."""
+    import uvicorn
+
     loops = settings.run_background_loops
     embedded = _prepare_replicas(settings, log_level)
     metrics_dir = _multiprocess_metrics_dir()
@@ -111,7 +120,7 @@ def serve(
         background.start()
     try:
         uvicorn.run("orchestrator.cli:app_from_environment", factory=True, workers=workers,
-                    **server_options)  # type: ignore[arg-type]
+                    **server_options)
     finally:
         if background is not None and background.is_alive():
             background.terminate()  # SIGTERM by pid: it leaves its lifespan cleanly

@@ -15,10 +15,12 @@ from orchestrator.clients import SignedClient
 from orchestrator.live import LiveStore
 from orchestrator.scheduling import PlanCache
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.store.assignments import AssignmentStore
 from orchestrator.store.hardware import HardwareBook
 from orchestrator.store.nodes import NodeBook
 from orchestrator.store.round_trips import RoundTripBook
 from orchestrator.store.tasks import TaskStore
+from orchestrator.store.uploads import UploadStore
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -57,7 +59,9 @@ class Metrics:
 @dataclass
 class Context:
     """Built once per process by the server's lifespan and kept on `app.state.ctx`: routes reach it
-    through `orchestrator.api.deps`, the background loops get it as an argument."""
+    through `orchestrator.api.deps`, the background loops get it as an argument. Every SQL write goes
+    through one of its stores (`orchestrator/store/`); the group keeper's pass writes through
+    `orchestrator/store/groups.py` inside its own transaction."""
 
     settings: OrchestratorSettings
     redis: Redis
@@ -71,3 +75,5 @@ class Context:
     metrics: Metrics
     hardware: HardwareBook
     round_trips: RoundTripBook
+    assignments: AssignmentStore
+    uploads: UploadStore

@@ -3,38 +3,36 @@
 Per heartbeat: an ECDSA recovery through libsecp256k1 (the identity is the recovered address, never a
 body field), one Lua script that claims the nonce, counts the rate, reads the node's state and the task
 version and writes liveness (`LiveStore.record_beat`), and the task from the in-memory Plan. SQL is
-touched only when something changes (first heartbeat after an invite, a new reported task state).
+touched only when something changes (first heartbeat after an invite: `NodeBook`; a new reported task
+state: `AssignmentStore`, in a thread, off the reply's path).
 The reply is built as bytes here: FastAPI's response_model pass would validate it a second time.
 
-`OrchestratorApp` serves `POST /heartbeat` ahead of the middleware stack and FastAPI's routing and
-dependency machinery; the FastAPI route of the same path stays for the OpenAPI document. Errors are
-raised as HTTPException / RequestValidationError, so the app's exception handlers shape them as for
-any route.
+The route is `orchestrator/api/routes/heartbeat.py`, served ahead of the middleware stack
+(`orchestrator/api/hot_path.py`). Errors are raised as HTTPException / RequestValidationError, so the
+app's exception handlers shape them as for any route.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import time
 from collections.abc import Coroutine
 from typing import Any
 
 import structlog
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from starlette.types import Receive, Scope, Send
 
 from intellect.auth import raw_path_with_query
 from intellect.http_guard import JsonDepth
 from intellect.signing import SignatureRejected, verify_signed_request
-from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse, TaskStatus
+from intellect.wire.heartbeat import HeartbeatRequest, HeartbeatResponse
 from intellect.wire.nodes import NodeState
 from orchestrator.context import Context
-from orchestrator.models import AssignmentRow, utcnow
+from orchestrator.models import utcnow
 from orchestrator.scheduling import Plan
 
 log = structlog.get_logger("intellect.orchestrator.heartbeat")
@@ -43,7 +41,7 @@ MAX_BODY_BYTES = 64 * 1024  # a heartbeat is a few hundred bytes; metrics maps a
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body, bounded in size and in JSON nesting before anything parses it (as the app's guard
-    does for every other route: `OrchestratorApp` serves this one before the guard)."""
+    does for every other route: the heartbeat route is served before the guard)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise HTTPException(413, f"heartbeat body over {limit} bytes")
@@ -57,23 +55,6 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise HTTPException(400, f"JSON body nested deeper than {depth.limit} levels")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def record_task_status(ctx: Context, address: str, status: TaskStatus) -> None:
-    """Upsert the node's assignment row for the task it reports (called only when the report changes)."""
-    from sqlalchemy import select
-
-    with ctx.sessions() as session, session.begin():
-        row = session.scalars(select(AssignmentRow).where(
-            AssignmentRow.task_id == status.task_id, AssignmentRow.node_address == address)).first()
-        if row is None:
-            from orchestrator.models import TaskRow
-
-            if session.get(TaskRow, status.task_id) is None:
-                return  # a task this orchestrator never issued (or long purged): nothing to record
-            row = AssignmentRow(task_id=status.task_id, node_address=address, assigned_at=utcnow())
-            session.add(row)
-        row.state, row.detail, row.updated_at = status.state.value, status.detail, utcnow()
 
 
 class HeartbeatHandler:
@@ -150,7 +131,7 @@ class HeartbeatHandler:
             raise HTTPException(403, f"node {address} was ejected from pool {s.pool_id}; "
                                      "it will be invited again once it is back in discovery")
         if beat.task and task_json.encode() != found.previous_task:
-            self._spawn(run_in_threadpool(record_task_status, ctx, address, beat.task))
+            self._spawn(run_in_threadpool(ctx.assignments.record, address, beat.task))
         if beat.leaving:
             await ctx.book.transition(address, NodeState.DEAD, "worker is shutting down", actor=address)
             await live.forget_seen(address)
@@ -163,40 +144,3 @@ class HeartbeatHandler:
                                       last_heartbeat_at=utcnow())
         plan = await ctx.plans.current(found.version)
         return Response(self._reply(plan, address), media_type="application/json")
-
-
-class OrchestratorApp(FastAPI):
-    """The orchestrator's app: `POST /heartbeat` is answered before the middleware stack.
-
-    Why: in process (the real app, lifespan, Redis), a heartbeat cost ~530 us of CPU through the whole
-    app and ~420 us given straight to the handler (a raw route placed first in the router, as before):
-    the difference is the stack every request
-    crosses (server errors, FastAPI's telemetry and body limit, the guard's body limit, the exception
-    middleware, the exit stack, the router). What the stack does for this route is done here: the
-    handler bounds the body in size and JSON depth before parsing it (`read_body`), and an exception
-    becomes the response the app's own exception handlers give (the same 4xx, 422, 503 and 500 JSON).
-    Every other request, and any other method on the path, takes the stack as before.
-    """
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/heartbeat" and scope["method"] == "POST":
-            scope["app"] = self
-            request = Request(scope, receive)
-            try:
-                response = await self.state.heartbeat.handle(request)
-            except Exception as exc:  # noqa: BLE001 - answered as the app's handlers answer it
-                response = await self._handled(request, exc)
-            await response(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
-
-    async def _handled(self, request: Request, exc: Exception) -> Response:
-        for cls in type(exc).__mro__:
-            handler = self.exception_handlers.get(cls)
-            if handler is not None:
-                result = handler(request, exc)
-                if inspect.isawaitable(result):
-                    result = await result
-                if isinstance(result, Response):
-                    return result
-        raise exc

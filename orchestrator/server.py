@@ -30,6 +30,7 @@ from intellect.http_guard import guard
 from intellect.identity import Wallet
 from intellect.redis_server import redis_url_or_embedded
 from orchestrator.access import AdminAccess
+from orchestrator.api.hot_path import OrchestratorApp
 from orchestrator.api.routes import admin, groups, health, heartbeat, nodes, storage, tasks
 from orchestrator.chain import LedgerPoolChain, PoolChain
 from orchestrator.clients import SignedClient
@@ -38,17 +39,19 @@ from orchestrator.db import make_engine, migrate, session_factory
 from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
 from orchestrator.hardware.rechecks import recheck_loop
 from orchestrator.hardware.round_trips import round_trip_loop
-from orchestrator.heartbeat import HeartbeatHandler, OrchestratorApp
+from orchestrator.heartbeat import HeartbeatHandler
 from orchestrator.invites import invite_loop
 from orchestrator.live import LeaderLease, LiveStore
 from orchestrator.monitor import monitor_loop
 from orchestrator.scheduling import PlanCache, Scheduler
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.storage import LocalDiskStorage, storage_router
+from orchestrator.store.assignments import AssignmentStore
 from orchestrator.store.hardware import HardwareBook
 from orchestrator.store.nodes import NodeBook
 from orchestrator.store.round_trips import RoundTripBook
 from orchestrator.store.tasks import TaskStore
+from orchestrator.store.uploads import UploadStore
 from orchestrator.uploads import UploadService, make_storage, storage_secret
 
 log = structlog.get_logger("intellect.orchestrator")
@@ -123,7 +126,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                       plans=PlanCache(scheduler, sessions), chain=pool_chain,
                       peers=SignedClient(key, settings.http_timeout_seconds, settings.http_retries),
                       metrics=Metrics(), hardware=HardwareBook(sessions),
-                      round_trips=RoundTripBook(sessions))
+                      round_trips=RoundTripBook(sessions), assignments=AssignmentStore(sessions),
+                      uploads=UploadStore(sessions))
         resources.push_async_callback(ctx.peers.aclose)
         state.ctx = ctx
         state.heartbeat = HeartbeatHandler(ctx)
@@ -180,10 +184,11 @@ def create_app(settings: OrchestratorSettings, *, manager: Wallet | None = None,
     app.include_router(storage.router)
     if isinstance(state.storage, LocalDiskStorage):  # embedded default: this service serves the signed URLs
         app.include_router(storage_router(state.storage, state.uploads.on_complete))
-    for module in (health, heartbeat, tasks, nodes, groups, admin):
+    app.include_router(health.router)
+    # POST /heartbeat is nearly all of a large pool's traffic: served ahead of the middleware stack.
+    app.include_hot_router(heartbeat.router)
+    for module in (tasks, nodes, groups, admin):
         app.include_router(module.router)
-    # POST /heartbeat is answered by OrchestratorApp before the middleware stack; the FastAPI route of
-    # the same path stays for the OpenAPI document.
 
     # Bodies are limited while they stream (before auth and parsing); storage PUTs enforce their
     # own per-file limit; a dead Redis or chain answers 503/502 with a JSON reason.

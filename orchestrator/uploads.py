@@ -3,7 +3,8 @@
 `POST /storage/request-upload` (signed by the node) checks, in order: signature and nonce, the
 per-node rate limit, the body, that the node is Healthy, the size limit, that the node is currently
 assigned the task; then renders the task's `storage_config.file_name_template`, records the upload
-in SQL and returns an expiring URL from the storage backend (local disk served here, or S3).
+in SQL (through `orchestrator/store/uploads.py`, the only writer of upload rows and file counters)
+and returns an expiring URL from the storage backend (local disk served here, or S3).
 
 One file content (sha256 = the on-chain work key) has one upload record:
 - same node, not yet completed → the same grant again (same upload id and name; a fresh expiry once
@@ -21,7 +22,6 @@ The routes themselves are in `orchestrator/api/routes/storage.py`; they reach th
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,8 +32,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from intellect.auth import (
     AdminToken,
@@ -49,8 +47,7 @@ from intellect.wire.templates import UnknownTemplateVariable, expand
 from orchestrator.access import AdminAccess
 from orchestrator.context import Context
 from orchestrator.live import as_text
-from orchestrator.models import AssignmentRow, FileCounterRow, TaskRow, UploadRow, utcnow
-from orchestrator.scheduling import task_from_row
+from orchestrator.models import UploadRow, utcnow
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.storage import (
     LocalDiskStorage,
@@ -60,12 +57,11 @@ from orchestrator.storage import (
     UrlSigner,
     object_key,
 )
-from orchestrator.store.nodes import audit
+from orchestrator.store.uploads import COMPLETED, NameFor, UnusableName, UploadConflict
 
 log = structlog.get_logger("intellect.orchestrator.uploads")
 
 DEFAULT_TEMPLATE = "${TASK_ID}/${NODE_ADDRESS}/${CURRENT_FILE_INDEX}-${ORIGINAL_NAME}"
-GRANTED, COMPLETED = "granted", "completed"
 
 
 def storage_secret(settings: OrchestratorSettings) -> str:
@@ -120,39 +116,33 @@ class UploadService:
 
     # ---- grants ----
 
-    def _grant(self, node: str, body: UploadRequest, assigned: AssignedTask) -> UploadRow:
-        s = self.settings
-        expires = utcnow() + timedelta(seconds=s.upload_url_ttl_seconds)
-        with self.ctx().sessions() as session, session.begin():
-            existing = session.scalars(select(UploadRow).where(UploadRow.sha256 == body.sha256)).first()
-            if existing is not None:
-                return self._again(session, existing, node, body, expires)
-            counter = session.get(FileCounterRow, (node, body.task_id), with_for_update=True)
-            if counter is None:
-                counter = FileCounterRow(node_address=node, task_id=body.task_id, count=0)
-                session.add(counter)
-            spec: TaskSpec = assigned.task.spec
-            template = spec.storage_config.file_name_template if spec.storage_config else DEFAULT_TEMPLATE
+    def _name_for(self, node: str, body: UploadRequest, assigned: AssignedTask) -> NameFor:
+        """The storage key of the node's file number `index`, from the task's file name template."""
+        spec: TaskSpec = assigned.task.spec
+        template = spec.storage_config.file_name_template if spec.storage_config else DEFAULT_TEMPLATE
+
+        def name(index: int) -> str:
             try:
-                name = expand(template, file_name_values(node, assigned, counter.count, body.original_name))
-                key = object_key(name)
+                values = file_name_values(node, assigned, index, body.original_name)
+                return object_key(expand(template, values))
             except UnknownTemplateVariable as exc:
-                raise HTTPException(422, f"task {body.task_id}'s storage_config.file_name_template: {exc} "
-                                         "for this node") from None
+                raise UnusableName(f"task {body.task_id}'s storage_config.file_name_template: {exc} "
+                                   "for this node") from None
             except StorageError as exc:
-                raise HTTPException(422, f"task {body.task_id}'s storage_config.file_name_template rendered "
-                                         f"an unusable name: {exc.reason}") from None
-            if session.scalars(select(UploadRow.id).where(UploadRow.key == key)).first() is not None:
-                raise HTTPException(409, f"file name {key!r} is already taken: the task's "
-                                         "file_name_template must make names unique "
-                                         "(use ${CURRENT_FILE_INDEX} or ${ORIGINAL_NAME})")
-            row = UploadRow(id=str(uuid.uuid4()), node_address=node, task_id=body.task_id, key=key,
-                            sha256=body.sha256, size=body.size_bytes, work_units=body.work_units,
-                            file_index=counter.count, state=GRANTED, expires_at=expires, created_at=utcnow())
-            counter.count += 1
-            session.add(row)
-            audit(session, node, "upload_granted", row.id, key=key, sha256=body.sha256, size=body.size_bytes)
-            return row
+                raise UnusableName(f"task {body.task_id}'s storage_config.file_name_template rendered "
+                                   f"an unusable name: {exc.reason}") from None
+
+        return name
+
+    def _grant(self, node: str, body: UploadRequest, assigned: AssignedTask) -> UploadRow:
+        expires = utcnow() + timedelta(seconds=self.settings.upload_url_ttl_seconds)
+        try:
+            return self.ctx().uploads.grant(node, body, self._name_for(node, body, assigned), expires,
+                                            self._stored_as_granted)
+        except UploadConflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        except UnusableName as exc:
+            raise HTTPException(422, str(exc)) from None
 
     def _worked_on(self, node: str, task_id: str) -> AssignedTask | None:
         """The task as it was assigned, when this node reported working on it and the task is live or was
@@ -162,49 +152,16 @@ class UploadService:
         would leave honest work unpaid. (The group is gone: a file name template that needs the group's
         values is answered 422.)"""
         grace = timedelta(seconds=self.settings.upload_grace_seconds)
-        with self.ctx().sessions() as session:
-            task = session.get(TaskRow, task_id)
-            if task is None or (task.deleted_at is not None and utcnow() - task.deleted_at > grace):
-                return None
-            worked = select(AssignmentRow.id).where(AssignmentRow.task_id == task_id,
-                                                    AssignmentRow.node_address == node)  # fmt: skip
-            if task.deleted_at is not None:
-                worked = worked.where(AssignmentRow.assigned_at <= task.deleted_at)
-            found = session.scalars(worked).first()
-            return AssignedTask(task=task_from_row(task)) if found is not None else None
-
-    def _again(self, session: Session, row: UploadRow, node: str, body: UploadRequest,
-               expires: datetime) -> UploadRow:
-        if row.node_address != node:
-            raise HTTPException(409, f"a file with sha256 {body.sha256} was already uploaded by another "
-                                     "node: its work key is taken")
-        if row.state != COMPLETED and self._stored_as_granted(row):
-            self._complete(session, row)  # S3: no callback, the store itself is the witness
-        if row.state == COMPLETED:
-            raise HTTPException(409, f"already uploaded as {row.key}: nothing to upload")
-        if (row.size, row.work_units, row.task_id) != (body.size_bytes, body.work_units, body.task_id):
-            raise HTTPException(409, f"sha256 {body.sha256} was granted with a different size, work units or "
-                                     "task: request it exactly as before")
-        if row.expires_at <= utcnow():
-            row.expires_at = expires
-        return row
+        task = self.ctx().assignments.worked_on(node, task_id, grace)
+        return AssignedTask(task=task) if task is not None else None
 
     def _stored_as_granted(self, row: UploadRow) -> bool:
+        """S3 sends no completion callback: the store itself is the witness of an upload."""
         info = self.storage.stat(row.key)
         return info is not None and info.matches(row.size, row.sha256)
 
-    def _complete(self, session: Session, row: UploadRow) -> None:
-        row.state, row.completed_at = COMPLETED, utcnow()
-        audit(session, row.node_address, "upload_completed", row.id, key=row.key, sha256=row.sha256)
-
     async def on_complete(self, upload_id: str, info: ObjectInfo) -> None:
-        def mark() -> None:
-            with self.ctx().sessions() as session, session.begin():
-                row = session.get(UploadRow, upload_id)
-                if row is not None and row.state != COMPLETED and row.sha256 == info.sha256:
-                    self._complete(session, row)
-
-        await run_in_threadpool(mark)
+        await run_in_threadpool(self.ctx().uploads.complete, upload_id, info.sha256)
 
     async def request_upload(self, request: Request) -> UploadGrant:
         ctx, s = self.ctx(), self.settings
@@ -275,14 +232,7 @@ class UploadService:
                           redirect: bool) -> StoredFile | RedirectResponse:
         caller = await self.authorise_reader(request)
 
-        def load() -> UploadRow | None:
-            with self.ctx().sessions() as session, session.begin():
-                row = session.scalars(select(UploadRow).where(UploadRow.sha256 == sha256)).first()
-                if row is not None and row.state != COMPLETED and self._stored_as_granted(row):
-                    self._complete(session, row)
-                return row
-
-        row = await run_in_threadpool(load)
+        row = await run_in_threadpool(self.ctx().uploads.find, sha256, self._stored_as_granted)
         if row is None:
             raise HTTPException(404, f"no upload with sha256 {sha256}")
         if row.state != COMPLETED:

@@ -1,9 +1,11 @@
 """The vote loop: verdicts that reject work are sent to the ledger, exactly once per work key.
 
 `Voter` is the seam: `QuorumVoter` votes under the pool's k-of-n slashing policy (the k-th vote
-slashes, ejects and drops rewards in one transaction); `DirectVoter` uses the global validator
-role's `invalidateWork` (single-validator pools, emergencies). A revert saying the work is already
-decided counts as done: votes are idempotent, so a restart or a reorg may safely send one again.
+slashes, ejects and drops rewards in one transaction; a pool with no policy has a quorum of 1), the one
+the service uses unless it is given another. A validator deciding alone with the global role's
+`invalidateWork` is the pool owner's emergency tool, `intellect-pool invalidate`, not a voter. A revert
+saying the work is already decided counts as done: votes are idempotent, so a restart or a reorg may
+safely send one again.
 """
 
 from __future__ import annotations
@@ -39,19 +41,6 @@ class QuorumVoter:
 
     def soft_invalidate(self, pool_id: int, work_key: str) -> str:
         return self.client.slashing.vote_soft_invalidate(pool_id, work_key).tx_hash
-
-
-class DirectVoter:
-    """One validator decides alone (the global VALIDATOR_ROLE)."""
-
-    def __init__(self, client: LedgerClient) -> None:
-        self.client = client
-
-    def invalidate(self, pool_id: int, work_key: str) -> str:
-        return self.client.invalidate_work(pool_id, work_key).tx_hash
-
-    def soft_invalidate(self, pool_id: int, work_key: str) -> str:
-        return self.client.soft_invalidate_work(pool_id, work_key).tx_hash
 
 
 class VoteLoop:

@@ -11,6 +11,9 @@ One store class per table group, each the only writer of its tables:
 The watcher records a block's submissions and advances the cursor in one transaction, and a verdict
 is written in the same transaction that marks its submission judged: a restart neither skips a
 file nor judges one twice.
+
+The schema comes from Alembic migrations (validator/migrations/), run by `open_database` at start like
+the orchestrator's: a change to a table here goes with a new revision there.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import (
     BigInteger,
     Float,
@@ -33,10 +38,8 @@ from sqlalchemy import (
     delete,
     event,
     exists,
-    inspect,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.engine import Engine
@@ -149,18 +152,33 @@ def chain_before(
     )
 
 
+MIGRATIONS = Path(__file__).parent / "migrations"
+# Not Alembic's default `alembic_version`: a validator may share a PostgreSQL database with the
+# orchestrator (no table names collide), whose migrations are another history.
+VERSION_TABLE = "validator_alembic_version"
+
+
 def open_database(url: str | None, data_dir: Path) -> sessionmaker[Session]:
-    """`url` (e.g. postgresql+psycopg://…) or SQLite in `data_dir`; creates the tables."""
+    """`url` (e.g. postgresql+psycopg://…) or SQLite in `data_dir`, its schema brought up to date."""
     if url is None:
         data_dir.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{data_dir / 'validator.db'}"
     engine: Engine = create_engine(url, pool_pre_ping=True)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
-    Base.metadata.create_all(engine)
-    _add_missing_columns(engine)
-    _widen_columns(engine)
+    migrate(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def migrate(engine: Engine) -> None:
+    """Alembic, as the orchestrator's database (validator/migrations/): a fresh database gets every
+    table, an older one the revisions it lacks; one made before the validator had migrations (its
+    schema kept by hand) is taken up by the first revision, which makes only what is missing."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -171,40 +189,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
-
-
-# Columns added after the first release: (table, column, SQL type and default). `create_all` makes
-# missing tables only, so a database written by an older validator gets them here.
-ADDED_COLUMNS = [
-    ("submissions", "log_index", "INTEGER NOT NULL DEFAULT 0"),
-    ("submissions", "leaf", "INTEGER NOT NULL DEFAULT 0"),
-    ("submissions", "trainer_step_before", "INTEGER"),
-    ("verdicts", "judged_by", "TEXT"),
-]
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    have = inspect(engine)
-    for table, column, kind in ADDED_COLUMNS:
-        if column not in {c["name"] for c in have.get_columns(table)}:
-            with engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {kind}"))
-
-
-# Columns made wider after the first release: (table, column, length). SQLite enforces no VARCHAR length;
-# a PostgreSQL database written by an older validator gets the new one here.
-WIDENED_COLUMNS = [("node_windows", "node", 256)]
-
-
-def _widen_columns(engine: Engine) -> None:
-    if engine.dialect.name == "sqlite":
-        return
-    have = inspect(engine)
-    for table, column, length in WIDENED_COLUMNS:
-        kind = next((c["type"] for c in have.get_columns(table) if c["name"] == column), None)
-        if kind is not None and (getattr(kind, "length", None) or length) < length:
-            with engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE VARCHAR({length})"))
 
 
 class Database:

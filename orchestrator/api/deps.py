@@ -51,6 +51,8 @@ def get_node_book(ctx: Annotated[Context, Depends(get_context)]) -> NodeBook:
 
 
 def get_heartbeat_handler(request: Request) -> HeartbeatHandler:
+    """Called by the heartbeat route itself, not through `Depends`: that route is served ahead of
+    FastAPI's machinery (orchestrator/api/hot_path.py)."""
     handler: HeartbeatHandler = request.app.state.heartbeat
     return handler
 
@@ -86,7 +88,6 @@ SettingsDep = Annotated[OrchestratorSettings, Depends(get_settings)]
 ContextDep = Annotated[Context, Depends(get_context)]
 TaskStoreDep = Annotated[TaskStore, Depends(get_task_store)]
 NodeBookDep = Annotated[NodeBook, Depends(get_node_book)]
-HeartbeatDep = Annotated[HeartbeatHandler, Depends(get_heartbeat_handler)]
 GroupKeeperDep = Annotated[GroupKeeper | None, Depends(get_group_keeper)]
 UploadsDep = Annotated[UploadService, Depends(get_uploads)]
 AdminDep = Annotated[str, Depends(require_admin)]

@@ -1,7 +1,8 @@
-"""Group bookkeeping in SQL: dissolve broken groups, merge small idle ones, form new ones, give each a task.
+"""The group keeper's pass: dissolve broken groups, merge small idle ones, form new ones, give each a task.
 
 `reconcile(session, topologies)` is one pass in one transaction; it returns what it changed so the
-caller bumps the plan version (every replica then rebuilds its Plan). Only the leader runs it.
+caller bumps the plan version (every replica then rebuilds its Plan). Only the leader runs it. It
+decides; the rows change through `orchestrator/store/groups.py`, their only writer.
 A member whose task failed for good breaks its group like a dead one, and its node sits out that task
 for a cooldown (`orchestrator/groups/failures.py` says why).
 """
@@ -13,13 +14,14 @@ from dataclasses import dataclass, field
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata, NodeState
 from intellect.wire.tasks import TaskSpec, TaskState
 from orchestrator.groups.failures import (
     FAILED_COOLDOWN_SECONDS,
+    Failed,
     failed_assignments,
     failed_members,
     recently_failed,
@@ -28,8 +30,8 @@ from orchestrator.groups.formation import Candidate, form_groups, merge_candidat
 from orchestrator.groups.nearness import trusted_links
 from orchestrator.groups.topology import Topology, parse_topology_name
 from orchestrator.models import AssignmentRow, GroupMemberRow, NodeGroupRow, NodeRow, TaskRow, utcnow
+from orchestrator.store.groups import Seat, assign_group, dissolve_group, form_group
 from orchestrator.store.hardware import MAX_FAILED, PROVEN, failed_counts, latest_proofs
-from orchestrator.store.nodes import audit
 from orchestrator.store.round_trips import reports
 
 log = structlog.get_logger("intellect.orchestrator.groups")
@@ -104,143 +106,170 @@ def placement_links(session: Session, free: list[Candidate]) -> tuple[dict[froze
     return trusted_links(said, [c.address for c in free if not c.reachable])
 
 
-def _dissolve(session: Session, group: NodeGroupRow, reason: str, changes: Changes) -> None:
-    session.execute(delete(GroupMemberRow).where(GroupMemberRow.group_id == group.id))
-    session.delete(group)
-    audit(session, "groups", "group_dissolved", group.id, reason=reason, task=group.task_id)
-    log.info("group dissolved", group=group.id, reason=reason)
-    changes.dissolved.append((group.id, reason))
+@dataclass
+class _Pass:
+    """What one pass reads once and its steps share. `groups` and `members` follow the steps' changes:
+    a dissolved group leaves both, a merged or formed one enters both (members in ring order)."""
+
+    session: Session
+    allowed: dict[str, list[Topology]]  # live group task id → its usable topologies, oldest task first
+    groups: dict[str, NodeGroupRow]
+    members: dict[str, list[GroupMemberRow]]
+    nodes: dict[str, NodeRow]
+    proven: dict[str, float]  # FLOP/s of each node's latest proven hardware challenge
+    rtt: dict[str, float]  # the orchestrator's round trip to each node, with that challenge
+    failed: Failed
+    changes: Changes = field(default_factory=Changes)
+
+    def dissolve(self, gid: str, reason: str) -> None:
+        group = self.groups.pop(gid)
+        self.members.pop(gid, None)
+        dissolve_group(self.session, group, reason)
+        log.info("group dissolved", group=gid, reason=reason)
+        self.changes.dissolved.append((gid, reason))
+
+    def create(self, topology: str, members: list[Candidate], task_id: str | None) -> str:
+        """A new group of `members`, their stage order drawn with the group's id."""
+        gid = str(uuid.uuid4())
+        positions = {m.address: i for i, m in enumerate(ring_order(members, draw=gid))}
+        seats = [Seat(m.address, positions[m.address], m.p2p_address) for m in members]
+        self.groups[gid], self.members[gid] = form_group(self.session, gid, topology, seats, task_id)
+        return gid
+
+    def topologies_of(self, task_id: str) -> set[str]:
+        return {t.name for t in self.allowed[task_id]}
 
 
-def _create(session: Session, topology: str, members: list[Candidate], task_id: str | None) -> NodeGroupRow:
-    gid = str(uuid.uuid4())
-    group = NodeGroupRow(id=gid, topology=topology, task_id=task_id, created_at=utcnow())
-    session.add(group)
-    session.flush()  # the group row first: members reference it
-    for position, member in enumerate(ring_order(members, draw=gid)):
-        session.add(GroupMemberRow(node_address=member.address, group_id=gid, position=position,
-                                   p2p_address=member.p2p_address))
-    audit(session, "groups", "group_formed", gid, topology=topology, task=task_id,
-          members=[m.address for m in members])
-    return group
-
-
-def reconcile(session: Session, configured: dict[str, Topology],
-              failed_cooldown_seconds: float = FAILED_COOLDOWN_SECONDS) -> Changes:
-    changes = Changes()
-    tasks = list(session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None))
-                                 .order_by(TaskRow.created_at)))
+def allowed_topologies(session: Session, configured: dict[str, Topology]) -> dict[str, list[Topology]]:
+    """Each live task that asks for groups → the topologies it allows that resolve, oldest task first. A
+    name that no longer resolves (the settings changed since the task was accepted) is logged and left
+    out; a task left with none keeps its entry, empty, so its groups are dissolved."""
     allowed: dict[str, list[Topology]] = {}
+    tasks = session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None)).order_by(TaskRow.created_at))
     for task in tasks:
         names = TaskSpec.model_validate(task.spec).allowed_topologies
         resolved = []
         for name in names:
             try:
                 resolved.append(resolve_topology(name, configured))
-            except UnknownTopology as exc:  # settings changed since the task was accepted
+            except UnknownTopology as exc:
                 log.warning("task topology unusable", task=task.id, error=str(exc))
         if names:
             allowed[task.id] = resolved
+    return allowed
+
+
+def _read(session: Session, allowed: dict[str, list[Topology]], groups: dict[str, NodeGroupRow]) -> _Pass:
+    latest = latest_proofs(session)
+    members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
+    for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
+        members.setdefault(member.group_id, []).append(member)
+    proven = {a: p.flops for a, p in latest.items() if p.outcome == PROVEN and p.flops is not None}
+    return _Pass(session=session, allowed=allowed, groups=groups, members=members,
+                 nodes={row.address: row for row in session.scalars(select(NodeRow))}, proven=proven,
+                 rtt={a: p.rtt_ms for a, p in latest.items() if p.rtt_ms is not None},
+                 failed=failed_assignments(session, allowed))  # fmt: skip
+
+
+def _broken(run: _Pass, gid: str) -> str | None:
+    """Why the group must go (None: it stays): a member died or left the books, the group's task is
+    gone or no longer fits it, or a member's task failed for good."""
+    group, nodes = run.groups[gid], run.nodes
+    bad = [m.node_address for m in run.members[gid]
+           if m.node_address not in nodes or nodes[m.node_address].state not in MEMBER_OK]
+    if bad:
+        return "member lost: " + ", ".join(f"{a} {nodes[a].state if a in nodes else 'unknown'}" for a in bad)
+    if group.task_id is None:
+        if any(group.topology in run.topologies_of(tid) for tid in run.allowed):
+            return None
+        return f"no live task asks for topology {group.topology}"
+    if group.task_id not in run.allowed:
+        return f"task {group.task_id} was deleted"
+    if group.topology not in run.topologies_of(group.task_id):
+        return f"task {group.task_id} no longer allows topology {group.topology}"
+    return failed_members(group, run.members[gid], run.failed)
+
+
+def _merge_idle(run: _Pass) -> None:
+    """Small groups of one topology and task that have not started running merge into larger ones."""
+    running = {(a.node_address, a.task_id) for a in run.session.scalars(
+        select(AssignmentRow).where(AssignmentRow.state.in_([TaskState.RUNNING.value,
+                                                              TaskState.COMPLETED.value])))}
+    for task_id, topologies in run.allowed.items():
+        for topology in topologies:
+            if topology.min_size == topology.max_size:
+                continue
+            idle = {gid: len(run.members[gid]) for gid, g in run.groups.items()
+                    if g.task_id == task_id and g.topology == topology.name
+                    and not any((m.node_address, task_id) in running for m in run.members[gid])}
+            for a, b in merge_candidates(idle, topology):
+                joined = [candidate(run.nodes[m.node_address], run.proven)
+                          for m in run.members[a] + run.members[b]]
+                for gid in (a, b):
+                    run.dissolve(gid, "merged")
+                run.changes.merged.append((a, b, run.create(topology.name, joined, task_id)))
+
+
+def _form_new(run: _Pass, sitting_out: dict[str, set[str]]) -> None:
+    """Groups from Healthy ungrouped nodes, for the topologies live tasks ask for, one topology after
+    another; a node whose task failed lately joins a topology only if another task wants it."""
+    wanted: list[Topology] = []
+    for topologies in run.allowed.values():
+        wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
+    grouped = {m.node_address for ms in run.members.values() for m in ms}
+    # a member with MAX_FAILED failed hardware challenges (wrong, or committed and not opened) is not
+    # grouped again (docs/hardware.md): the pool owner decides on chain, the orchestrator on placement
+    struck = {a for a, count in failed_counts(run.session).items() if count >= MAX_FAILED}
+    free = [candidate(row, run.proven, run.rtt) for row in run.nodes.values()
+            if row.state == NodeState.HEALTHY.value and row.address not in grouped | struck]
+    measured = placement_links(run.session, free)[0] if wanted and len(free) > 1 else {}
+    for topology in wanted:
+        users = [tid for tid in run.allowed if topology.name in run.topologies_of(tid)]
+        eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
+        # a fresh draw per pass from the OS's random source: nobody predicts it, nobody grinds for it
+        for proposal in form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex):
+            gid = run.create(proposal.topology.name, proposal.members, None)
+            taken = {m.address for m in proposal.members}
+            free = [c for c in free if c.address not in taken]
+            run.changes.formed.append(gid)
+
+
+def _assign_tasks(run: _Pass, sitting_out: dict[str, set[str]]) -> None:
+    """Every group without a task gets the live task allowing its topology with the fewest groups, among
+    those none of its members sits out; `allowed` is oldest first, so ties go to the oldest."""
+    load = {tid: sum(1 for g in run.groups.values() if g.task_id == tid) for tid in run.allowed}
+    for gid, group in run.groups.items():
+        if group.task_id is not None:
+            continue
+        addresses = {m.node_address for m in run.members.get(gid, [])}
+        fits = [tid for tid in run.allowed if group.topology in run.topologies_of(tid)
+                and not addresses & sitting_out.get(tid, set())]
+        if fits:
+            chosen = min(fits, key=lambda tid: load[tid])
+            assign_group(run.session, group, chosen)
+            load[chosen] += 1
+            run.changes.assigned.append((gid, chosen))
+
+
+def reconcile(session: Session, configured: dict[str, Topology],
+              failed_cooldown_seconds: float = FAILED_COOLDOWN_SECONDS) -> Changes:
+    """One pass: dissolve broken groups, merge small idle ones, form new ones, give each a task."""
+    allowed = allowed_topologies(session, configured)
     groups = {g.id: g for g in session.scalars(select(NodeGroupRow))}
     if not groups and not allowed:
         # Nothing to dissolve, merge, form or assign. Checked before the node rows are read: that read
         # was ~0.9 s of CPU per pass at 25,000 nodes in pools that use no groups at all.
-        return changes
-    nodes = {row.address: row for row in session.scalars(select(NodeRow))}
-    latest = latest_proofs(session)
-    proven = {a: p.flops for a, p in latest.items() if p.outcome == PROVEN and p.flops is not None}
-    rtt = {a: p.rtt_ms for a, p in latest.items() if p.rtt_ms is not None}
-    members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
-    for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
-        members.setdefault(member.group_id, []).append(member)
-
-    failed = failed_assignments(session, allowed)
-    # 1. dissolve: a member died (or left the books) or its task failed for good, or the group's task is
-    #    gone / no longer fits it
-    for gid, group in list(groups.items()):
-        bad = [m.node_address for m in members[gid]
-               if m.node_address not in nodes or nodes[m.node_address].state not in MEMBER_OK]
-        reason = None
-        if bad:
-            states = ", ".join(f"{a} {nodes[a].state if a in nodes else 'unknown'}" for a in bad)
-            reason = f"member lost: {states}"
-        elif group.task_id is None and not any(group.topology in {t.name for t in tops}
-                                               for tops in allowed.values()):
-            reason = f"no live task asks for topology {group.topology}"
-        elif group.task_id is not None and group.task_id not in allowed:
-            reason = f"task {group.task_id} was deleted"
-        elif group.task_id is not None and group.topology not in {t.name for t in allowed[group.task_id]}:
-            reason = f"task {group.task_id} no longer allows topology {group.topology}"
-        else:
-            reason = failed_members(group, members[gid], failed)
+        return Changes()
+    run = _read(session, allowed, groups)
+    for gid in list(run.groups):
+        reason = _broken(run, gid)
         if reason:
-            _dissolve(session, group, reason, changes)
-            del groups[gid]
-            members.pop(gid)
-
-    # 2. merge small groups of one topology and task that have not started running yet
-    running = {(a.node_address, a.task_id) for a in session.scalars(
-        select(AssignmentRow).where(AssignmentRow.state.in_([TaskState.RUNNING.value,
-                                                              TaskState.COMPLETED.value])))}
-    for task_id, topologies in allowed.items():
-        for topology in topologies:
-            if topology.min_size == topology.max_size:
-                continue
-            idle = {gid: len(members[gid]) for gid, g in groups.items()
-                    if g.task_id == task_id and g.topology == topology.name
-                    and not any((m.node_address, task_id) in running for m in members[gid])}
-            for a, b in merge_candidates(idle, topology):
-                joined = [candidate(nodes[m.node_address], proven) for m in members[a] + members[b]]
-                for gid in (a, b):
-                    _dissolve(session, groups.pop(gid), "merged", changes)
-                    members.pop(gid)
-                merged = _create(session, topology.name, joined, task_id)
-                new = merged.id
-                changes.merged.append((a, b, new))
-                groups[new] = merged
-                members[new] = list(session.scalars(select(GroupMemberRow).where(
-                    GroupMemberRow.group_id == new).order_by(GroupMemberRow.position)))
-
-    # 3. form groups from Healthy ungrouped nodes, for the topologies live tasks ask for, one topology
-    #    after another; a node whose task failed lately joins a topology only if another task wants it
-    wanted: list[Topology] = []
-    for topologies in allowed.values():
-        wanted += [t for t in topologies if t.name not in {w.name for w in wanted}]
-    sitting_out = recently_failed(failed, failed_cooldown_seconds, utcnow())
-    grouped = {m.node_address for ms in members.values() for m in ms}
-    # a member with MAX_FAILED failed hardware challenges (wrong, or committed and not opened) is not
-    # grouped again (docs/hardware.md): the pool owner decides on chain, the orchestrator on placement
-    struck = {a for a, count in failed_counts(session).items() if count >= MAX_FAILED}
-    free = [candidate(row, proven, rtt) for row in nodes.values()
-            if row.state == NodeState.HEALTHY.value and row.address not in grouped | struck]
-    addresses = {gid: {m.node_address for m in ms} for gid, ms in members.items()}
-    measured = placement_links(session, free)[0] if wanted and len(free) > 1 else {}
-    for topology in wanted:
-        users = [tid for tid, tops in allowed.items() if topology.name in {t.name for t in tops}]
-        eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
-        # a fresh draw per pass from the OS's random source: nobody predicts it, nobody grinds for it
-        for proposal in form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex):
-            formed = _create(session, proposal.topology.name, proposal.members, None)
-            gid = formed.id
-            groups[gid] = formed
-            addresses[gid] = {m.address for m in proposal.members}
-            free = [c for c in free if c.address not in addresses[gid]]
-            changes.formed.append(gid)
-
-    # 4. every group without a task gets the live task allowing its topology with the fewest groups,
-    #    among those none of its members sits out
-    load = {tid: sum(1 for g in groups.values() if g.task_id == tid) for tid in allowed}
-    for gid, group in groups.items():
-        if group.task_id is not None:
-            continue
-        fits = [tid for tid, tops in allowed.items() if group.topology in {t.name for t in tops}
-                and not addresses.get(gid, set()) & sitting_out.get(tid, set())]
-        if fits:
-            chosen = min(fits, key=lambda tid: load[tid])  # `allowed` is oldest first: ties go to the oldest
-            group.task_id = chosen
-            load[chosen] += 1
-            audit(session, "groups", "group_assigned", gid, task=chosen)
-            changes.assigned.append((gid, chosen))
+            run.dissolve(gid, reason)
+    _merge_idle(run)
+    sitting_out = recently_failed(run.failed, failed_cooldown_seconds, utcnow())
+    _form_new(run, sitting_out)
+    _assign_tasks(run, sitting_out)
+    changes = run.changes
     if changes:
         log.info("groups reconciled", dissolved=len(changes.dissolved), formed=len(changes.formed),
                  merged=len(changes.merged), assigned=len(changes.assigned))

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from intellect.identity import Wallet
+from intellect.wire.heartbeat import TaskStatus
 from intellect.wire.nodes import ComputeSpecs, NodeMetadata
 from intellect.wire.tasks import TaskSpec, TaskState
 from orchestrator.db import make_engine, migrate, session_factory
@@ -19,6 +20,7 @@ from orchestrator.groups.scheduler import GroupKeeper, GroupScheduler
 from orchestrator.groups.topology import Topology
 from orchestrator.models import AssignmentRow, AuditRow, GroupMemberRow, NodeRow, TaskRow, utcnow
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.store.assignments import AssignmentStore
 
 PAIR = {"pair": Topology(name="pair", min_size=2, max_size=2)}
 ERROR = "exited with code 1 after 3 restart(s)"
@@ -32,15 +34,9 @@ def sessions(tmp_path) -> sessionmaker[Session]:
 
 def report(make: sessionmaker[Session], address: str, task_id: str, state: TaskState,
            detail: str | None = None) -> None:
-    """The node's heartbeat reports a new state for the task: the row as `record_task_status`
-    (orchestrator/heartbeat.py) upserts it, stamped now."""
-    with make() as s, s.begin():
-        row = s.scalars(select(AssignmentRow).where(AssignmentRow.node_address == address,
-                                                    AssignmentRow.task_id == task_id)).first()
-        if row is None:
-            row = AssignmentRow(task_id=task_id, node_address=address, assigned_at=utcnow())
-            s.add(row)
-        row.state, row.detail, row.updated_at = state.value, detail, utcnow()
+    """The node's heartbeat reports a new state for the task: the heartbeat hands it to the assignment
+    store, which upserts the row, stamped now."""
+    AssignmentStore(make).record(address, TaskStatus(task_id=task_id, state=state, detail=detail))
 
 
 def add_node(session: Session, port: int) -> str:

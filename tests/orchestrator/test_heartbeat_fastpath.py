@@ -1,4 +1,5 @@
-"""The heartbeat fast path (raw ASGI route + one Redis script) and `serve --workers N` replicas.
+"""The heartbeat fast path (its one route, called ahead of the middleware stack + one Redis script) and
+`serve --workers N` replicas.
 
 Real anvil, real Redis, real uvicorn (in a thread, and as `intellect-orchestrator serve --workers 2`
 processes stopped by pid).

@@ -55,3 +55,31 @@ def test_an_older_validators_postgres_database_is_widened(cluster: PostgresClust
     windows = SqlNodeWindows(Database(open_database(url, tmp_path)))
     key = f"0x{'cd' * 20}#{uuid.uuid4()}"
     assert windows.push(1, key, {"file": "f1", "counter": 1}, keep=4) == [{"file": "f1", "counter": 1}]
+
+
+def test_a_database_made_before_the_migrations_is_taken_up_on_postgres(
+    cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """What the store made on PostgreSQL before its Alembic migrations (its tables from the models by
+    `create_all`, no version table) keeps its rows and ends with the schema a fresh database gets."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine, text
+
+    from validator.store import VERSION_TABLE, Base, ChainCursor
+
+    url = cluster.fresh_database("validator_pre_alembic")
+    engine = create_engine(url)
+    Base.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO cursor (pool_id, next_block) VALUES (7, 103)"))
+        conn.execute(text("INSERT INTO node_windows (pool_id, node, entries) VALUES (7, 'n#t', :e)"),
+                     {"e": '[{"c": 1}]'})
+    engine.dispose()
+    db = Database(open_database(url, tmp_path))
+    assert ChainCursor(db).next_block(7, default=0) == 103
+    assert SqlNodeWindows(db).push(7, "n#t", {"c": 2}, keep=4) == [{"c": 1}, {"c": 2}]
+    with db.sessions.kw["bind"].connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        assert context.get_current_revision() is not None
+        assert compare_metadata(context, Base.metadata) == []
