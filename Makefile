@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools gpu-wheels hosts
+.PHONY: install test test-fast test-profile lint devnet down compile bench clean toploc-ref docker images compose-env browser bench-tools gpu-wheels hosts k8s-tools vllm images-vllm
 
 install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcjs, OpenZeppelin)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,22 @@ install: ## virtualenv + pinned Python deps + pinned chain tooling (anvil, solcj
 toploc-ref: ## reference TOPLOC built from source against the pinned torch (interop tests, bench)
 	$(BIN)/python -c "import toploc" 2>/dev/null || \
 	  $(BIN)/pip install --quiet --no-build-isolation --no-deps --no-binary toploc toploc==0.1.6
+
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+# a GPU host: make vllm VLLM_LOCK=requirements-vllm-cuda.lock (the CUDA build; docs/performance.md)
+VLLM_LOCK ?= requirements-vllm.lock
+
+vllm: ## vLLM's CPU build in its own environment (.venv-vllm, requirements-vllm.lock, --no-deps: no CUDA-linked extras) beside the project's package (editable); prints its time and size
+	@started=$$(date +%s); \
+	(test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)) && \
+	(cmp -s $(VLLM_LOCK) $(VLLM_VENV)/installed.lock || \
+	 ($(VLLM_BIN)/pip install --quiet --upgrade pip && \
+	  $(VLLM_BIN)/pip install --quiet --no-deps -r $(VLLM_LOCK) && \
+	  $(VLLM_BIN)/pip install --quiet --no-deps -e . && \
+	  cp $(VLLM_LOCK) $(VLLM_VENV)/installed.lock)) && \
+	$(VLLM_BIN)/python -c "import sys; from workloads.model.vllm_internals import main; sys.exit(main())" && \
+	echo "vllm: $(VLLM_VENV) ready in $$(( $$(date +%s) - started )) s, $$(du -sh $(VLLM_VENV) | cut -f1)"
 
 docker: ## a Docker engine (apt docker.io + dockerd) and the local test image, built without a registry
 	scripts/ci-docker.sh
@@ -35,8 +51,19 @@ bench-tools: ## HAProxy and PostgreSQL (Debian) for bench/heartbeats.py --replic
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends haproxy)
 	bash scripts/ci-services.sh
 
+K8S_VENV := .venv-k8s
+
+k8s-tools: ## the Kubernetes chart's offline checkers in .venv-k8s (deploy/requirements.lock: Helm's SDK, kubernetes-validate, checkov; PyPI only)
+	test -x $(K8S_VENV)/bin/python || $(PY) -m venv $(K8S_VENV)
+	cmp -s deploy/requirements.lock $(K8S_VENV)/installed.lock || \
+	  ($(K8S_VENV)/bin/pip install --quiet --no-compile --no-deps -r deploy/requirements.lock && \
+	   cp deploy/requirements.lock $(K8S_VENV)/installed.lock)
+
 images: ## the RL images (runtime, workload, service) built offline; cached by content hash
 	images/build-rl.sh
+
+images-vllm: ## the inference workload image with vLLM's CPU build (intellect-workload-vllm) for `--runtime docker --backend vllm`; offline
+	images/build-vllm.sh
 
 compose-env: ## compose.env for docker-compose.yml: a fresh chain mnemonic, role keys, ports (never committed)
 	$(BIN)/intellect compose env --out compose.env
@@ -87,4 +114,4 @@ bench:
 	$(BIN)/python bench/inference.py
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(K8S_VENV) node_modules .pytest_cache .ruff_cache

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workloads.inference.judge.calibrate import CHEATS, Grid, calibrate  # noqa: E402
-from workloads.inference.judge.calibration import SHIPPED  # noqa: E402
+from workloads.inference.judge.calibration import SHIPPED, find_calibration  # noqa: E402
 from workloads.model.shapes import SHAPES, build_model_dir  # noqa: E402
 
 ALL = ["tiny", *SHAPES]
@@ -52,8 +52,8 @@ def run(shape: str, quick: bool, train_steps: int, tokens: int) -> dict:
     grid = Grid.quick(tokens) if quick else Grid(max_new_tokens=tokens)
     grid.train_steps = train_steps if shape == "tiny" else 0
     started = time.time()
-    record = calibrate(
-        model, Path(tempfile.mkdtemp(prefix=f"calibrate-{shape}-")), grid, name=shape,
+    record = calibrate(  # base: the shipped record's other backends' parts (vLLM's) are kept
+        model, Path(tempfile.mkdtemp(prefix=f"calibrate-{shape}-")), grid, name=shape, base=find_calibration(model),
         made_by=f".venv/bin/python bench/calibrate_shapes.py --shape {shape}" + (" --quick" if quick else ""),
         progress=lambda m: print(f"  [{shape} {time.time() - started:5.0f}s] {m}", file=sys.stderr, flush=True),
     )  # fmt: skip

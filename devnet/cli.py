@@ -167,6 +167,8 @@ def up(
                 network.down(directory, purge=True, progress=lambda msg: None)
             if plan.cheat != "none":
                 worker_env[count] = {"INTELLECT_WORKER_TASK_ENV": json.dumps(plan.cheat_env())}
+            for index, env in demo_mod.backend_worker_env(plan, count).items():
+                worker_env[index] = {**worker_env.get(index, {}), **env}
             if plan.pipeline:
                 if count < plan.pipeline:
                     raise demo_mod.DemoError(f"--pipeline {plan.pipeline} needs at least {plan.pipeline} "

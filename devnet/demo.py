@@ -158,6 +158,17 @@ class DemoReport:
         return {**self.__dict__, "reward_rise_first5_to_last5": self.rise}
 
 
+def backend_worker_env(plan: DemoPlan, workers: int) -> dict[int, dict[str, str]]:
+    """What every worker needs for the plan's backend: with vLLM, its environment (`make vllm`), which
+    the task's entry point names, readable by the worker's confined tasks."""
+    if plan.backend != "vllm":
+        return {}
+    from workloads.model.vllm_backend import vllm_python
+
+    software = json.dumps([str(Path(vllm_python()).parent.parent)])
+    return {i: {"INTELLECT_WORKER_TASK_SOFTWARE": software} for i in range(1, workers + 1)}
+
+
 def task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: list[str]) -> dict[str, Any]:
     """The RL rollout task every worker runs: follow the trainer's step counter, fetch its checkpoints
     from the broadcast relays, write TOPLOC-proved rollout files that the worker uploads and records

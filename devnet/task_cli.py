@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from devnet.state import DevnetState
+from intellect.cli import err, fail
 from intellect.client import OrchestratorClient, TaskApiError, load_spec
 from intellect.wire.tasks import TaskState
 from intellect.workloads import UNJUDGED
@@ -25,18 +26,12 @@ app = typer.Typer(
     help="Submit and follow tasks on an orchestrator (the trainer's side).", no_args_is_help=True
 )
 console = Console()
-err = Console(stderr=True, soft_wrap=True)
 
 
 class Target:
     def __init__(self, url: str, token: str) -> None:
         self.url = url
         self.token = token
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False)
-    return typer.Exit(1)
 
 
 @app.callback()
@@ -60,13 +55,13 @@ def target(
     """Where the orchestrator is, and the token its task API takes."""
     if token is None and token_file is not None:
         if not token_file.is_file():
-            raise _fail(f"--token-file {token_file} does not exist")
+            raise fail(f"--token-file {token_file} does not exist")
         token = token_file.read_text().strip()
     if url is None or token is None:
         state = DevnetState.load(directory)
         orchestrator = state.process("orchestrator") if state else None
         if state is None or orchestrator is None or orchestrator.url is None:
-            raise _fail(
+            raise fail(
                 "no orchestrator given: pass --url and --token-file (or set INTELLECT_ORCHESTRATOR_URL and "
                 f"INTELLECT_ADMIN_TOKEN), or start a devnet in {directory} with `intellect devnet up`"
             )
@@ -86,14 +81,23 @@ def submit(
     ctx: typer.Context,
     spec_file: Path = typer.Argument(..., help="task spec, .json or .yaml", exists=True, dir_okay=False),
     as_json: bool = typer.Option(False, "--json", help="print the created task as JSON"),
+    backend: str | None = typer.Option(
+        None, "--backend", help="an inference task's generating engine, torch | vllm: sets its "
+        "workload.settings.backend, the calibration its files are judged under",
+    ),
 ) -> None:
     """Create a task from a spec file (validated here and by the orchestrator)."""
     try:
         spec = load_spec(spec_file)
+        if backend is not None:
+            if spec.workload is None or spec.workload.type != "inference":
+                raise ValueError("--backend sets an inference task's workload.settings.backend, and this "
+                                 "spec names no inference workload")  # fmt: skip
+            spec.workload.settings["backend"] = backend
         with _client(ctx) as c:
             task = c.submit(spec)
     except (ValueError, TaskApiError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if as_json:
         print(task.model_dump_json(indent=2))
     else:
@@ -116,7 +120,7 @@ def list_tasks(
             tasks = c.list(include_deleted)
             nodes = c.nodes().nodes
     except TaskApiError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     states: dict[str, dict[str, int]] = {}
     for n in nodes:
         if n.task is not None:
@@ -150,7 +154,7 @@ def status(ctx: typer.Context, task_id: str, as_json: bool = typer.Option(False,
         with _client(ctx) as c:
             progress = c.status(task_id)
     except TaskApiError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if as_json:
         print(progress.model_dump_json(indent=2))
         return
@@ -181,7 +185,7 @@ def wait(
         with _client(ctx) as c:
             progress = c.wait(task_id, state, nodes=nodes, timeout=timeout)
     except TaskApiError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print(f"task {task_id}: {progress.count(state)} node(s) {state.value}")
 
 
@@ -209,7 +213,7 @@ def logs(
                     return
                 time.sleep(interval)
     except TaskApiError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except KeyboardInterrupt:
         return
 
@@ -230,7 +234,7 @@ def delete(ctx: typer.Context, task_id: str, as_json: bool = typer.Option(False,
         with _client(ctx) as c:
             task = c.delete(task_id)
     except TaskApiError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if as_json:
         print(task.model_dump_json(indent=2))
     else:

@@ -44,9 +44,12 @@ class JudgedBy(BaseModel):
     overrides: dict[str, float | int] = Field(
         default_factory=dict, description="limits the pool set explicitly (INTELLECT_VALIDATOR_*)"
     )
+    backend: str = Field("torch", description="the generating backend the task names (the record's part)")
 
     def label(self) -> str:
         base = f"record {self.record} ({self.model_id[:12]})" if self.source == "record" else "uncalibrated"
+        if self.backend != "torch":
+            base += f", {self.backend} part" if self.source == "record" else f" for backend {self.backend}"
         extra = ", ".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
         return f"{base}; pool overrides: {extra}" if extra else base
 

@@ -5,28 +5,45 @@ on validated rollouts only, the cheater is slashed and ejected by the quorum, ho
 rewards; a validator killed mid-run and restarted with `devnet restart` is followed by the demo (and
 still votes); `devnet down` leaves no process behind, and a second `up --demo` in the same folder after
 `down` is a new run as good as the first (issue 24; it was its own test, which ran the demo twice more:
-now the first of its two runs is this one). (The reward's rise over many steps is asserted in
-tests/trainer/test_rl_loop.py; here the run is kept short.)"""
+now the first of its two runs is this one); that second run's workers generate with vLLM
+(`--backend vllm`, issue 57: it replaced a test of its own that ran the same short demo) and every
+honest file is paid. (The reward's rise over many steps is asserted in tests/trainer/test_rl_loop.py;
+here the run is kept short.)"""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from devnet.network import strays
 from devnet.state import DevnetState
 from ledger.client import LedgerClient
 from ledger.events import EventReader
 from ledger.models import ONE_TOKEN
+from workloads.model.vllm_backend import VLLMMissing, vllm_python
 
 INTELLECT = str(Path(sys.executable).parent / "intellect")
 STEPS = 3
+
+
+def backend_for_the_second_run() -> str:
+    """vllm where its environment is (`make vllm`); torch elsewhere, but never under
+    INTELLECT_REQUIRE_VLLM=1 (CI), where a missing environment fails the test."""
+    try:
+        vllm_python()
+    except VLLMMissing as exc:
+        if os.environ.get("INTELLECT_REQUIRE_VLLM") == "1":
+            pytest.fail(f"INTELLECT_REQUIRE_VLLM=1 but {exc}")
+        return "torch"
+    return "vllm"
 
 
 def crash_and_restart(
@@ -120,14 +137,25 @@ def test_demo_trains_slashes_the_cheater_and_cleans_up(tmp_path: Path) -> None:
     assert strays(directory) == []
 
     # The main command works every time: after `down`, a second demo in the same folder is a new run.
+    # Its workers generate with vLLM (`--backend vllm`, issue 57) wherever vLLM's environment is
+    # installed (CI: `make vllm`), and the validator pays every honest file under the tiny record's
+    # vLLM part.
+    backend = backend_for_the_second_run()
     again = ["devnet", "up", "--demo", "--dir", str(directory), "--workers", "2", "--validators", "1",
-             "--quorum", "1", "--cheat", "none", "--steps", "2", "--timeout", "900", "--json"]  # fmt: skip
+             "--quorum", "1", "--cheat", "none", "--steps", "2", "--timeout", "900", "--json",
+             "--backend", backend]  # fmt: skip
     try:
         done = subprocess.run([INTELLECT, *again], capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr[-3000:]
         report = json.loads(done.stdout)
         assert report["steps"] >= 2 and report["files_accepted"] > 0, report
         assert "a new demo run" in done.stdout + done.stderr
+        assert report["honest_invalidations"] == [] and report["honest_out_of_pool"] == {}, report
+        if backend == "vllm":
+            assert report["files_accepted"] == report["files_judged"], report
+            task = json.loads((directory / "demo" / "task.json").read_text())
+            assert task["workload"]["settings"]["backend"] == "vllm"
+            assert task["entrypoint"][0] == vllm_python()  # the workers ran vLLM's environment
     finally:
         down = subprocess.run([INTELLECT, "devnet", "down", "--dir", str(directory)], capture_output=True,
                               text=True, timeout=120)  # fmt: skip

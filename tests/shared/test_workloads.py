@@ -105,6 +105,22 @@ def test_inference_settings_from_both_places_and_rendered_for_the_program() -> N
     assert plugin.task_settings(rendered) == judged
 
 
+def test_a_task_names_its_generating_backend() -> None:
+    """Issue 57: `backend` is a judged setting (validators pick the calibration record's part for it),
+    rendered for the program, and a vLLM task without an image of its own runs in the vLLM image."""
+    plugin = InferencePlugin()
+    s = spec({"type": "inference", "settings": {"backend": "vllm"}})
+    judged = plugin.task_settings(s)
+    assert judged.backend == "vllm" and plugin.task_settings(spec({"type": "inference"})).backend == "torch"
+    rendered = plugin.render(s, judged)
+    assert rendered.image == "intellect-workload-vllm:latest"
+    assert rendered.env_vars["INTELLECT_INFER_BACKEND"] == "vllm"
+    assert plugin.task_settings(rendered) == judged
+    with pytest.raises(WorkloadSettingsError) as caught:
+        plugin.task_settings(spec({"type": "inference", "settings": {"backend": "sglang"}}))
+    assert caught.value.field == "workload.settings.backend"
+
+
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     engine = make_engine(f"sqlite:///{tmp_path / 'tasks.db'}")

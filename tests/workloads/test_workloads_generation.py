@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from workloads.model import sampler
-from workloads.model.backends import InferenceBackend
+from workloads.model.backends import InferenceBackend, TorchBackend
 from workloads.model.prefill import prefill, prefill_batch
 
 SEEDS = [101, 202, 303, 404, 505, 606]
@@ -87,3 +87,30 @@ def test_bad_generation_input_is_refused(backend, prompts):
         backend.generate(prompts, [1], max_new_tokens=4, temperature=1.0)
     with pytest.raises(ValueError, match="empty prompt"):
         backend.generate([[]], [1], max_new_tokens=4, temperature=1.0)
+
+
+def test_hidden_rows_reach_the_host_once_per_proof_chunk(tiny_model, tiny_tokenizer, prompts):
+    """The decode-step rows stay where the model runs and are copied once per 32 steps (issue 57.6:
+    on a GPU one device-to-host transfer per chunk; the chunking is the same on the CPU): the blocks
+    are exactly the proof chunks, the rows come out in order, and decoding gives the same hidden states
+    as before (a row per fed-back token), streamed proofs or not."""
+    from workloads.model.capture import ChunkedCapture
+    from workloads.toploc import build_proofs_batch
+
+    rows = [torch.full((3, 4), float(i)) for i in range(70)]
+    capture = ChunkedCapture()
+    done = [i for i, r in enumerate(rows) if capture.add(r) is not None]
+    assert done == [31, 63] and capture.copies == 2
+    assert torch.equal(capture.block(1)[:, 0], rows[32])
+    out = capture.result(3, 4, torch.float32)
+    assert capture.copies == 3 and torch.equal(out, torch.stack(rows, dim=1))
+    assert ChunkedCapture().result(3, 4, torch.bfloat16).shape == (3, 0, 4)
+
+    fixed = TorchBackend(tiny_model, -1, tiny_tokenizer.pad_token_id)  # EOS off: 70 tokens, 3 chunks a row
+    seeds = list(range(len(prompts)))
+    plain = fixed.generate(prompts, seeds, max_new_tokens=70, temperature=1.0)
+    streamed = fixed.generate(prompts, seeds, max_new_tokens=70, temperature=1.0, stream_proofs=True)
+    for a, b in zip(plain, streamed, strict=True):
+        assert a.tokens == b.tokens and a.hidden.shape == (69, 128)
+        assert torch.equal(a.hidden, b.hidden)
+    assert [c.proof for c in streamed] == build_proofs_batch([c.hidden for c in plain])

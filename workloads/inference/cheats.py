@@ -6,6 +6,7 @@ network can show it catches them. Applied after honest generation (or, for the m
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.inference.generate import group_advantages
+from workloads.model.loading import load_model, load_weights
 from workloads.rollouts import Rollout
 
 Cheat = Literal["none", "forged-reward", "perturbed-model", "inflated-units"]
@@ -37,6 +39,16 @@ def perturb_model(model: PreTrainedModel, scale: float = 1e-2, seed: int = 3) ->
     with torch.no_grad():
         noise = torch.randn(weight.shape, generator=generator) * scale  # drawn on the CPU: the same anywhere
         weight.add_(noise.to(weight.device, weight.dtype))
+
+
+def perturbed_state(model: str, weights: str | Path | None = None) -> dict[str, torch.Tensor]:
+    """The perturbed-model cheat's weights for an engine that takes a state dict (the vLLM backend):
+    the model (or the checkpoint `weights`) in bf16 with `perturb_model` applied."""
+    torch_model = load_model(model)
+    if weights is not None:
+        load_weights(torch_model, weights)
+    perturb_model(torch_model)
+    return dict(torch_model.state_dict())
 
 
 def claimed_units(tokens: int, cheat: Cheat) -> int:

@@ -28,6 +28,7 @@ from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import ENV_PREFIX, TaskSettings, parse_env_value
 
 IMAGE = "intellect-workload:latest"
+VLLM_IMAGE = "intellect-workload-vllm:latest"  # backend: vllm (`make images-vllm`)
 ENTRYPOINT = ["python3", "-m", "workloads.inference"]
 # Set by the worker or the runtime, never by the task: a task setting them would be refused later.
 RUNTIME_OWNED = {"node_address", "output_dir", "checkpoint_cache"}
@@ -153,7 +154,9 @@ class InferencePlugin:
         env[NODE_ADDRESS_ENV] = OWN_ADDRESS
         for name, value in given.items():
             env[ENV_PREFIX + name.upper()] = _env_text(value)
-        return with_program(spec, env, IMAGE, ENTRYPOINT)
+        # A task that names no image gets the workload's; for the vLLM backend the one with vLLM in it.
+        image = VLLM_IMAGE if env.get(ENV_PREFIX + "BACKEND") == "vllm" else IMAGE
+        return with_program(spec, env, image, ENTRYPOINT)
 
     def work_units(self, path: Path) -> int:
         from workloads.rollouts import read_rollouts

@@ -62,7 +62,11 @@ class InferenceSettings(IntellectSettings):
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         "bfloat16", description="weights' dtype; validators recompute in bfloat16, so keep it"
     )
-    backend: Literal["torch", "vllm"] = Field("torch")
+    backend: Literal["torch", "vllm"] = Field(
+        "torch", description="the engine that generates: torch (the project's decoder, everywhere) or vllm "
+        "(vLLM's V1 engine, GPU or CPU build; its own install: `make vllm`). Validators judge files by the "
+        "task's backend (the calibration record's part for it)",
+    )
     json_output: bool = Field(False, description="print one JSON line per batch instead of a table row")
     cheat: Literal["none", "forged-reward", "perturbed-model", "inflated-units"] = Field(
         "none", description="demos and tests only: write dishonest files the validators must catch"
@@ -87,6 +91,4 @@ class InferenceSettings(IntellectSettings):
                 self.output_dir = Path(data_dir) / self.output_dir
             if not self.checkpoint_cache.is_absolute():
                 self.checkpoint_cache = Path(data_dir) / self.checkpoint_cache
-        if self.backend == "vllm" and self.device == "cpu":
-            raise ValueError("the vllm backend needs a GPU: set device=auto or cuda, or backend=torch")
         return self

@@ -11,7 +11,7 @@ reads the same from a spec file (through the plug-in).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -31,6 +31,9 @@ class TaskSettings(BaseModel):
     length_penalty: float = Field(0.0003, ge=0.0)
     async_level: int = Field(2, ge=0)
     max_prompt_tokens: int = Field(4096, ge=1)
+    # The engine the task's workers generate with: its files are judged under the calibration record's
+    # part for it (a model calibrated, but not for this backend: recomputation never slashes).
+    backend: Literal["torch", "vllm"] = "torch"
 
     @classmethod
     def defaults(cls) -> TaskSettings:

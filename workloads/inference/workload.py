@@ -7,21 +7,24 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import structlog
 from pydantic import BaseModel
+from safetensors.torch import load_file
 
 from intellect.device import resolve_device
 from intellect.http_client import shared as http_client
 from workloads.datasets import load_dataset
-from workloads.inference.cheats import claimed_units, forge_rewards, perturb_model
+from workloads.inference.cheats import claimed_units, forge_rewards, perturb_model, perturbed_state
 from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.inference.generate import DTYPES, make_rollouts
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings
-from workloads.model.backends import InferenceBackend, TorchBackend, VLLMBackend
+from workloads.model.backends import InferenceBackend, TorchBackend
 from workloads.model.loading import base_checkpoint_sha256, load_model, load_tokenizer, load_weights, resolve
+from workloads.model.vllm_backend import VLLMBackend
 from workloads.rollouts import BatchInfo, write_rollouts
 
 log = structlog.get_logger(__name__)
@@ -58,10 +61,15 @@ class InferenceWorkload:
         self.model = None
         # Refused here, before anything loads, with the setting named: CUDA asked where there is none.
         self.device = resolve_device(settings.device)
+        self.vllm: VLLMBackend | None = None
         if settings.backend == "vllm":
-            if self.device.type != "cuda":
-                raise ValueError("the vllm backend needs a GPU and PyTorch sees none here: set backend=torch")
-            self.backend: InferenceBackend = VLLMBackend(resolve(settings.model), dtype=settings.dtype)
+            # One engine per process, started here once and kept for every batch and checkpoint.
+            self.vllm = VLLMBackend.shared(resolve(settings.model), dtype=settings.dtype,
+                                           eos_token_id=self.tokenizer.eos_token_id,
+                                           cpu=self.device.type == "cpu")  # fmt: skip
+            if self.vllm.serving != "base" or settings.cheat == "perturbed-model":
+                self._serve(None)  # an engine an earlier workload of this process left other weights in
+            self.backend: InferenceBackend = self.vllm
         else:
             self.model = load_model(settings.model, dtype=DTYPES[settings.dtype], device=self.device)
             if settings.cheat == "perturbed-model":
@@ -125,11 +133,7 @@ class InferenceWorkload:
                 return self._use_base()
             path = self.store.fetch(candidate)
             if path is not None:
-                if self.model is None:
-                    raise RuntimeError("checkpoint reloading is implemented for the torch backend only")
-                load_weights(self.model, path)
-                if self.s.cheat == "perturbed-model":
-                    perturb_model(self.model)
+                self._serve(path)
                 self.checkpoint_step = candidate
                 self.checkpoint_sha256 = self.store.sha256(candidate)
                 log.info("serving checkpoint", checkpoint_step=candidate, step=step)
@@ -153,12 +157,27 @@ class InferenceWorkload:
             source=self.s.checkpoint_source, tried=tried,
         )  # fmt: skip
 
-    def _use_base(self) -> bool:
-        if self.checkpoint_step != 0 and self.model is not None:
+    def _serve(self, path: Path | None) -> None:
+        """Serve a checkpoint's weights (None: the base model's) from the model or the vLLM engine."""
+        if self.vllm is not None:
+            weights = path or Path(resolve(self.s.model)) / "model.safetensors"
+            if self.s.cheat == "perturbed-model":
+                self.vllm.load_state(perturbed_state(self.s.model, weights), serving=f"perturbed {weights}")
+            else:
+                self.vllm.load_state(load_file(str(weights)), serving="base" if path is None else str(path))
+            return
+        assert self.model is not None
+        if path is None:
             base = load_model(self.s.model, dtype=DTYPES[self.s.dtype], device=self.device)
             self.model.load_state_dict(base.state_dict())
-            if self.s.cheat == "perturbed-model":
-                perturb_model(self.model)
+        else:
+            load_weights(self.model, path)
+        if self.s.cheat == "perturbed-model":
+            perturb_model(self.model)
+
+    def _use_base(self) -> bool:
+        if self.checkpoint_step != 0:
+            self._serve(None)
         self.checkpoint_step = 0
         self.checkpoint_sha256 = base_checkpoint_sha256(self.s.model)
         return True

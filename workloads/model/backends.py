@@ -2,7 +2,8 @@
 
 `TorchBackend` runs anywhere (CPU here, GPU elsewhere): batched KV-cache decoding over left-padded
 prompts, per-sequence Gumbel-max sampling, and the final-norm hidden state of every decode position
-captured by a forward hook. `VLLMBackend` is the GPU path (optional extra `intellect[gpu]`).
+captured by a forward hook. `VLLMBackend` (workloads/model/vllm_backend.py) runs vLLM's V1 engine, on a
+GPU or a CPU, installed on its own by `make vllm`.
 
 Which hidden states: the decode positions of a completion of n tokens are the positions whose input
 is an output token that was fed back, i.e. output tokens 0..n-2 (the last token is never fed). A
@@ -19,6 +20,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.model import sampler
+from workloads.model.capture import ChunkedCapture
 from workloads.model.hooks import capture_final_norm
 
 
@@ -96,7 +98,8 @@ class TorchBackend:
 
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
-        hidden_steps: list[torch.Tensor] = []
+        # Rows stay on the device; one copy to the host per 32 decode steps (workloads/model/capture.py).
+        capture = ChunkedCapture()
         done = torch.zeros(batch, dtype=torch.bool)
         cache = None
         hook = capture_final_norm(self.model, last_only=True) if capture_hidden else None
@@ -118,7 +121,7 @@ class TorchBackend:
                 )
                 cache = out.past_key_values
                 if step > 0 and capture_hidden:  # the hidden state of output token step-1
-                    hidden_steps.append(captured[-1])
+                    capture.add(captured[-1])
                 captured.clear()
                 next_tok, next_lp = sampler.sample(out.logits[:, -1, :], seeds, [step] * batch, temperature)
                 next_tok, next_lp = next_tok.cpu(), next_lp.cpu()
@@ -127,10 +130,11 @@ class TorchBackend:
                         tokens[i].append(int(next_tok[i]))
                         logprobs[i].append(float(next_lp[i]))
                 if stream and step and step % stream.chunk_size == 0:
-                    # Rows that sampled token `step` have decode rows 0..step-1: chunk step/32 - 1 is final.
+                    # Rows that sampled token `step` have decode rows 0..step-1: chunk step/32 - 1 is final
+                    # (and on the host: the capture copied it when its 32nd row came in).
                     rows = [i for i in range(batch) if len(tokens[i]) > step]
-                    block = torch.stack(hidden_steps[step - stream.chunk_size : step], dim=1)
-                    stream.add_chunk(step // stream.chunk_size - 1, rows, block[rows].cpu())
+                    chunk = step // stream.chunk_size - 1
+                    stream.add_chunk(chunk, rows, capture.block(chunk)[rows])
                 done |= next_tok == self.eos_token_id
                 if bool(done.all()) or step == max_new_tokens - 1:
                     break
@@ -148,12 +152,8 @@ class TorchBackend:
             if hook:
                 hook.__exit__(None, None, None)
 
-        hidden_size = self.model.config.hidden_size
-        stacked = (  # [batch, decode steps, hidden]; zero steps when every sequence stopped at once
-            torch.stack(hidden_steps, dim=1).cpu()
-            if hidden_steps
-            else torch.empty((batch, 0, hidden_size), dtype=self.model.dtype)
-        )
+        # [batch, decode steps, hidden] on the host; zero steps when every sequence stopped at once
+        stacked = capture.result(batch, self.model.config.hidden_size, self.model.dtype)
         results = []
         for i in range(batch):
             n = len(tokens[i])
@@ -167,74 +167,3 @@ class TorchBackend:
         self.stats.seconds += time.perf_counter() - started
         self.stats.output_tokens += sum(len(t) for t in tokens)
         return results
-
-
-class VLLMBackend:
-    """GPU path through vLLM (never used by the CPU test suite; imported lazily).
-
-    Tokens: vLLM samples with temperature 1 from logits that a per-request logits processor reduces
-    to the one token our Gumbel-max sampler picks, so a validator reproduces them exactly as for the
-    torch backend. Hidden states: a forward hook on the final norm of the engine's model (as the
-    reference integration does) during one prefill per completion over prompt + output; vLLM mixes
-    sequences of a batch in one flat token dimension, and a separate prefill keeps the row mapping
-    unambiguous for about the cost of one prompt-sized forward per completion.
-    """
-
-    def __init__(self, model: str, *, dtype: str = "bfloat16", **engine_args: object):
-        from vllm import LLM  # noqa: PLC0415 - optional GPU extra
-
-        self.llm = LLM(model=model, dtype=dtype, enforce_eager=True, **engine_args)
-        self.eos_token_id = self.llm.get_tokenizer().eos_token_id
-        self._engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-
-    def _processor(self, seed: int, temperature: float, logprobs: list[float]):
-        # Sees the model's real logits, records the chosen token's logprob, then forces that token.
-        def force(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
-            pos = len(output_ids)
-            chosen = int(sampler.scores(logits.view(1, -1), [seed], [pos], temperature).argmax())
-            lp = sampler.token_logprobs(logits.view(1, -1), torch.tensor([chosen]), temperature)
-            del logprobs[pos:]  # a recomputed step (preemption) replaces, never appends twice
-            logprobs.append(float(lp))
-            forced = torch.full_like(logits, float("-inf"))
-            forced[chosen] = 0.0
-            return forced
-
-        return force
-
-    def generate(
-        self,
-        prompts: list[list[int]],
-        seeds: list[int],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        capture_hidden: bool = True,
-    ) -> list[Completion]:
-        from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
-
-        recorded: list[list[float]] = [[] for _ in seeds]
-        params = [
-            SamplingParams(
-                max_tokens=max_new_tokens,
-                temperature=1.0,
-                logits_processors=[self._processor(s, temperature, recorded[i])],
-            )
-            for i, s in enumerate(seeds)
-        ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        results = []
-        for prompt, out, lps in zip(prompts, outs, recorded, strict=True):
-            toks = list(out.outputs[0].token_ids)
-            hid = self._prefill_hidden(prompt, toks) if capture_hidden else None
-            results.append(Completion(toks, lps[: len(toks)], hid, toks[-1] == self.eos_token_id))
-        return results
-
-    def _prefill_hidden(self, prompt: list[int], output: list[int]) -> torch.Tensor:
-        from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
-
-        with capture_final_norm(self._engine_model, last_only=False) as captured:
-            self.llm.generate(
-                [TokensPrompt(prompt_token_ids=prompt + output)], SamplingParams(max_tokens=1), use_tqdm=False
-            )
-        flat = captured[0].reshape(-1, captured[0].shape[-1])  # the prefill forward: [len, hidden]
-        return flat[len(prompt) : len(prompt) + len(output) - 1].cpu()

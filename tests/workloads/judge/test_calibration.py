@@ -116,7 +116,7 @@ def test_one_place_resolves_the_limits(monkeypatch: pytest.MonkeyPatch, other_mo
     limits = resolve_limits(other_model)
     assert limits.record == record and limits.overrides == {}
     assert (limits.thresholds.file_max_mant_mean, limits.thresholds.chunk_max_exp_mismatches) == (0.9, 16)
-    assert limits.judged_by().model_dump() == {"source": "record", "record": "other",
+    assert limits.judged_by().model_dump() == {"source": "record", "record": "other", "backend": "torch",
                                                "model_id": record.model_id, "overrides": {}}  # fmt: skip
     monkeypatch.setenv("INTELLECT_VALIDATOR_CHUNK_MAX_EXP_MISMATCHES", "20")
     limits = resolve_limits(other_model)  # the pool's explicit setting wins over the record's
@@ -134,3 +134,41 @@ def test_one_place_resolves_the_limits(monkeypatch: pytest.MonkeyPatch, other_mo
     assert resolve_limits(other_model).judged_by().source == "uncalibrated"
     # a pipeline workload's record must name it: the group judge's replay limits are the tiny model's
     assert resolve_limits("tiny").calibrated("pipeline") and not limits.calibrated("pipeline")
+
+
+def test_a_model_calibrated_but_not_for_the_tasks_backend_is_never_slashed_on_recomputation(
+    tmp_path: Path, other_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57: a record's top-level limits are the torch backend's; a task whose workers generate
+    with vLLM is judged under the record's vLLM part. Without one, what the recomputation finds is not
+    paid, never slashed, and the reason says which backend lacks a calibration; with one, its limits
+    judge and a cheat is slashed again. (The file is the torch-made perturbed-model cheat: what the
+    recomputation sees is the same whoever claims to have made it.)"""
+    from workloads.inference.judge.calibration import BackendPart, resolve_limits
+
+    path = made_by(other_model, tmp_path / "perturbed", "perturbed-model")
+    folder = tmp_path / "records"
+    folder.mkdir()
+    record = CalibrationRecord(model_id=model_id(other_model) or "", name="other", made_by="this test")
+    (folder / "other.json").write_text(record.model_dump_json())
+    monkeypatch.setenv(ENV, str(folder))
+    vllm_task = task_for(other_model).model_copy(update={"backend": "vllm"})
+    limits = resolve_limits(other_model, {}, backend="vllm")
+    assert limits.record == record and not limits.calibrated() and limits.judged_by().source == "uncalibrated"
+    pipeline = Pipeline(vllm_task, MemorySeenStore(), ModelCheckpoints(str(other_model)))
+    verdict = pipeline.judge(path, Submission(node=NODE))
+    assert pipeline.calibration is None
+    assert verdict.verdict == "soft_invalidate", verdict.reasons
+    assert verdict.reasons and all("generated with backend 'vllm'" in r for r in verdict.reasons)
+    assert verdict.judged_by is not None and verdict.judged_by.backend == "vllm"
+
+    part = BackendPart(made_by="this test", thresholds={"chunk_max_exp_mismatches": 13})
+    with_part = record.model_copy(update={"backends": {"vllm": part}})
+    (folder / "other.json").write_text(with_part.model_dump_json())
+    limits = resolve_limits(other_model, {}, backend="vllm")
+    assert limits.calibrated() and limits.thresholds.chunk_max_exp_mismatches == 13
+    assert resolve_limits(other_model, {}).thresholds.chunk_max_exp_mismatches != 13  # torch: top level
+    pipeline = Pipeline(vllm_task, MemorySeenStore(), ModelCheckpoints(str(other_model)))
+    verdict = pipeline.judge(path, Submission(node=NODE))
+    assert verdict.verdict == "invalidate", verdict.reasons
+    assert verdict.judged_by is not None and verdict.judged_by.label().endswith("vllm part")

@@ -38,119 +38,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
-from transformers import AutoModelForCausalLM
 
-from workloads.inference.judge.calibration import CalibrationRecord, limits_of, model_id
+from workloads.inference.judge.calibrate_files import (
+    CHEATS,
+    CalibrationError,
+    Grid,
+    Job,
+    cheat_workload,
+    make_files,
+)
+from workloads.inference.judge.calibrate_files import workload as _workload
+from workloads.inference.judge.calibration import TORCH, BackendPart, CalibrationRecord, limits_of, model_id
 from workloads.inference.judge.checks.model import recompute
 from workloads.inference.judge.grades import Finding, grade
 from workloads.inference.judge.limits import Sample, derive, failing_rules
 from workloads.inference.judge.thresholds import ValidationThresholds
-from workloads.inference.settings import InferenceSettings
-from workloads.inference.workload import InferenceWorkload
 from workloads.model.loading import load_model, load_tokenizer, load_weights, resolve
 from workloads.rollouts import read_rollouts
 
 MAX_FEED_BATCHES = 12  # files fed to one training step before the run is called untrainable
-CHEATS = ("fp16 weights", "int8 weights", "noise 1e-2", "noise 1e-3", "another seed", "perturbed layer")
-
-
-class CalibrationError(Exception):
-    """The model cannot be calibrated; the message says what to fix."""
-
-
-class Grid(BaseModel):
-    """The honest settings measured, and how many cheating files."""
-
-    generation_batches: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
-    threads: list[int] = Field(default_factory=lambda: [1, 2])
-    prefill_batches: list[int] = Field(default_factory=lambda: [1, 64])
-    max_new_tokens: int = Field(32, ge=1)
-    files_per_setting: int = Field(2, ge=1)
-    one_token_files: int = Field(1, ge=0, description="files at max_new_tokens = 1 (rows without proofs)")
-    train_steps: int = Field(0, ge=0, description="checkpoints of a short training run, each measured too")
-    cheat_files: int = Field(2, ge=1)
-    completions: int = Field(4, ge=1, description="completions per prompt (n)")
-
-    @classmethod
-    def quick(cls, max_new_tokens: int = 32) -> Grid:
-        return cls(
-            generation_batches=[1, 16], max_new_tokens=max_new_tokens, files_per_setting=1, cheat_files=1
-        )
-
-
-def _node(label: str) -> str:
-    return "0x" + hashlib.sha256(label.encode()).hexdigest()[:40]
-
-
-def _workload(model: str, out: Path, batch: int, grid: Grid, **extra: Any) -> InferenceWorkload:
-    node = extra.pop("node_address", None) or _node(str(out))  # a folder's files: a node of their own
-    return InferenceWorkload(InferenceSettings(
-        model=model, node_address=node, output_dir=out, batch_size=batch, n=grid.completions,
-        max_new_tokens=extra.pop("max_new_tokens", grid.max_new_tokens), device="cpu", **extra,
-    ))  # fmt: skip
-
-
-def _files(workload: InferenceWorkload, count: int) -> list[Path]:
-    paths = []
-    for _ in range(count):
-        report = workload.run_batch()
-        if report is None:
-            raise CalibrationError("the inference workload wrote no file (no checkpoint for its step?)")
-        paths.append(Path(report.path))
-    return paths
-
-
-def _noise(model: torch.nn.Module, sigma: float, only: str | None = None, seed: int = 7) -> None:
-    """N(0, sigma) added to every matrix (or to the one named), in place."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2 and (only is None or name == only):
-                p.add_((torch.randn(p.shape, generator=gen) * sigma).to(p.dtype))
-
-
-def _quantize(model: torch.nn.Module, bits: int = 8) -> None:
-    """Weight-only quantization, per output row, round to nearest (what a node saves memory with)."""
-    levels = 2 ** (bits - 1) - 1
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                w = p.float()
-                step = (w.abs().amax(dim=1, keepdim=True) / levels).clamp_min(1e-12)  # zero rows stay zero
-                p.copy_((torch.round(w / step) * step).to(p.dtype))
-
-
-def _reseed(model: torch.nn.Module, seed: int = 1) -> None:
-    """The same config with another seed's random weights."""
-    torch.manual_seed(seed)
-    fresh = AutoModelForCausalLM.from_config(model.config)
-    dtype = next(model.parameters()).dtype
-    model.load_state_dict({k: v.to(dtype) for k, v in fresh.state_dict().items()})
-
-
-def cheat_workload(model: str, kind: str, out: Path, batch: int, grid: Grid,
-                   node_address: str | None = None) -> InferenceWorkload:  # fmt: skip
-    """The inference workload producing one of `CHEATS` (planned for `node_address`, or for an address
-    of the folder's own)."""
-    if kind == "fp16 weights":
-        return _workload(model, out, batch, grid, dtype="float16", node_address=node_address)
-    workload = _workload(model, out, batch, grid, node_address=node_address)
-    assert workload.model is not None
-    if kind == "int8 weights":
-        _quantize(workload.model, 8)
-    elif kind == "noise 1e-2":
-        _noise(workload.model, 1e-2)
-    elif kind == "noise 1e-3":
-        _noise(workload.model, 1e-3)
-    elif kind == "another seed":
-        _reseed(workload.model)
-    elif kind == "perturbed layer":
-        first = next(n for n, p in workload.model.named_parameters() if p.dim() >= 2 and "layers.0." in n)
-        _noise(workload.model, 1e-2, only=first)
-    else:
-        raise ValueError(f"unknown cheat {kind!r}: one of {', '.join(CHEATS)}")
-    return workload
+__all__ = ["CHEATS", "CalibrationError", "Grid", "calibrate", "cheat_workload"]  # cheat_workload: the tests'
 
 
 def train(model: str, work: Path, steps: int, grid: Grid, progress: Callable[[str], None]) -> Path:
@@ -231,6 +138,44 @@ def recompute_all(
     return out
 
 
+def _jobs(model: str, work: Path, grid: Grid, backend: str, progress: Callable[[str], None],
+          own: dict[int, Path] | None) -> tuple[list[Job], dict[str, Path]]:  # fmt: skip
+    """What to make: honest settings (generation batch x threads, one-token rows, checkpoints of a
+    short training run and the operator's own), then the cheats; and each setting's checkpoint."""
+    jobs: list[Job] = []
+    checkpoints: dict[str, Path] = {}
+    threads: list[int | None] = list(grid.threads) if backend == "torch" else [None]  # vLLM binds its own
+    for count in threads:
+        for batch in grid.generation_batches:
+            setting = f"base b{batch} " + (f"t{count}" if count is not None else backend)
+            jobs.append(Job(setting=setting, folder=work / setting.replace(" ", "-"), batch=batch,
+                            files=grid.files_per_setting, max_new_tokens=grid.max_new_tokens, threads=count))
+    if grid.one_token_files:
+        jobs.append(Job(setting="base b16 one token", folder=work / "one-token", batch=16,
+                        files=grid.one_token_files, max_new_tokens=1))  # fmt: skip
+    steps: list[tuple[int, Path]] = []
+    if grid.train_steps:  # trained with the torch backend here: the trainer's checkpoints, whoever generates
+        torch.set_num_threads(max(grid.threads))
+        ckpt = train(model, work, grid.train_steps, grid, progress)
+        steps += [(step, ckpt) for step in range(1, grid.train_steps + 1)]
+    if own:
+        ckpt = stage(own, work / "own-ckpt")
+        steps += [(step, ckpt) for step in sorted(own)]
+    for step, ckpt in steps:
+        setting = f"step {step} b16" + (" (own)" if ckpt.name == "own-ckpt" else "")
+        jobs.append(Job(  # a trained and an own step 1 never share files
+            setting=setting, folder=work / f"{ckpt.name}-step-{step}", batch=16,
+            files=grid.files_per_setting, max_new_tokens=grid.max_new_tokens, step=step,
+            checkpoint_source=str(ckpt / "step_{step}.safetensors"),
+            checkpoint_cache=work / f"cache-{ckpt.name}",
+        ))  # fmt: skip
+        checkpoints[setting] = ckpt / f"step_{step}.safetensors"
+    for kind in CHEATS:
+        jobs.append(Job(setting=kind, folder=work / kind.replace(" ", "-"), batch=16, files=grid.cheat_files,
+                        max_new_tokens=grid.max_new_tokens, cheat=kind))  # fmt: skip
+    return jobs, checkpoints
+
+
 def calibrate(
     model: str,
     work: Path,
@@ -242,62 +187,38 @@ def calibrate(
     progress: Callable[[str], None] = lambda _m: None,
     pipeline: bool = False,
     pipeline_quick: bool = False,
+    backend: str = TORCH,
+    base: CalibrationRecord | None = None,
 ) -> CalibrationRecord:
     """The whole measurement for `model` (a local folder with config.json and model.safetensors, or
     "tiny"): honest files, cheats, limits, false positives; the record it makes. `own`: checkpoints of
     the operator's training run of this model (step → safetensors file), measured like trained ones.
     `pipeline`: the pipeline replay's forward limits measured too (`pipeline_part`; `pipeline_quick`:
-    4 batch shapes, one seed), and the record then calibrates that workload as well."""
+    4 batch shapes, one seed), and the record then calibrates that workload as well.
+
+    `backend`: the generating backend the files are made with (workloads/inference/judge/calibrate_files.py).
+    Not torch: the measurement is that backend's part of the model's record (`base`, else a record
+    that calibrates no other backend), every other part of `base` kept."""
     wanted = model_id(model)
     if wanted is None:
         raise CalibrationError(
             f"{model!r} has no local config.json and single model.safetensors: a record names its model by "
             "their content, so download or convert the model to one folder first"
         )
+    if backend != TORCH and pipeline:
+        raise CalibrationError("--pipeline measures the pipeline workload, which generates with torch: "
+                               "calibrate it with --backend torch")  # fmt: skip
     started = time.time()
     threads_before = torch.get_num_threads()
-    files: dict[str, list[Path]] = {}
-    checkpoints: dict[str, Path] = {}
-    lengths: dict[str, int] = {}
     try:
-        for threads in grid.threads:
-            torch.set_num_threads(threads)
-            for batch in grid.generation_batches:
-                setting = f"base b{batch} t{threads}"
-                progress(f"honest files: {setting}")
-                files[setting] = _files(_workload(model, work / setting.replace(" ", "-"), batch, grid),
-                                        grid.files_per_setting)  # fmt: skip
-                lengths[setting] = grid.max_new_tokens
-        if grid.one_token_files:
-            setting = "base b16 one token"
-            progress(f"honest files: {setting}")
-            files[setting] = _files(_workload(model, work / "one-token", 16, grid, max_new_tokens=1),
-                                    grid.one_token_files)  # fmt: skip
-            lengths[setting] = 1
+        jobs, checkpoints = _jobs(model, work, grid, backend, progress, own)
+        progress(f"making {sum(j.files for j in jobs)} files with the {backend} backend "
+                 f"({len([j for j in jobs if j.cheat is None])} honest settings, {len(CHEATS)} cheats)")
+        made = make_files(model, grid, jobs, backend, work)
         torch.set_num_threads(max(grid.threads))
-        steps: list[tuple[int, Path]] = []
-        if grid.train_steps:
-            ckpt = train(model, work, grid.train_steps, grid, progress)
-            steps += [(step, ckpt) for step in range(1, grid.train_steps + 1)]
-        if own:
-            ckpt = stage(own, work / "own-ckpt")
-            steps += [(step, ckpt) for step in sorted(own)]
-        for step, ckpt in steps:
-            setting = f"step {step} b16" + (" (own)" if ckpt.name == "own-ckpt" else "")
-            progress(f"honest files: {setting}")
-            folder = work / f"{ckpt.name}-step-{step}"  # a trained and an own step 1 never share files
-            workload = _workload(model, folder, 16, grid, step=step,
-                                 checkpoint_source=str(ckpt / "step_{step}.safetensors"),
-                                 checkpoint_cache=work / f"cache-{ckpt.name}")  # fmt: skip
-            files[setting] = _files(workload, grid.files_per_setting)
-            checkpoints[setting] = ckpt / f"step_{step}.safetensors"
-            lengths[setting] = grid.max_new_tokens
-        cheats: dict[str, list[Path]] = {}
-        for kind in CHEATS:
-            progress(f"cheating files: {kind}")
-            cheats[kind] = _files(cheat_workload(model, kind, work / kind.replace(" ", "-"), 16, grid),
-                                  grid.cheat_files)  # fmt: skip
-            lengths[kind] = grid.max_new_tokens
+        lengths = {j.setting: j.max_new_tokens for j in jobs}
+        files = {j.setting: made[j.setting] for j in jobs if j.cheat is None}
+        cheats = {j.setting: made[j.setting] for j in jobs if j.cheat is not None}
         progress("recomputing every file at prefill batches " + ", ".join(map(str, grid.prefill_batches)))
         # The pool's own INTELLECT_VALIDATOR_* settings play no part in a measurement: the shipped
         # defaults, loose enough here that every file's statistics are kept.
@@ -318,6 +239,23 @@ def calibrate(
     shape = {
         k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
     }
+    measured = {
+        "shape": shape,
+        "grid": grid.model_dump(),
+        "honest_files": sum(len(v) for v in files.values()),
+        "honest_rows": sum(s.stats.rows for s in honest) // max(1, len(grid.prefill_batches)),
+        "honest_recomputations": len(honest_verdicts),
+        "false_positives": rules,
+        "statistics": derived.table,
+        "cheats_caught": caught,
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}",
+        "seconds": round(time.time() - started, 1),
+    }
+    if backend != TORCH:
+        part = BackendPart(made_by=made_by, device="cpu", thresholds=derived.thresholds, measured=measured)
+        record = base or CalibrationRecord(model_id=wanted, name=name or Path(model).name, made_by=made_by,
+                                           workloads=[])  # fmt: skip
+        return record.model_copy(update={"backends": {**record.backends, backend: part}})
     forward = pipeline_part(model, pipeline_quick, progress) if pipeline else {}
     return CalibrationRecord(
         model_id=wanted,
@@ -326,18 +264,8 @@ def calibrate(
         thresholds=derived.thresholds,
         workloads=["inference", "pipeline"] if pipeline else ["inference"],
         pipeline=forward,
-        measured={
-            "shape": shape,
-            "grid": grid.model_dump(),
-            "honest_files": sum(len(v) for v in files.values()),
-            "honest_rows": sum(s.stats.rows for s in honest) // max(1, len(grid.prefill_batches)),
-            "honest_recomputations": len(honest_verdicts),
-            "false_positives": rules,
-            "statistics": derived.table,
-            "cheats_caught": caught,
-            "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}",
-            "seconds": round(time.time() - started, 1),
-        },
+        measured=measured,
+        backends=base.backends if base is not None else {},
     )
 
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from intellect.cli import checkpoint_flags
 from intellect.logs import setup_logging
 from workloads.inference.judge.calibrate import CalibrationError, Grid, calibrate
-from workloads.inference.judge.calibration import ENV, CalibrationRecord
+from workloads.inference.judge.calibration import ENV, TORCH, CalibrationRecord, find_calibration, model_id
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -44,6 +44,10 @@ def calibrate_command(
         "on a CPU for a 0.5B shape; the full grid is the one to slash on)",
     ),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1, help="the task's output length"),
+    files_per_setting: int | None = typer.Option(
+        None, "--files-per-setting", min=1, help="honest files of each setting (default: 2, 1 with --quick); "
+        "more files bound the false-positive rate tighter (the rule of three: ~3/N)",
+    ),
     train_steps: int = typer.Option(
         0,
         "--train-steps",
@@ -57,6 +61,14 @@ def calibrate_command(
     work_dir: Path | None = typer.Option(
         None, "--work-dir", help="where the measured files go (default: a temp dir)"
     ),
+    backend: str = typer.Option(
+        "torch", "--backend", help="the generating backend whose files are measured: torch, or vllm (made in "
+        "vLLM's environment, `make vllm`); not torch: the record's part for that backend, added to the "
+        "model's record (--base, else the one the validator finds for the model) and every other part kept",
+    ),
+    base: Path | None = typer.Option(
+        None, "--base", help="the record to add the measurement to (default: the model's, where one is found)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the record as JSON"),
     pipeline: bool = typer.Option(
         False,
@@ -68,7 +80,8 @@ def calibrate_command(
     """Measure MODEL's honest recomputation noise and its cheats; write its calibration record.
 
     Honest files come from the inference workload itself (generation batches 1-64, 1 and 2 threads,
-    one-token rows, checkpoints), recomputed as validators do (prefill batch 1 and 64); cheats are fp16
+    one-token rows, checkpoints; with --backend vllm, vLLM's engine makes them), recomputed as validators
+    do (prefill batch 1 and 64); cheats are fp16
     and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight noise, another seed and one perturbed layer. The limits
     follow the rules of workloads/inference/judge/limits.py; every honest file is judged again under
     them. Without a
@@ -82,6 +95,8 @@ def calibrate_command(
     setup_logging(level="warning")  # the workload's and trainer's info lines would bury the progress
     grid = Grid.quick(max_new_tokens) if quick else Grid(max_new_tokens=max_new_tokens)
     grid.train_steps = train_steps
+    if files_per_setting is not None:
+        grid.files_per_setting = files_per_setting
     work = work_dir or Path(tempfile.mkdtemp(prefix="intellect-calibrate-"))
     made_by = "intellect-validator calibrate " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [model])
     started = time.monotonic()
@@ -90,35 +105,41 @@ def calibrate_command(
         err.print(f"[{time.monotonic() - started:6.0f} s] {message}", markup=False)
 
     try:
+        found = CalibrationRecord.model_validate_json(base.read_text()) if base else find_calibration(model)
+        if found is not None and found.model_id != model_id(model):
+            raise CalibrationError(f"--base {base} was made on another model ({found.model_id[:16]}…)")
         record = calibrate(model, work, grid, name=name, made_by=made_by, own=own, progress=progress,
-                           pipeline=pipeline, pipeline_quick=quick)  # fmt: skip
+                           pipeline=pipeline, pipeline_quick=quick, backend=backend, base=found)  # fmt: skip
     except CalibrationError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     target = out or Path(f"{record.name}.calibration.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(record.model_dump_json(indent=1) + "\n")
+    measured = record if backend == TORCH else record.backends[backend]
     if as_json:
         print(record.model_dump_json(indent=1))
     else:
-        _print(record)
+        _print(record.name if backend == TORCH else f"{record.name} ({backend} part)", measured.measured,
+               measured.thresholds)  # fmt: skip
         console.print(f"record: {target} (model_id {record.model_id[:16]}…); a validator uses it when its "
                       f"folder is in {ENV}", markup=False)  # fmt: skip
-    if record.pipeline and record.pipeline["measured"]["honest"]["caught"]:
+    if not as_json and record.pipeline and backend == TORCH:
+        _print_pipeline(record.pipeline)
+    if pipeline and record.pipeline["measured"]["honest"]["caught"]:
         err.print("error: honest pipeline stage-batches are guilty under the derived forward limits (see "
                   "pipeline.measured.honest); not a usable record")  # fmt: skip
         raise typer.Exit(1)
-    if record.measured["false_positives"]["failing"]:
+    if measured.measured["false_positives"]["failing"]:
         err.print(
             "error: honest files fail under the derived limits (see false_positives); not a usable record"
         )
         raise typer.Exit(1)
 
 
-def _print(record: CalibrationRecord) -> None:
-    m = record.measured
+def _print(name: str, m: dict, thresholds: dict) -> None:
     fp = m["false_positives"]
-    console.print(f"{record.name}: {m['honest_files']} honest files, {m['honest_rows']} rows, "
+    console.print(f"{name}: {m['honest_files']} honest files, {m['honest_rows']} rows, "
                   f"{fp['recomputations']} recomputations, {fp['failing']} failing under the derived limits "
                   f"({m['seconds']} s)", markup=False)  # fmt: skip
     rows = [r for r in m["statistics"] if "limit" in r]
@@ -144,10 +165,8 @@ def _print(record: CalibrationRecord) -> None:
     graded.add_row("files slashed / not paid / missed",
                    *("/".join(str(m["cheats_caught"][k][g]) for g in grades) for k in kinds))  # fmt: skip
     console.print(graded)
-    changed = json.dumps(record.thresholds) if record.thresholds else "none (the defaults hold)"
+    changed = json.dumps(thresholds) if thresholds else "none (the defaults hold)"
     console.print(f"limits that differ from the defaults: {changed}", markup=False)
-    if record.pipeline:
-        _print_pipeline(record.pipeline)
 
 
 def _print_pipeline(part: dict) -> None:

@@ -24,7 +24,9 @@ in the folders of `INTELLECT_VALIDATOR_CALIBRATIONS` (os.pathsep-separated).
 judge behind `intellect-validator check` and `run`, the pipeline workload's judge, the calibrate
 command's own re-judging, the benches, the tests) gets its limits there: the shipped defaults, then the
 record's, then the pool's explicit settings (`INTELLECT_VALIDATOR_*` env vars, or a bench's own); and
-whether its measured rules may slash at all (only under a record made on the task's model). Issue 54:
+whether its measured rules may slash at all (only under a record made on the task's model, and for
+inference files under the record's part for the task's generating backend: the top-level limits are
+the torch backend's, `backends` holds the others', issue 57). Issue 54:
 the plug-in once handed the judge the tiny model's limits whatever the record said, and honest files of
 every wider model were slashed; a judge now has no way to get limits but this one.
 """
@@ -51,6 +53,23 @@ ENV = "INTELLECT_VALIDATOR_CALIBRATIONS"
 VOLATILE = frozenset({"transformers_version", "_name_or_path"})
 
 
+TORCH = "torch"  # the backend a record's top-level limits were measured with
+
+
+class BackendPart(BaseModel):
+    """The limits of files another generating backend made (`CalibrationRecord.backends`): the same
+    model recomputed by the same torch prefill, but vLLM's kernels round differently from the torch
+    decoder's, so its honest noise is its own (issue 57: 12 of 16 honest vLLM rows failed the torch
+    limits)."""
+
+    made_by: str = Field(description="the command that measured it")
+    device: str = Field("cpu", description="where the measured files were generated (recorded, not matched)")
+    thresholds: dict[str, float | int] = Field(
+        default_factory=dict, description="ValidationThresholds fields that differ from the defaults"
+    )
+    measured: dict[str, Any] = Field(default_factory=dict, description="honest and cheating figures, margins")
+
+
 class CalibrationRecord(BaseModel):
     model_id: str = Field(description="sha256 of the model's canonical config JSON and its weights' sha256")
     name: str = Field(description="the model it was made on, as the task names it")
@@ -63,6 +82,11 @@ class CalibrationRecord(BaseModel):
         default_factory=lambda: ["inference"],
         description="the judges whose measured rules this record calibrates (\"pipeline\" only where the "
         "pipeline replay's limits were measured on the model: `intellect-validator calibrate --pipeline`)",
+    )
+    backends: dict[str, BackendPart] = Field(
+        default_factory=dict,
+        description="limits measured on files other generating backends made, by backend (\"vllm\"); the "
+        "top-level thresholds are the torch backend's (`intellect-validator calibrate --backend`)",
     )
     pipeline: dict[str, Any] = Field(
         default_factory=dict,
@@ -116,9 +140,24 @@ class Limits:
     record: CalibrationRecord | None
     overrides: dict[str, float | int]
     model_id: str | None = None
+    backend: str = TORCH
 
     def calibrated(self, workload: str = "inference") -> bool:
-        return self.record is not None and workload in self.record.workloads
+        """Whether this workload's measured rules may slash: a record made on the task's model that
+        calibrates the workload, and for inference files the task's generating backend."""
+        if self.record is None:
+            return False
+        if workload == "inference" and self.backend != TORCH:
+            return self.backend in self.record.backends
+        return workload in self.record.workloads
+
+    def uncalibrated_reason(self, model: str) -> str:
+        """What a recomputation failure's reason says when it cannot slash (not paid, and why)."""
+        if self.record is not None and self.backend != TORCH and self.backend not in self.record.backends:
+            parts = ", ".join([TORCH, *self.record.backends])
+            return (f"no calibration for model {model!r} generated with backend {self.backend!r} (the record "
+                    f"calibrates {parts}): not paid, not slashed")  # fmt: skip
+        return f"no calibration for model {model!r}: not paid, not slashed"
 
     @property
     def forward(self) -> dict[str, float] | None:
@@ -130,10 +169,12 @@ class Limits:
         return dict(self.record.pipeline.get("limits") or {}) or None
 
     def judged_by(self, workload: str = "inference") -> JudgedBy:
+        backend = self.backend if workload == "inference" else TORCH
         if self.record is None or not self.calibrated(workload):
-            return JudgedBy(source="uncalibrated", model_id=self.model_id or "", overrides=self.overrides)
+            return JudgedBy(source="uncalibrated", model_id=self.model_id or "", overrides=self.overrides,
+                            backend=backend)  # fmt: skip
         return JudgedBy(source="record", record=self.record.name, model_id=self.record.model_id,
-                        overrides=self.overrides)  # fmt: skip
+                        overrides=self.overrides, backend=backend)  # fmt: skip
 
 
 def pool_overrides() -> dict[str, float | int]:
@@ -144,17 +185,24 @@ def pool_overrides() -> dict[str, float | int]:
 
 def limits_of(
     record: CalibrationRecord | None, overrides: Mapping[str, float | int] | None = None,
-    model_id: str | None = None,
+    model_id: str | None = None, backend: str = TORCH,
 ) -> Limits:
-    """Defaults ← the record's limits ← the overrides (a record being made: its own derived limits)."""
+    """Defaults ← the record's limits for `backend` ← the overrides (a record being made: its own
+    derived limits). A backend the record has no part for gets the torch limits, never slashed on."""
     given = dict(overrides or {})
-    update = {**(record.thresholds if record else {}), **given}
-    thresholds = ValidationThresholds.defaults().model_copy(update=update)
-    return Limits(thresholds, record, given, model_id or (record.model_id if record else None))
+    measured = record.thresholds if record else {}
+    if record is not None and backend != TORCH and backend in record.backends:
+        measured = record.backends[backend].thresholds
+    thresholds = ValidationThresholds.defaults().model_copy(update={**measured, **given})
+    return Limits(thresholds, record, given, model_id or (record.model_id if record else None), backend)
 
 
-def resolve_limits(model: str | Path | None, overrides: Mapping[str, float | int] | None = None) -> Limits:
-    """THE way a judge gets its limits for a task's `model` (the module's docstring). `overrides`
-    None: the pool's explicit settings from the environment; a mapping: exactly those (a bench, a test)."""
+def resolve_limits(
+    model: str | Path | None, overrides: Mapping[str, float | int] | None = None, *, backend: str = TORCH
+) -> Limits:
+    """THE way a judge gets its limits for a task's `model` and generating `backend` (the module's
+    docstring). `overrides` None: the pool's explicit settings from the environment; a mapping: exactly
+    those (a bench, a test)."""
     wanted = model_id(model)
-    return limits_of(_record_for(wanted), pool_overrides() if overrides is None else overrides, wanted)
+    return limits_of(_record_for(wanted), pool_overrides() if overrides is None else overrides, wanted,
+                     backend)  # fmt: skip

@@ -90,13 +90,15 @@ class Pipeline:
         # The one place limits come from (calibration.resolve_limits): the record made on the task's
         # model, the pool's explicit settings on top; without a record, recomputation failures are
         # never slashed.
-        self.limits = limits or resolve_limits(task.model)
-        self.calibration: CalibrationRecord | None = self.limits.record
+        self.limits = limits or resolve_limits(task.model, backend=task.backend)
+        # The record, where it calibrates the task's model AND its generating backend (issue 57).
+        self.calibration: CalibrationRecord | None = self.limits.record if self.limits.calibrated() else None
         self.thresholds = self.limits.thresholds
         if self.calibration is None:
             log.warning(
-                "no calibration for the task's model: recomputation failures are not paid, never slashed",
-                model=task.model, model_id=self.limits.model_id,
+                "no calibration for the task's model and backend: recomputation failures are not paid, "
+                "never slashed", model=task.model, backend=task.backend, model_id=self.limits.model_id,
+                why=self.limits.uncalibrated_reason(task.model),
             )  # fmt: skip
         self.max_bytes = max_bytes
         self.windows: NodeWindows = windows or MemoryNodeWindows()
@@ -197,7 +199,7 @@ class Pipeline:
                 th=th.model_copy(update={"prefill_batch_size": batch}),
             )  # fmt: skip
 
-        uncalibrated = f" [no calibration for model {self.task.model!r}: not paid, not slashed]"
+        uncalibrated = f" [{self.limits.uncalibrated_reason(self.task.model)}]"
         findings, stats = findings_for(ctx.rows, th.prefill_batch_size)
         stats.file = ctx.sha256
         self.last_stats = stats
