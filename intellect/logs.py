@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import structlog
 
@@ -47,6 +47,20 @@ def setup_logging(level: str | None = None, fmt: LogFormat | None = None) -> Non
     route_logs(level, fmt)
 
 
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to `sys.stderr` as it is when a line is emitted, not as it was at set-up: a process that
+    swaps its stderr (a CLI run inside a test runner, which closes the swapped stream afterwards) would
+    otherwise have every later line fail with "I/O operation on closed file"."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        """StreamHandler's own set-up assigns a stream: always stderr here."""
+
+
 def route_logs(level: str, fmt: str) -> None:
     """The set-up itself, from explicit values (no settings read)."""
     level_name = level.upper()
@@ -71,7 +85,7 @@ def route_logs(level: str, fmt: str) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],

@@ -59,3 +59,26 @@ def test_peer_refused_carries_status_reason_and_peer() -> None:
     assert reason_of(httpx.Response(400, text="plain")) == "plain"
     assert reason_of(httpx.Response(422, json={"detail": [{"loc": ["x"]}]})) == "[{'loc': ['x']}]"
     assert str(PeerUnreachable("http://w", "ConnectError")) == "http://w unreachable: ConnectError"
+
+
+def test_logs_follow_stderr_when_it_is_swapped_and_closed() -> None:
+    """A CLI run inside a test runner (typer's CliRunner) sets logging up on a stderr the runner closes
+    afterwards; a later line (the validator's migration logs, before its port check) must reach the
+    stderr of its own time, not fail with "I/O operation on closed file"."""
+    import io
+    import sys
+
+    from intellect.logs import route_logs
+
+    before = sys.stderr
+    try:
+        sys.stderr = io.StringIO()
+        route_logs("info", "json")
+        sys.stderr.close()
+        sys.stderr = now = io.StringIO()
+        logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
+        assert '"event": "Context impl SQLiteImpl."' in now.getvalue()
+        assert "Logging error" not in now.getvalue()
+    finally:
+        sys.stderr = before
+        route_logs("info", "json")

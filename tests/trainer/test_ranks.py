@@ -157,6 +157,13 @@ def rank_pid(agent: subprocess.Popen[str], rank: int, timeout: float = 60) -> in
     raise AssertionError(f"no rank {rank} under the agent")
 
 
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def wait_for_step(out: Path, step: int, proc: subprocess.Popen[str], timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not (out / f"step_{step}.json").exists():
@@ -197,10 +204,18 @@ def test_a_rank_killed_mid_step_stops_the_job_and_it_resumes(tmp_path: Path) -> 
     job = subprocess.Popen(again, stdout=log, stderr=subprocess.STDOUT, text=True, env=env(),
                            start_new_session=True)  # fmt: skip
     try:
-        follower = rank_pid(job, 1)
+        leader, follower = rank_pid(job, 0), rank_pid(job, 1)
         wait_for_step(out, published[-1] + 1, job)
         time.sleep(0.3)
         os.kill(follower, signal.SIGSTOP)
+        hung = time.monotonic()
+        while not gone(leader):  # rank 0 gives up on its collective after the timeout
+            assert time.monotonic() - hung < 120, "rank 0 still waits on a hung rank"
+            time.sleep(0.2)
+        print(f"rank 0 gave up {time.monotonic() - hung:.1f} s after rank 1 hung")
+        # Let the stopped rank run again rather than wait out the agent's 30 s before its SIGKILL:
+        # it finds rank 0 gone and fails at once, and the agent restarts both.
+        os.kill(follower, signal.SIGCONT)
         assert job.wait(timeout=300) == 0
     finally:
         if job.poll() is None:
