@@ -40,6 +40,18 @@ class GenerationStats:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def check_batch(prompts: list[list[int]], seeds: list[int], max_new_tokens: int) -> bool:
+    """A batch every backend can decode: one seed a prompt, no empty prompt, at least one new token
+    (ValueError naming what is wrong otherwise). False for an empty batch: nothing to decode."""
+    if len(prompts) != len(seeds):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    return bool(prompts)
+
+
 @runtime_checkable
 class InferenceBackend(Protocol):
     eos_token_id: int
@@ -77,14 +89,8 @@ class TorchBackend:
         chunk on a background thread while decoding goes on (`Completion.proof`)."""
         if stream_proofs and not capture_hidden:
             raise ValueError("stream_proofs needs capture_hidden=True")
-        if len(prompts) != len(seeds):
-            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        if not prompts:
+        if not check_batch(prompts, seeds, max_new_tokens):
             return []
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
         started = time.perf_counter()
         device = next(self.model.parameters()).device
         batch, width = len(prompts), max(map(len, prompts))

@@ -32,7 +32,7 @@ import torch
 from safetensors.torch import load_file
 
 from workloads.model import vllm_internals as vi
-from workloads.model.backends import Completion, GenerationStats
+from workloads.model.backends import Completion, GenerationStats, check_batch
 
 VLLM_PYTHON_ENV = "INTELLECT_VLLM_PYTHON"
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,14 +121,8 @@ class VLLMBackend:
     ) -> list[Completion]:
         from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
 
-        if len(prompts) != len(seeds):
-            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        if not prompts:
+        if not check_batch(prompts, seeds, max_new_tokens):
             return []
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
         started = time.perf_counter()
         keys = [f"r{next(self._keys)}" for _ in prompts]
         fixed = self.eos_token_id < 0  # benches: every row decodes max_new_tokens (TorchBackend's EOS -1)

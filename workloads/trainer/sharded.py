@@ -120,7 +120,8 @@ class ShardedTrainer(Trainer):
         rank, world = self.ranks.rank, self.ranks.world
         updates = self.updates_for(len(rows))
         lengths = torch.tensor([len(r.output_tokens) for r in rows], dtype=torch.float64)
-        shares = [chunk[rank::world] for chunk in order.chunk(updates)]
+        chunks = order.chunk(updates)
+        shares = [chunk[rank::world] for chunk in chunks]
         batches = [self._rows_of(rows, share) for share in shares]
         # The policy as it is at the start of the step, and the reference: for this rank's rows only.
         with torch.no_grad(), train_autocast(self.device):
@@ -129,7 +130,7 @@ class ShardedTrainer(Trainer):
             ref = [token_logprobs_and_entropy(self.reference, b)[0] for b in batches]
         self.policy.train()
         parts: dict[str, float] = {}
-        for chunk, batch, old_logp, ref_logp in zip(order.chunk(updates), batches, old, ref, strict=True):
+        for chunk, batch, old_logp, ref_logp in zip(chunks, batches, old, ref, strict=True):
             tokens = float(lengths[chunk].sum())  # the whole minibatch's, known to every rank
             with train_autocast(self.device):
                 logp, entropy = token_logprobs_and_entropy(self.policy, batch)
