@@ -78,10 +78,11 @@ test-profile: ## the full suite with the 60 most expensive items (tests and fixt
 test-fast: ## pure functions and in-process apps over one Redis: no chain, no containers (< 60 s)
 	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider
 
-lint: ## ruff check + mypy (strict on intellect/, the stores, the routes and the modules listed in pyproject) + import-linter's layer contracts (pyproject.toml)
+lint: ## ruff check + mypy (strict on intellect/, the stores, the routes and the modules listed in pyproject) + import-linter's layer contracts (pyproject.toml) + no product function over 80 lines (scripts/function_length.py)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo --no-cache
+	$(BIN)/python scripts/function_length.py
 
 devnet: ## the main job: a whole decentralized RL run on this machine (reward rising, a cheater slashed)
 	$(BIN)/intellect devnet up --demo

@@ -84,6 +84,9 @@ class VolumeMount(WireModel):
 
 class NodeGroupsPlugin(WireModel):
     allowed_topologies: list[str] = Field(min_length=1)
+    # The most groups the task runs at once (None: as many as the pool's free nodes make). A trainer that
+    # wants k pipelines leaves the other nodes free for the pool's single-node tasks.
+    max_groups: int | None = Field(default=None, ge=1, le=10_000)
 
 
 class SchedulingPlugins(WireModel):
@@ -205,6 +208,11 @@ class TaskSpec(WireModel):
     def allowed_topologies(self) -> list[str]:
         plugins = self.scheduling_config.plugins if self.scheduling_config else None
         return plugins.node_groups.allowed_topologies if plugins and plugins.node_groups else []
+
+    @property
+    def max_groups(self) -> int | None:
+        plugins = self.scheduling_config.plugins if self.scheduling_config else None
+        return plugins.node_groups.max_groups if plugins and plugins.node_groups else None
 
     def config_hash(self) -> str:
         """Stable hash of the effective config: a changed spec means a new container."""

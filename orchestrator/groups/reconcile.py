@@ -113,6 +113,7 @@ class _Pass:
 
     session: Session
     allowed: dict[str, list[Topology]]  # live group task id → its usable topologies, oldest task first
+    caps: dict[str, int]  # live group task id → the most groups it runs at once (tasks with a cap only)
     groups: dict[str, NodeGroupRow]
     members: dict[str, list[GroupMemberRow]]
     nodes: dict[str, NodeRow]
@@ -139,15 +140,35 @@ class _Pass:
     def topologies_of(self, task_id: str) -> set[str]:
         return {t.name for t in self.allowed[task_id]}
 
+    def room(self, task_id: str) -> float:
+        """How many more groups the task takes (`max_groups` less the groups it has; no cap: no end)."""
+        if task_id not in self.caps:
+            return float("inf")
+        return self.caps[task_id] - sum(1 for g in self.groups.values() if g.task_id == task_id)
 
-def allowed_topologies(session: Session, configured: dict[str, Topology]) -> dict[str, list[Topology]]:
+    def wanted(self, topology: str) -> float:
+        """How many new groups of `topology` the live tasks can use: the room of the tasks that allow it,
+        less the groups of it formed and not yet given a task."""
+        room = sum(self.room(tid) for tid in self.allowed if topology in self.topologies_of(tid))
+        waiting = sum(1 for g in self.groups.values() if g.task_id is None and g.topology == topology)
+        return room - waiting
+
+
+def allowed_topologies(
+    session: Session, configured: dict[str, Topology]
+) -> tuple[dict[str, list[Topology]], dict[str, int]]:
     """Each live task that asks for groups → the topologies it allows that resolve, oldest task first. A
     name that no longer resolves (the settings changed since the task was accepted) is logged and left
-    out; a task left with none keeps its entry, empty, so its groups are dissolved."""
+    out; a task left with none keeps its entry, empty, so its groups are dissolved. Second: the tasks'
+    `max_groups`, for those that set one."""
     allowed: dict[str, list[Topology]] = {}
+    caps: dict[str, int] = {}
     tasks = session.scalars(select(TaskRow).where(TaskRow.deleted_at.is_(None)).order_by(TaskRow.created_at))
     for task in tasks:
-        names = TaskSpec.model_validate(task.spec).allowed_topologies
+        spec = TaskSpec.model_validate(task.spec)
+        names = spec.allowed_topologies
+        if names and spec.max_groups is not None:
+            caps[task.id] = spec.max_groups
         resolved = []
         for name in names:
             try:
@@ -156,16 +177,17 @@ def allowed_topologies(session: Session, configured: dict[str, Topology]) -> dic
                 log.warning("task topology unusable", task=task.id, error=str(exc))
         if names:
             allowed[task.id] = resolved
-    return allowed
+    return allowed, caps
 
 
-def _read(session: Session, allowed: dict[str, list[Topology]], groups: dict[str, NodeGroupRow]) -> _Pass:
+def _read(session: Session, allowed: dict[str, list[Topology]], caps: dict[str, int],
+          groups: dict[str, NodeGroupRow]) -> _Pass:  # fmt: skip
     latest = latest_proofs(session)
     members: dict[str, list[GroupMemberRow]] = {gid: [] for gid in groups}
     for member in session.scalars(select(GroupMemberRow).order_by(GroupMemberRow.position)):
         members.setdefault(member.group_id, []).append(member)
     proven = {a: p.flops for a, p in latest.items() if p.outcome == PROVEN and p.flops is not None}
-    return _Pass(session=session, allowed=allowed, groups=groups, members=members,
+    return _Pass(session=session, allowed=allowed, caps=caps, groups=groups, members=members,
                  nodes={row.address: row for row in session.scalars(select(NodeRow))}, proven=proven,
                  rtt={a: p.rtt_ms for a, p in latest.items() if p.rtt_ms is not None},
                  failed=failed_assignments(session, allowed))  # fmt: skip
@@ -227,7 +249,9 @@ def _form_new(run: _Pass, sitting_out: dict[str, set[str]]) -> None:
         users = [tid for tid in run.allowed if topology.name in run.topologies_of(tid)]
         eligible = [c for c in free if any(c.address not in sitting_out.get(tid, ()) for tid in users)]
         # a fresh draw per pass from the OS's random source: nobody predicts it, nobody grinds for it
-        for proposal in form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex):
+        room = run.wanted(topology.name)
+        proposals = form_groups(eligible, [topology], measured, draw=uuid.uuid4().hex) if room > 0 else []
+        for proposal in proposals[: int(min(room, len(proposals)))]:
             gid = run.create(proposal.topology.name, proposal.members, None)
             taken = {m.address for m in proposal.members}
             free = [c for c in free if c.address not in taken]
@@ -243,7 +267,7 @@ def _assign_tasks(run: _Pass, sitting_out: dict[str, set[str]]) -> None:
             continue
         addresses = {m.node_address for m in run.members.get(gid, [])}
         fits = [tid for tid in run.allowed if group.topology in run.topologies_of(tid)
-                and not addresses & sitting_out.get(tid, set())]
+                and not addresses & sitting_out.get(tid, set()) and run.room(tid) > 0]
         if fits:
             chosen = min(fits, key=lambda tid: load[tid])
             assign_group(run.session, group, chosen)
@@ -254,13 +278,13 @@ def _assign_tasks(run: _Pass, sitting_out: dict[str, set[str]]) -> None:
 def reconcile(session: Session, configured: dict[str, Topology],
               failed_cooldown_seconds: float = FAILED_COOLDOWN_SECONDS) -> Changes:
     """One pass: dissolve broken groups, merge small idle ones, form new ones, give each a task."""
-    allowed = allowed_topologies(session, configured)
+    allowed, caps = allowed_topologies(session, configured)
     groups = {g.id: g for g in session.scalars(select(NodeGroupRow))}
     if not groups and not allowed:
         # Nothing to dissolve, merge, form or assign. Checked before the node rows are read: that read
         # was ~0.9 s of CPU per pass at 25,000 nodes in pools that use no groups at all.
         return Changes()
-    run = _read(session, allowed, groups)
+    run = _read(session, allowed, caps, groups)
     for gid in list(run.groups):
         reason = _broken(run, gid)
         if reason:

@@ -48,10 +48,11 @@ def add_node(session, city: str | None, gpu_mb: int = 0, state: str = "Healthy",
     return address
 
 
-def add_task(session, topologies: list[str] | None) -> str:
-    spec = {"name": "t", "image": "i"}
+def add_task(session, topologies: list[str] | None, max_groups: int | None = None) -> str:
+    spec: dict = {"name": "t", "image": "i"}
     if topologies:
-        spec["scheduling_config"] = {"plugins": {"node_groups": {"allowed_topologies": topologies}}}
+        groups = {"allowed_topologies": topologies} | ({"max_groups": max_groups} if max_groups else {})
+        spec["scheduling_config"] = {"plugins": {"node_groups": groups}}
     tid = str(uuid.uuid4())
     session.add(TaskRow(id=tid, name="t", spec=TaskSpec.model_validate(spec).model_dump(mode="json"),
                         config_hash="x", created_at=utcnow()))
@@ -299,3 +300,35 @@ def test_groups_are_placed_by_round_trips_both_ends_measured_not_by_declared_pla
     assert book.of(berlin)[tokyo] == 2.0
     book.record(osaka, {tokyo: None})  # unreachable from one end: that link has no figure
     assert frozenset((osaka, tokyo)) not in book.links()
+
+
+def test_a_task_with_max_groups_leaves_the_other_nodes_to_single_node_tasks(tmp_path) -> None:
+    """Two pipeline tasks of one group each (2 and 3 members) next to a single-node task: seven nodes make
+    one group of each and two single nodes, and a group that breaks is replaced by one, not more."""
+    make = sessions(tmp_path)
+    with make() as s, s.begin():
+        nodes = [add_node(s, "berlin", port=i) for i in range(1, 8)]
+        plain = add_task(s, None)
+        pairs, triples = add_task(s, ["2x0GB"], max_groups=1), add_task(s, ["3x0GB"], max_groups=1)
+    with make() as s, s.begin():
+        changes = reconcile(s, {})
+        assert len(changes.formed) == 2 and len(changes.assigned) == 2
+    with make() as s, s.begin():
+        assert not reconcile(s, {})  # nothing more to form: both tasks have their group
+    with make() as s:
+        plan = GroupScheduler().plan(s)
+    placed = {a: plan.task_for(a) for a in nodes}
+    sizes = sorted(len([a for a, p in placed.items() if p and p.task.id == tid]) for tid in (pairs, triples))
+    assert sizes == [2, 3]
+    singles = [p for p in placed.values() if p is not None and p.task.id == plain]
+    assert len(singles) == 2 and all(p.group is None for p in singles)
+    # a member of the pair dies: its group goes, and one new pair forms from the free nodes
+    member = next(a for a, p in placed.items() if p and p.task.id == pairs)
+    with make() as s, s.begin():
+        s.get(NodeRow, member).state = "Dead"
+    with make() as s, s.begin():
+        changes = reconcile(s, {})
+        assert len(changes.dissolved) == 1 and len(changes.formed) == 1
+    with make() as s:
+        groups = {g.task_id for g in s.query(NodeGroupRow).all()}
+        assert len(s.query(NodeGroupRow).all()) == 2 and groups == {pairs, triples}

@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -77,6 +78,149 @@ def distribution_text(store: VersionStore) -> str:
     return "".join(lines)
 
 
+@dataclass
+class Serving:
+    """What the routes serve from, on `app.state.serving` (read by `get_serving`): the routes are
+    module-level, so a route reaches its server's store and settings through a dependency rather than
+    a closure over `create_app`'s arguments."""
+
+    store: VersionStore
+    role: str
+    metrics: ServeMetrics
+    shard_wait: float
+    probe: bytes
+    refresh: Callable[[], None] | None = None
+    refreshed_at: float = 0.0
+
+    async def refresh_once_per_step(self) -> None:
+        """The origin's directory re-read at most once per step, however many long-polls wait (the
+        first waiter of a step does it; the others read the store it refreshed)."""
+        if self.refresh is not None and time.monotonic() - self.refreshed_at >= LONG_POLL_STEP:
+            self.refreshed_at = time.monotonic()  # before the await: waiters of this step skip it
+            await asyncio.to_thread(self.refresh)
+
+    async def wait_newer(self, request: Request, after: int, wait: float) -> None:
+        """Until a version newer than `after` is held, `wait` passes or the caller hangs up (a
+        stopping relay): looked at every 50 ms on the event loop, no thread held per waiter."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            await self.refresh_once_per_step()
+            if self.store.newest() > after or await request.is_disconnected():
+                return
+            await asyncio.sleep(LONG_POLL_STEP)
+
+    async def hold_for_shard(self, version: int, index: int) -> None:
+        """Return once shard `index` of `version` is held; on a relay it may still be arriving, so
+        wait up to `shard_wait` for it (503 with Retry-After if it does not land, or the version goes)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shard_wait
+        while not self.store.has_shard(version, index):
+            if loop.time() >= deadline or self.store.manifest(version) is None:
+                self.metrics.not_ready.inc()
+                raise HTTPException(
+                    503, f"shard {index} of version {version} is still arriving", headers={"Retry-After": "1"}
+                )
+            await asyncio.sleep(HOLD_POLL)
+
+
+def get_serving(request: Request) -> Serving:
+    serving: Serving = request.app.state.serving
+    return serving
+
+
+ServingDep = Annotated[Serving, Depends(get_serving)]
+
+# No docstrings on the endpoints below: FastAPI would publish them as the OpenAPI description.
+
+
+def versions_router(max_wait: float) -> APIRouter:
+    """`GET /versions` in a router of its own, made with each app: the bound on `wait` is in the
+    OpenAPI document, which FastAPI builds from the endpoint's signature, and `create_app` reads
+    MAX_LONG_POLL when it makes the app (a test documents a shorter bound to keep a fuzzer's waits
+    short). Its state comes through `ServingDep` like every other route's."""
+    router = APIRouter()
+
+    @router.get("/versions", summary="every version held, oldest first, with its manifest")
+    async def versions(
+        request: Request,
+        serving: ServingDep,
+        after: Annotated[
+            int | None, Query(ge=0, description="with `wait`: answer once a version newer than this is held")
+        ] = None,
+        # A default, not an `Annotated` bound: with postponed annotations FastAPI resolves those in the
+        # module's globals, where `max_wait` is not.
+        wait: float = Query(
+            0.0, ge=0, le=max_wait, description="long-poll: seconds to wait for a newer version"
+        ),
+    ) -> dict[str, Any]:
+        if after is not None and wait > 0:
+            await serving.wait_newer(request, after, wait)
+        store = serving.store
+        items = [
+            {"version": m.version, "complete": store.is_complete(m.version), "manifest": m.model_dump()}
+            for m in store.manifests()
+        ]
+        return {"role": serving.role, "versions": items}
+
+    return router
+
+
+router = APIRouter()
+"""Every route but `GET /versions`; the manifest's route comes before the shard's, whose path would
+also match `/v{N}/manifest.json`."""
+
+
+@router.get("/v{version}/manifest.json", summary="manifest of one version")
+def manifest(version: int, serving: ServingDep) -> Response:
+    found = serving.store.manifest(version)
+    if found is None:
+        raise HTTPException(404, f"version {version} is not held here (held: {serving.store.versions()})")
+    return Response(found.model_dump_json(), media_type="application/json")
+
+
+@router.get("/v{version}/{name}", summary="one shard (Range supported)", response_class=FileResponse,
+            responses={200: {"content": {"application/octet-stream": {}}}, 206: {"description": "a range",
+                       "content": {"application/octet-stream": {}}}})  # fmt: skip
+async def shard(version: int, name: str, request: Request, serving: ServingDep) -> Response:
+    # response_class=FileResponse only documents the body (FastAPI's schema cannot read ShardFile)
+    store = serving.store
+    index = parse_shard_name(name)
+    found = store.manifest(version)
+    if found is None or index is None or not 1 <= index <= len(found.shards):
+        raise HTTPException(404, f"no {name} in version {version} here (held: {store.versions()})")
+    await serving.hold_for_shard(version, index)
+    try:
+        response = ShardFile(store.shard_path(version, index), request.headers.get("range"))
+    except FileNotFoundError:  # pruned since it was looked up
+        raise HTTPException(404, f"version {version} was pruned here") from None
+    serving.metrics.shards_served.inc()
+    serving.metrics.bytes_served.inc(response.end - response.start)
+    return response  # by sendfile under the origin's and relay's protocol (sendfile.py)
+
+
+@router.get("/distribution.txt", response_class=PlainTextResponse, summary="shardcast 0.3.2 version list")
+def distribution(serving: ServingDep) -> str:
+    return distribution_text(serving.store)
+
+
+@router.get("/data1.bin", summary="shardcast 0.3.2 clients' speed probe", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}}})  # fmt: skip
+def data1(serving: ServingDep) -> Response:
+    return Response(serving.probe, media_type="application/octet-stream")
+
+
+@router.get("/health")
+def health(serving: ServingDep) -> dict[str, Any]:
+    held = serving.store.versions()
+    return {"status": "ok", "role": serving.role, "versions": held,
+            "complete": [v for v in held if serving.store.is_complete(v)]}  # fmt: skip
+
+
+@router.get("/metrics", response_class=Response)
+def prometheus(serving: ServingDep) -> Response:
+    return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
 def create_app(
     store: VersionStore, role: str, shard_wait: float = 0.0, probe_size: int = 1 << 20,
     refresh: Callable[[], None] | None = None,
@@ -87,98 +231,9 @@ def create_app(
     follow loop adds them)."""
     app = FastAPI(title=f"Intellect broadcast {role}", version="1", description=__doc__)
     metrics = ServeMetrics(store, role)
-    app.state.store = store
+    app.state.serving = Serving(store, role, metrics, shard_wait, b"\0" * probe_size, refresh)
+    app.state.store = store  # for the origin's and relay's own code, and tests
     app.state.metrics = metrics
-    probe = b"\0" * probe_size
-
-    refreshed_at = 0.0
-
-    async def refresh_once_per_step() -> None:
-        """The origin's directory re-read at most once per step, however many long-polls wait (the
-        first waiter of a step does it; the others read the store it refreshed)."""
-        nonlocal refreshed_at
-        if refresh is not None and time.monotonic() - refreshed_at >= LONG_POLL_STEP:
-            refreshed_at = time.monotonic()  # before the await: waiters of this step skip it
-            await asyncio.to_thread(refresh)
-
-    async def wait_newer(request: Request, after: int, wait: float) -> None:
-        """Until a version newer than `after` is held, `wait` passes or the caller hangs up (a
-        stopping relay): looked at every 50 ms on the event loop, no thread held per waiter."""
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            await refresh_once_per_step()
-            if store.newest() > after or await request.is_disconnected():
-                return
-            await asyncio.sleep(LONG_POLL_STEP)
-
-    @app.get("/versions", summary="every version held, oldest first, with its manifest")
-    async def versions(
-        request: Request,
-        after: Annotated[
-            int | None, Query(ge=0, description="with `wait`: answer once a version newer than this is held")
-        ] = None,
-        wait: Annotated[
-            float, Query(ge=0, le=MAX_LONG_POLL, description="long-poll: seconds to wait for a newer version")
-        ] = 0.0,
-    ) -> dict[str, Any]:
-        if after is not None and wait > 0:
-            await wait_newer(request, after, wait)
-        items = [
-            {"version": m.version, "complete": store.is_complete(m.version), "manifest": m.model_dump()}
-            for m in store.manifests()
-        ]
-        return {"role": role, "versions": items}
-
-    @app.get("/v{version}/manifest.json", summary="manifest of one version")
-    def manifest(version: int) -> Response:
-        found = store.manifest(version)
-        if found is None:
-            raise HTTPException(404, f"version {version} is not held here (held: {store.versions()})")
-        return Response(found.model_dump_json(), media_type="application/json")
-
-    @app.get("/v{version}/{name}", summary="one shard (Range supported)", response_class=FileResponse,
-             responses={200: {"content": {"application/octet-stream": {}}}, 206: {"description": "a range",
-                        "content": {"application/octet-stream": {}}}})
-    async def shard(version: int, name: str, request: Request) -> Response:
-        # response_class=FileResponse only documents the body (FastAPI's schema cannot read ShardFile)
-        index = parse_shard_name(name)
-        found = store.manifest(version)
-        if found is None or index is None or not 1 <= index <= len(found.shards):
-            raise HTTPException(404, f"no {name} in version {version} here (held: {store.versions()})")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + shard_wait
-        while not store.has_shard(version, index):
-            if loop.time() >= deadline or store.manifest(version) is None:
-                metrics.not_ready.inc()
-                raise HTTPException(
-                    503, f"shard {index} of version {version} is still arriving", headers={"Retry-After": "1"}
-                )
-            await asyncio.sleep(HOLD_POLL)
-        try:
-            response = ShardFile(store.shard_path(version, index), request.headers.get("range"))
-        except FileNotFoundError:  # pruned since it was looked up
-            raise HTTPException(404, f"version {version} was pruned here") from None
-        metrics.shards_served.inc()
-        metrics.bytes_served.inc(response.end - response.start)
-        return response  # by sendfile under the origin's and relay's protocol (sendfile.py)
-
-    @app.get("/distribution.txt", response_class=PlainTextResponse, summary="shardcast 0.3.2 version list")
-    def distribution() -> str:
-        return distribution_text(store)
-
-    @app.get("/data1.bin", summary="shardcast 0.3.2 clients' speed probe", response_class=Response,
-             responses={200: {"content": {"application/octet-stream": {}}}})
-    def data1() -> Response:
-        return Response(probe, media_type="application/octet-stream")
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        held = store.versions()
-        return {"status": "ok", "role": role, "versions": held,
-                "complete": [v for v in held if store.is_complete(v)]}  # fmt: skip
-
-    @app.get("/metrics", response_class=Response)
-    def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
+    app.include_router(versions_router(MAX_LONG_POLL))
+    app.include_router(router)
     return guard(app, max_body=1024)

@@ -13,8 +13,9 @@ completion of one token therefore has no decode positions and an empty proof, as
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from transformers import PreTrainedModel
@@ -22,6 +23,9 @@ from transformers import PreTrainedModel
 from workloads.model import sampler
 from workloads.model.capture import ChunkedCapture
 from workloads.model.hooks import capture_final_norm
+
+if TYPE_CHECKING:  # proofs are optional: imported when asked for (TorchBackend.generate)
+    from workloads.toploc.stream import ProofStream
 
 
 @dataclass
@@ -67,6 +71,45 @@ class InferenceBackend(Protocol):
     ) -> list[Completion]: ...
 
 
+def left_padded(
+    prompts: list[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`ids`, `mask` and `positions` of a batch, each [batch, width] on `device`: prompts right-aligned
+    (left-padded), so every row's next token goes in the same column and one decode step feeds one
+    column; positions count from each prompt's own first token, as an unpadded prompt's would."""
+    batch, width = len(prompts), max(map(len, prompts))
+    ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((batch, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids, mask, positions
+
+
+def stream_chunk(stream: ProofStream, step: int, tokens: list[list[int]], capture: ChunkedCapture) -> None:
+    """Hand `stream` the hidden-state chunk that decode step `step` completed, if it completed one, so
+    its proof is built while decoding goes on."""
+    if not step or step % stream.chunk_size:
+        return
+    # Rows that sampled token `step` have decode rows 0..step-1: chunk step/32 - 1 is final
+    # (and on the host: the capture copied it when its 32nd row came in).
+    rows = [i for i in range(len(tokens)) if len(tokens[i]) > step]
+    chunk = step // stream.chunk_size - 1
+    stream.add_chunk(chunk, rows, capture.block(chunk)[rows])
+
+
+@dataclass
+class Decoded:
+    """What the decode loop leaves: each sequence's tokens and their logprobs, and the hidden states
+    of its decode positions (copied to the host 32 rows at a time: workloads/model/capture.py)."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    capture: ChunkedCapture
+
+
 class TorchBackend:
     def __init__(self, model: PreTrainedModel, eos_token_id: int, pad_token_id: int | None = None):
         self.model = model
@@ -92,30 +135,44 @@ class TorchBackend:
         if not check_batch(prompts, seeds, max_new_tokens):
             return []
         started = time.perf_counter()
-        device = next(self.model.parameters()).device
-        batch, width = len(prompts), max(map(len, prompts))
-        ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-
-        tokens: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        # Rows stay on the device; one copy to the host per 32 decode steps (workloads/model/capture.py).
-        capture = ChunkedCapture()
-        done = torch.zeros(batch, dtype=torch.bool)
-        cache = None
-        hook = capture_final_norm(self.model, last_only=True) if capture_hidden else None
-        captured = hook.__enter__() if hook else []
         stream = None
         if stream_proofs:
             from workloads.toploc.stream import ProofStream  # noqa: PLC0415 - proofs are optional
 
             stream = ProofStream()
         try:
+            decoded = self._decode(prompts, seeds, max_new_tokens, temperature, capture_hidden, stream)
+        except BaseException:
+            if stream:
+                stream.close()
+            raise
+        results = self._completions(decoded, capture_hidden)
+        if stream:
+            # stream_proofs requires capture_hidden (checked above): every completion has hidden states.
+            hiddens = [c.hidden for c in results if c.hidden is not None]
+            for completion, proof in zip(results, stream.finish(hiddens), strict=True):
+                completion.proof = proof
+        self.stats.seconds += time.perf_counter() - started
+        self.stats.output_tokens += sum(len(t) for t in decoded.tokens)
+        return results
+
+    def _decode(
+        self, prompts: list[list[int]], seeds: list[int], max_new_tokens: int, temperature: float,
+        capture_hidden: bool, stream: ProofStream | None,
+    ) -> Decoded:  # fmt: skip
+        """The KV-cache decode loop: one batched forward per new token until every sequence has
+        sampled EOS or `max_new_tokens` tokens."""
+        device = next(self.model.parameters()).device
+        batch = len(prompts)
+        ids, mask, positions = left_padded(prompts, self.pad_token_id, device)
+        # Rows stay on the device; one copy to the host per 32 decode steps (workloads/model/capture.py).
+        decoded = Decoded([[] for _ in prompts], [[] for _ in prompts], ChunkedCapture())
+        done = torch.zeros(batch, dtype=torch.bool)
+        cache = None
+        hook: AbstractContextManager[list[torch.Tensor]] = (
+            capture_final_norm(self.model, last_only=True) if capture_hidden else nullcontext([])
+        )
+        with hook as captured:
             for step in range(max_new_tokens):
                 out = self.model(
                     input_ids=ids,
@@ -127,20 +184,16 @@ class TorchBackend:
                 )
                 cache = out.past_key_values
                 if step > 0 and capture_hidden:  # the hidden state of output token step-1
-                    capture.add(captured[-1])
+                    decoded.capture.add(captured[-1])
                 captured.clear()
                 next_tok, next_lp = sampler.sample(out.logits[:, -1, :], seeds, [step] * batch, temperature)
                 next_tok, next_lp = next_tok.cpu(), next_lp.cpu()
                 for i in range(batch):
                     if not done[i]:
-                        tokens[i].append(int(next_tok[i]))
-                        logprobs[i].append(float(next_lp[i]))
-                if stream and step and step % stream.chunk_size == 0:
-                    # Rows that sampled token `step` have decode rows 0..step-1: chunk step/32 - 1 is final
-                    # (and on the host: the capture copied it when its 32nd row came in).
-                    rows = [i for i in range(batch) if len(tokens[i]) > step]
-                    chunk = step // stream.chunk_size - 1
-                    stream.add_chunk(chunk, rows, capture.block(chunk)[rows])
+                        decoded.tokens[i].append(int(next_tok[i]))
+                        decoded.logprobs[i].append(float(next_lp[i]))
+                if stream:
+                    stream_chunk(stream, step, decoded.tokens, decoded.capture)
                 done |= next_tok == self.eos_token_id
                 if bool(done.all()) or step == max_new_tokens - 1:
                     break
@@ -150,26 +203,16 @@ class TorchBackend:
                 ids = feed.view(-1, 1).to(device)
                 mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
                 positions = positions[:, -1:] + 1
-        except BaseException:
-            if stream:
-                stream.close()
-            raise
-        finally:
-            if hook:
-                hook.__exit__(None, None, None)
+        return decoded
 
+    def _completions(self, decoded: Decoded, capture_hidden: bool) -> list[Completion]:
+        """One Completion a sequence, each with hidden states of its own (a copy, not a view of the
+        batch's: a kept completion does not hold the whole batch's memory)."""
+        batch = len(decoded.tokens)
         # [batch, decode steps, hidden] on the host; zero steps when every sequence stopped at once
-        stacked = capture.result(batch, self.model.config.hidden_size, self.model.dtype)
+        stacked = decoded.capture.result(batch, self.model.config.hidden_size, self.model.dtype)
         results = []
-        for i in range(batch):
-            n = len(tokens[i])
-            hid = stacked[i, : n - 1].clone() if capture_hidden else None  # own storage per sequence
-            results.append(Completion(tokens[i], logprobs[i], hid, tokens[i][-1] == self.eos_token_id))
-        if stream:
-            # stream_proofs requires capture_hidden (checked above): every completion has hidden states.
-            hiddens = [c.hidden for c in results if c.hidden is not None]
-            for completion, proof in zip(results, stream.finish(hiddens), strict=True):
-                completion.proof = proof
-        self.stats.seconds += time.perf_counter() - started
-        self.stats.output_tokens += sum(len(t) for t in tokens)
+        for i, tokens in enumerate(decoded.tokens):
+            hid = stacked[i, : len(tokens) - 1].clone() if capture_hidden else None
+            results.append(Completion(tokens, decoded.logprobs[i], hid, tokens[-1] == self.eos_token_id))
         return results
