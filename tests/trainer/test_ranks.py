@@ -1,6 +1,6 @@
 """`intellect-train --nproc 2`: the policy sharded over two processes (FSDP2, gloo on the CPU) takes the
-one-process trainer's step within a stated tolerance, on the shipped tiny model and the wider `small`
-shape; resumes across world sizes; and a rank killed mid-step stops the job (or, with
+one-process trainer's step within a stated tolerance, on the shipped tiny model (the wider `small` shape
+by bench/trainer_ranks.py); resumes across world sizes; and a rank killed mid-step stops the job (or, with
 `--max-restarts`, the job resumes by itself), and a hung one fails the others' collective after the
 timeout instead of hanging them, with nothing half-published and the step never going back.
 
@@ -35,7 +35,6 @@ from safetensors.torch import load_file
 
 from tests.support.rollout_files import write_files
 from workloads.model.loading import load_model
-from workloads.model.shapes import build_model_dir
 
 pytestmark = pytest.mark.slow  # processes of their own, torch.distributed
 TOLERANCE = 1e-4
@@ -111,17 +110,11 @@ def assert_published_whole(out: Path) -> list[int]:
     return steps
 
 
-@pytest.fixture(scope="module")
-def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model_dir("small", tmp_path_factory.mktemp("models"))
-
-
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("shape", ["tiny", "small"])
-def test_two_ranks_take_the_one_process_step_and_resume_across_world_sizes(
-    tmp_path: Path, shape: str, small_model: Path
-) -> None:  # fmt: skip
-    model = "tiny" if shape == "tiny" else str(small_model)
+def test_two_ranks_take_the_one_process_step_and_resume_across_world_sizes(tmp_path: Path) -> None:
+    """On tiny; the wider `small` shape's equality (5.2e-6) is measured by bench/trainer_ranks.py, whose
+    run of both shapes is in docs/trainer.md (as a test it cost two minutes of the suite's budget)."""
+    model = "tiny"
     rollouts = tmp_path / "rollouts"
     write_files(rollouts, 5, seed=1)
     one, two = tmp_path / "one", tmp_path / "two"
@@ -133,8 +126,6 @@ def test_two_ranks_take_the_one_process_step_and_resume_across_world_sizes(
     # each rank holds half of the weights and optimizer state (the frozen reference included)
     assert metrics(two, 1)["state_mb"] < 0.55 * metrics(one, 1)["state_mb"]
     assert_published_whole(two)
-    if shape != "tiny":
-        return
     # Resume across world sizes: each folder's next step taken by the other world size.
     write_files(rollouts, 5, seed=2)
     resumed = train(model, rollouts, one, 2, "--nproc", "2")  # 2 ranks from a one-process step
