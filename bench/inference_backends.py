@@ -13,8 +13,10 @@ Each backend runs in a process of its own, in its own environment (torch: this o
 - proof overhead = (with proofs - plain) / plain, of decode wall time and of the process's CPU time
   (every thread of it, not what other processes took: steadier on a shared machine); issue 57's goal:
   <= 5 %.
-Then here, as a validator: the files recomputed by the torch prefill with every check
-(`check_rollouts`), validation tokens/s, and its ratio to the generation tokens/s with proofs.
+Then here, as a validator: the files recomputed as the validator's judge does
+(`workloads.inference.judge.checks.model.recompute`, the torch prefill and every check, under the limits
+the validator resolves for the model and the backend that made the file), validation tokens/s, and its
+ratio to the generation tokens/s with proofs.
 Every row decodes exactly --tokens tokens (EOS off). The machine is shared: figures are minima.
 """
 
@@ -90,7 +92,8 @@ def child(backend: str, model: str, batch: int, tokens: int, repeats: int, out: 
 
 def run_backend(backend: str, model: str, batch: int, tokens: int, repeats: int, work: Path) -> dict:
     """`child` in a process of the backend's environment, then the validator's recomputation here."""
-    from workloads.inference.verify import CheckSettings, check_rollouts
+    from workloads.inference.judge.calibration import resolve_limits
+    from workloads.inference.judge.checks.model import recompute
     from workloads.model.vllm_backend import vllm_python
 
     python = vllm_python() if backend == "vllm" else sys.executable
@@ -103,11 +106,12 @@ def run_backend(backend: str, model: str, batch: int, tokens: int, repeats: int,
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     rows, _ = read_rollouts(out)
     validator = load_model(model)
+    th = resolve_limits(model, {"prefill_batch_size": batch}, backend=backend).thresholds
+    pad = int(load_tokenizer(model).pad_token_id)
     verify = []
     for _ in range(repeats):  # every check a validator runs; the verdicts are the judge's (not here)
         t0 = time.perf_counter()
-        check_rollouts(validator, rows, eos_token_id=-1, max_new_tokens=tokens,
-                       settings=CheckSettings(prefill_batch_size=batch))  # fmt: skip
+        recompute(validator, rows, eos_token_id=-1, pad_token_id=pad, max_new_tokens=tokens, th=th)
         verify.append(time.perf_counter() - t0)
     figures["validate_tok_s"] = figures["output_tokens"] / min(verify)
     figures["validate_over_generate"] = figures["validate_tok_s"] / figures["tok_s_proofs"]

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore  # noqa: E402
-from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
+from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
@@ -47,7 +47,8 @@ def main() -> None:
             node_address=NODE, output_dir=args.out / name.replace(" ", "_"), batch_size=batch, n=4,
             max_new_tokens=1, target_lengths=[1], **kw,
         ))  # fmt: skip
-        pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints("tiny"), windows=MemoryNodeWindows())
+        pipeline = InferenceJudge(task, MemorySeenStore(), ModelCheckpoints("tiny"),
+                                  windows=MemoryNodeWindows())  # fmt: skip
         files = []
         for _ in range(args.files):
             verdict = pipeline.judge(Path(workload.run_batch().path), Submission(node=NODE))  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
 """Selection among outcomes (issues 37.5 and 54): can a node choose which of the batches it made are
-paid (and trained on)? Every sequence here is judged by the real judge: `Pipeline` of the inference
+paid (and trained on)? Every sequence here is judged by the real judge: `InferenceJudge` of the inference
 workload with the shipped tiny model, a fresh `MemorySeenStore` and `MemoryNodeWindows` per sequence,
 and the trainer's checkpoints as a validator has them (`ModelCheckpoints("tiny")` plus the trainer's
 checkpoint of the step the files are labelled with). Only files it accepts count as paid.
@@ -68,7 +68,7 @@ from intellect.workloads import MemoryNodeWindows, MemorySeenStore  # noqa: E402
 from workloads.inference.judge import pipeline as judge_pipeline  # noqa: E402
 from workloads.inference.judge.checks import history  # noqa: E402
 from workloads.inference.judge.checks.context import FileContext  # noqa: E402
-from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
+from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
@@ -163,7 +163,7 @@ def judged_by(rule: types.ModuleType) -> Iterator[None]:
         judge_pipeline.counter_order, judge_pipeline.forfeit = saved
 
 
-def play(sequence: str, made: list[Made], node: str, pipeline: Pipeline, rule: types.ModuleType,
+def play(sequence: str, made: list[Made], node: str, pipeline: InferenceJudge, rule: types.ModuleType,
          bad: set[int], lost: int) -> tuple[list[int], int, int]:  # fmt: skip
     """Submit `made` as `sequence` does to one validator: the counters paid, the files submitted and
     the files invalidated (a slash: none is expected, every cheat here is built to stay soft)."""
@@ -233,7 +233,7 @@ def one_run(run: int, seed: int, count: int, rules: dict[str, types.ModuleType],
         with judged_by(rule):
             for sequence in SEQUENCES:
                 t0 = time.perf_counter()
-                pipeline = Pipeline(TASK, MemorySeenStore(), ModelCheckpoints(TASK.model, host=trainer),
+                pipeline = InferenceJudge(TASK, MemorySeenStore(), ModelCheckpoints(TASK.model, host=trainer),
                                     windows=MemoryNodeWindows())  # fmt: skip
                 paid, submitted, slashed = play(sequence, made, node, pipeline, rule, bad, lost)
                 got = [rewards[c] for c in paid]

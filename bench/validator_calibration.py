@@ -32,7 +32,7 @@ from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemorySeenStore  # noqa: E402
 from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.inference.judge.checks.model import FileStats, recompute  # noqa: E402
-from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
+from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
 from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.model.loading import (  # noqa: E402
@@ -163,7 +163,7 @@ def main() -> None:
     rows.append({"statistic": "row mean |err| / limit(n)", "threshold": 1.0, "worst honest": max(row_share),
                  "honest margin": 1.0 - max(row_share)})  # fmt: skip
     # the full pipeline on every honest file: false positives
-    pipelines = {bs: Pipeline(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), ModelCheckpoints("tiny"), limits)
+    pipelines = {bs: InferenceJudge(task.model_copy(update={"batch_size": bs}), MemorySeenStore(), ModelCheckpoints("tiny"), limits)
                  for bs in set(batch_of.values())}  # fmt: skip
     sequences = 0
     invalidated = []
@@ -174,7 +174,7 @@ def main() -> None:
             invalidated.append((path.name, verdict.reasons))
     caught = {}
     for name, paths in attacks.items():
-        fresh = Pipeline(
+        fresh = InferenceJudge(
             task.model_copy(update={"batch_size": 16}), MemorySeenStore(), ModelCheckpoints("tiny"), limits
         )
         caught[name] = sum(fresh.judge(p, Submission()).verdict == "invalidate" for p in paths) / len(paths)

@@ -21,7 +21,7 @@ from ledger.models import WorkStatus  # noqa: E402
 from validator.service import ValidatorService  # noqa: E402
 from validator.settings import ValidatorSettings  # noqa: E402
 from validator.store import SqlNodeWindows  # noqa: E402
-from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
+from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
 from workloads.model.loading import ModelCheckpoints  # noqa: E402
 
 WINDOW = 48  # the pool's voting window: available after 16 s, soft-invalidated after 18 s
@@ -47,7 +47,7 @@ def test_unreachable_storage_never_slashes_and_soft_invalidates_before_the_deadl
     task = orch.create_task({"name": "rollouts", "image": "intellect-workload:latest"})
     client = devnet.client()
     stake = client.get_provider(node.provider.address).stake
-    factory = lambda seen: Pipeline(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
+    factory = lambda seen: InferenceJudge(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     service = ValidatorService(settings, validator, factory).start()
     try:
         key = submit(devnet, orch, node, task, node.batch())  # uploaded; this validator cannot reach it

@@ -36,7 +36,7 @@ from worker.cli import app as worker_app  # noqa: E402
 from worker.state import StateStore  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import group_advantages  # noqa: E402
-from workloads.inference.judge.pipeline import Pipeline  # noqa: E402
+from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
@@ -137,7 +137,7 @@ def world(devnet, redis_url, tmp_path_factory):  # noqa: ANN001
 
 
 def start_service(world) -> tuple[ValidatorService, ServerThread]:  # noqa: ANN001
-    factory = lambda seen: Pipeline(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
+    factory = lambda seen: InferenceJudge(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     service = ValidatorService(world["settings"], world["wallet"], factory).start()
     return service, ServerThread(create_app(service)).start()
 
@@ -316,7 +316,7 @@ def test_restart_mid_stream_loses_and_repeats_nothing(devnet, world) -> None:  #
 def test_reorg_rewinds_by_block_hash(devnet, world, tmp_path) -> None:  # noqa: ANN001
     orch, honest, task = world["orch"], world["honest"], world["task"]
     settings = world["settings"].model_copy(update={"data_dir": tmp_path / "v"})
-    factory = lambda seen: Pipeline(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
+    factory = lambda seen: InferenceJudge(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     service = ValidatorService(settings, world["wallet"], factory)  # loops not started: driven by hand
     watcher: Watcher = service.watcher
     watcher.poll()  # everything submitted so far is queued (this validator is new)
@@ -367,7 +367,7 @@ def test_two_of_three_quorum_slashes_a_cheating_workload(devnet, world) -> None:
     world["beats"].add(cheater.wallet)
     make_healthy(orch, [cheater.wallet])
     stake = devnet.client().get_provider(cheater.provider.address).stake
-    factory = lambda seen: Pipeline(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
+    factory = lambda seen: InferenceJudge(TASK, seen, ModelCheckpoints(TASK.model), windows=SqlNodeWindows(seen.db))  # noqa: E731, E501
     running = []
     for i, v in enumerate(validators[:2]):
         settings = world["settings"].model_copy(update={"data_dir": root / f"quorum-{i}"})

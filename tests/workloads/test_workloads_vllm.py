@@ -23,7 +23,7 @@ import torch
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from workloads.inference.judge.calibration import resolve_limits
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.task import TaskSettings
 from workloads.model import sampler
 from workloads.model import vllm_internals as vi
@@ -74,7 +74,7 @@ class _Step1:
 
 
 def _judge(paths: list[str], node: str, host: _Step1 | None = None) -> list[tuple[str, list[str]]]:
-    pipeline = Pipeline(TASK, MemorySeenStore(), ModelCheckpoints("tiny", host))
+    pipeline = InferenceJudge(TASK, MemorySeenStore(), ModelCheckpoints("tiny", host))
     return [(v.verdict, v.reasons) for v in (pipeline.judge(Path(p), Submission(node=node)) for p in paths)]
 
 

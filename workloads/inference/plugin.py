@@ -165,14 +165,14 @@ class InferencePlugin:
         return sum(len(r.output_tokens) for r in rows)
 
     def file_judge(self, settings: BaseModel, env: ValidatorEnv) -> FileJudge:
-        from workloads.inference.judge.pipeline import Pipeline
+        from workloads.inference.judge.pipeline import InferenceJudge
         from workloads.model.loading import ModelCheckpoints
 
         task = settings if isinstance(settings, TaskSettings) else TaskSettings.model_validate(settings)
         # limits: the record of the task's model and the pool's explicit settings (resolve_limits)
-        return Pipeline(task, env.seen, ModelCheckpoints(task.model, env.checkpoints),
-                        max_bytes=env.max_file_bytes, windows=env.windows, task_id=env.task_id,
-                        device=env.device)  # fmt: skip
+        return InferenceJudge(task, env.seen, ModelCheckpoints(task.model, env.checkpoints),
+                              max_bytes=env.max_file_bytes, windows=env.windows, task_id=env.task_id,
+                              device=env.device)  # fmt: skip
 
     def validator_commands(self) -> dict[str, Callable[..., None]]:
         """`intellect-validator calibrate`: measures a model's honest noise and cheats for this judge."""

@@ -17,7 +17,7 @@ import torch
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import MemorySeenStore
 from workloads.inference.generate import group_advantages
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload
@@ -51,13 +51,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def judge(*paths: Path, task: TaskSettings = TASK, **submission: object) -> list[Verdict]:
     """A fresh validator (its own duplicate memory) judging `paths` in order."""
-    pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(task.model))
+    pipeline = InferenceJudge(task, MemorySeenStore(), ModelCheckpoints(task.model))
     sub = Submission(node=submission.pop("node", NODE), **submission)  # type: ignore[arg-type]
     follow_on(pipeline, paths[0], sub.node or NODE)
     return [pipeline.judge(p, sub) for p in paths]
 
 
-def follow_on(pipeline: Pipeline, path: Path, node: str) -> None:
+def follow_on(pipeline: InferenceJudge, path: Path, node: str) -> None:
     """As if the node's earlier batches had been judged already (the counters must follow each other
     over the task: tests/workloads/judge/test_selection.py tests that order itself)."""
     try:
@@ -365,7 +365,7 @@ def test_a_checkpoint_no_longer_to_be_had_is_soft(world) -> None:
             return None  # the trainer's window moved on before this validator fetched it
 
     path = world["honest"][0]
-    pipeline = Pipeline(TASK, MemorySeenStore(), Gone(TASK.model))
+    pipeline = InferenceJudge(TASK, MemorySeenStore(), Gone(TASK.model))
     follow_on(pipeline, path, NODE)
     v = pipeline.judge(path, Submission(node=NODE))
     assert v.verdict == "soft_invalidate" and any("can be had" in r for r in v.reasons), v
@@ -458,10 +458,10 @@ def test_two_tasks_of_one_pool_never_collide_and_a_file_is_bound_to_its_task(
     assert [r.seed for r in rows["task-a"]] != [r.seed for r in rows["task-b"]]  # different plans
     seen = MemorySeenStore()  # one validator's memory across both tasks
     for task_id, path in files.items():
-        pipeline = Pipeline(TASK, seen, ModelCheckpoints(TASK.model), task_id=task_id)
+        pipeline = InferenceJudge(TASK, seen, ModelCheckpoints(TASK.model), task_id=task_id)
         verdict = pipeline.judge(path, Submission(node=NODE))
         assert verdict.verdict == "accept", (task_id, verdict.reasons)
     # A file of task-a uploaded for task-b (a node shopping among plans): bound to its own task.
-    pipeline = Pipeline(TASK, MemorySeenStore(), ModelCheckpoints(TASK.model), task_id="task-b")
+    pipeline = InferenceJudge(TASK, MemorySeenStore(), ModelCheckpoints(TASK.model), task_id="task-b")
     verdict = pipeline.judge(files["task-a"], Submission(node=NODE))
     assert_caught(verdict, "planned for task task-a, uploaded for task task-b")

@@ -21,7 +21,7 @@ from workloads.inference.judge.calibrate import CHEATS
 from workloads.inference.judge.calibration import ENV, find_calibration, model_id
 from workloads.inference.judge.checks.model import FileStats
 from workloads.inference.judge.limits import Sample, derive
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
@@ -86,7 +86,7 @@ def test_the_validator_judges_that_model_with_its_record(
     monkeypatch.delenv(ENV, raising=False)
     assert find_calibration(model) is None
     monkeypatch.setenv(ENV, str(records))
-    pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(str(model)))
+    pipeline = InferenceJudge(task, MemorySeenStore(), ModelCheckpoints(str(model)))
     assert pipeline.calibration is not None and pipeline.calibration.model_id == record["model_id"]
     for key, value in record["thresholds"].items():
         assert getattr(pipeline.thresholds, key) == value
@@ -146,7 +146,7 @@ def test_on_the_small_shape_honest_files_pass_and_a_perturbed_layer_is_slashed(t
         ))  # fmt: skip
         path = Path(workload.run_batch().path)  # type: ignore[union-attr]
         task = TaskSettings(model=str(model), batch_size=batch, n=4, max_new_tokens=32)
-        pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(str(model)))
+        pipeline = InferenceJudge(task, MemorySeenStore(), ModelCheckpoints(str(model)))
         assert pipeline.calibration is not None
         verdicts[(batch, cheat)] = pipeline.judge(path, Submission(node=NODE))
     expected_verdicts = {(1, "none"): "accept", (16, "none"): "accept", (16, "perturbed-model"): "invalidate"}

@@ -14,7 +14,7 @@ import pytest
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import MemorySeenStore
 from workloads.inference.judge.calibration import ENV, CalibrationRecord, find_calibration, model_id
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload
@@ -50,8 +50,8 @@ def task_for(model: Path) -> TaskSettings:
     return TaskSettings(model=str(model), batch_size=4, n=4, max_new_tokens=16, target_lengths=[8, 12])
 
 
-def judge(model: Path, path: Path) -> tuple[Pipeline, Verdict]:
-    pipeline = Pipeline(task_for(model), MemorySeenStore(), ModelCheckpoints(str(model)))
+def judge(model: Path, path: Path) -> tuple[InferenceJudge, Verdict]:
+    pipeline = InferenceJudge(task_for(model), MemorySeenStore(), ModelCheckpoints(str(model)))
     return pipeline, pipeline.judge(path, Submission(node=NODE))
 
 
@@ -129,7 +129,7 @@ def test_one_place_resolves_the_limits(monkeypatch: pytest.MonkeyPatch, other_mo
 
     judge = InferencePlugin().file_judge(task_for(other_model), ValidatorEnv(
         seen=MemorySeenStore(), data_dir=other_model.parent, checkpoints=NoCheckpoints()))  # fmt: skip
-    assert isinstance(judge, Pipeline) and judge.thresholds == limits.thresholds
+    assert isinstance(judge, InferenceJudge) and judge.thresholds == limits.thresholds
     monkeypatch.delenv(ENV)
     assert resolve_limits(other_model).judged_by().source == "uncalibrated"
     # a pipeline workload's record must name it: the group judge's replay limits are the tiny model's
@@ -155,7 +155,7 @@ def test_a_model_calibrated_but_not_for_the_tasks_backend_is_never_slashed_on_re
     vllm_task = task_for(other_model).model_copy(update={"backend": "vllm"})
     limits = resolve_limits(other_model, {}, backend="vllm")
     assert limits.record == record and not limits.calibrated() and limits.judged_by().source == "uncalibrated"
-    pipeline = Pipeline(vllm_task, MemorySeenStore(), ModelCheckpoints(str(other_model)))
+    pipeline = InferenceJudge(vllm_task, MemorySeenStore(), ModelCheckpoints(str(other_model)))
     verdict = pipeline.judge(path, Submission(node=NODE))
     assert pipeline.calibration is None
     assert verdict.verdict == "soft_invalidate", verdict.reasons
@@ -168,7 +168,7 @@ def test_a_model_calibrated_but_not_for_the_tasks_backend_is_never_slashed_on_re
     limits = resolve_limits(other_model, {}, backend="vllm")
     assert limits.calibrated() and limits.thresholds.chunk_max_exp_mismatches == 13
     assert resolve_limits(other_model, {}).thresholds.chunk_max_exp_mismatches != 13  # torch: top level
-    pipeline = Pipeline(vllm_task, MemorySeenStore(), ModelCheckpoints(str(other_model)))
+    pipeline = InferenceJudge(vllm_task, MemorySeenStore(), ModelCheckpoints(str(other_model)))
     verdict = pipeline.judge(path, Submission(node=NODE))
     assert verdict.verdict == "invalidate", verdict.reasons
     assert verdict.judged_by is not None and verdict.judged_by.label().endswith("vllm part")

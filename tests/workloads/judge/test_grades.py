@@ -14,7 +14,7 @@ from intellect.wire.verdicts import Submission
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore
 from workloads.inference.judge.checks.model import FileStats, distribution_findings
 from workloads.inference.judge.grades import Finding, grade, marked_files, unique_files
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.model.loading import ModelCheckpoints
 from workloads.rollouts import read_rollouts
@@ -89,7 +89,8 @@ def test_a_marginal_file_is_not_paid_and_the_fourth_in_a_window_slashes(
     fourth such file in its window slashes. An honest file between them passes every check but is
     held (issue 54: a marginal file's counter is forfeited, as a withheld batch's, so that a node
     cannot drop a batch by making it marginal)."""
-    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model), windows=MemoryNodeWindows())
+    pipeline = InferenceJudge(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model),
+                              windows=MemoryNodeWindows())  # fmt: skip
     verdicts = []
     for k, src in enumerate(long_files):
         path = src if k == 1 else dented(src, tmp_path / f"dented-{k}.parquet", set())
@@ -107,7 +108,7 @@ def test_a_marginal_file_is_not_paid_and_the_fourth_in_a_window_slashes(
 
 def test_a_failure_that_does_not_repeat_on_the_second_look_is_no_evidence(long_files: list[Path]) -> None:
     """What the second look drops: row findings its recomputation does not repeat; file statistics stay."""
-    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
+    pipeline = InferenceJudge(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
     rows, _ = read_rollouts(long_files[0])
     from workloads.inference.judge.checks.context import FileContext
 
@@ -136,7 +137,7 @@ def test_a_failure_that_does_not_repeat_on_the_second_look_is_no_evidence(long_f
 def test_one_dent_on_every_row_is_strong_evidence(long_files: list[Path], tmp_path: Path) -> None:
     """±0.45 on one token of every row, sign alternating: no row fails and the signed bias cancels;
     the file's outlier count (one a row) is far past what honest files hold."""
-    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
+    pipeline = InferenceJudge(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
     path = dented(long_files[0], tmp_path / "every-row.parquet", None)
     verdict = pipeline.judge(path, Submission(node=NODE))
     assert verdict.verdict == "invalidate", verdict.reasons

@@ -19,7 +19,7 @@ from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from validator.checkpoints import FileCheckpoints
 from workloads.inference.judge.checks import history
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.selection import SEED_HIGH, BatchPlan
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
@@ -51,7 +51,7 @@ def test_replay_rule() -> None:
     assert replay_fault(torch.zeros(0), limits) is None
 
 
-def judge(path: Path, pipeline: Pipeline) -> tuple[str, list[str]]:
+def judge(path: Path, pipeline: InferenceJudge) -> tuple[str, list[str]]:
     """One file judged by a fresh validator, as if the node's earlier batches had been judged."""
     _, info = read_rollouts(path)
     key = f"{info.node_address.lower()}#{info.task_id}"
@@ -98,7 +98,7 @@ def test_the_demo_file_that_slashed_an_honest_node_is_accepted(model: torch.nn.M
     assert int((gaps[23] > 0.2).sum()) == 1
     _, info = read_rollouts(FILE)
     checkpoints = ModelCheckpoints("tiny", FileCheckpoints({1: CKPT}))
-    verdict, reasons = judge(FILE, Pipeline(TASK, MemorySeenStore(), checkpoints, task_id=info.task_id))
+    verdict, reasons = judge(FILE, InferenceJudge(TASK, MemorySeenStore(), checkpoints, task_id=info.task_id))
     assert verdict == "accept", reasons
 
 
@@ -140,7 +140,7 @@ def steered_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lo: float, hi:
 
 def judge_base(path: Path) -> tuple[str, list[str]]:
     task = TASK.model_copy(update={"batch_size": 8})
-    return judge(path, Pipeline(task, MemorySeenStore(), ModelCheckpoints("tiny")))
+    return judge(path, InferenceJudge(task, MemorySeenStore(), ModelCheckpoints("tiny")))
 
 
 @pytest.mark.parametrize(("lo", "hi", "per_row", "caught"), [

@@ -21,7 +21,7 @@ from intellect.workloads import MemoryNodeWindows, MemorySeenStore
 from workloads.inference.judge.checks import history
 from workloads.inference.judge.checks.context import FileContext
 from workloads.inference.judge.checks.history import counter_order, forfeit
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings
@@ -196,7 +196,7 @@ def test_the_stop_before_a_bad_batch_cheat_is_not_paid(tmp_path: Path, monkeypat
     assert [(h.step, h.batch_counter) for h in headers] == [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5), (1, 6)]
 
     def judged(paths: list[Path]) -> list[str]:
-        pipeline = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model),
+        pipeline = InferenceJudge(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model),
                             windows=MemoryNodeWindows())
         return [pipeline.judge(p, Submission(node=NODE)).verdict for p in paths]
 
@@ -241,7 +241,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def judge_in_order(paths: list[Path]) -> list[Verdict]:
     """One validator of pool 1 judging a node's submissions in chain order."""
-    pipeline = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model, host=Trainer()),
+    pipeline = InferenceJudge(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model, host=Trainer()),
                         windows=MemoryNodeWindows())  # fmt: skip
     return [pipeline.judge(p, Submission(node=NODE, pool_id=1, trainer_step=TRAINER_AT)) for p in paths]
 

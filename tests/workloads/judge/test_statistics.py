@@ -13,7 +13,7 @@ import pytest
 
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore
-from workloads.inference.judge.pipeline import Pipeline
+from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
@@ -42,7 +42,8 @@ def files(out: Path, task: TaskSettings, count: int, **kw: object) -> list[Path]
 
 def judge_all(paths: list[Path], task: TaskSettings) -> list[Verdict]:
     """One validator judging a node's files in order (its window of that node's statistics grows)."""
-    pipeline = Pipeline(task, MemorySeenStore(), ModelCheckpoints(task.model), windows=MemoryNodeWindows())
+    pipeline = InferenceJudge(task, MemorySeenStore(), ModelCheckpoints(task.model),
+                              windows=MemoryNodeWindows())  # fmt: skip
     return [pipeline.judge(p, Submission(node=NODE)) for p in paths]
 
 
@@ -78,7 +79,7 @@ def test_one_honest_outlier_token_in_a_short_row_is_not_slashed(
         return lps
 
     src = next(p for p in honest_small if len(read_rollouts(p)[0][0].output_tokens) <= 8)
-    pipeline = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model))
+    pipeline = InferenceJudge(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model))
     follow_on(pipeline, src, NODE)
     verdict = pipeline.judge(edit_logprobs(src, tmp_path / "outlier.parquet", bump), Submission(node=NODE))
     assert verdict.verdict == "accept", verdict.reasons
@@ -117,7 +118,7 @@ def test_several_outlier_edits_in_a_long_row_are_caught(tmp_path: Path) -> None:
                 lps[t] -= 0.45
         return lps
 
-    pipeline = Pipeline(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
+    pipeline = InferenceJudge(LONG, MemorySeenStore(), ModelCheckpoints(LONG.model))
     follow_on(pipeline, path, NODE)
     verdict = pipeline.judge(edit_logprobs(path, tmp_path / "dented.parquet", dent), Submission(node=NODE))
     assert verdict.verdict == "invalidate"
@@ -162,13 +163,13 @@ def test_a_rejected_file_still_uses_its_counter_and_a_retry_is_not_counted_twice
     forged = edit_logprobs(made[0], tmp_path / "forged.parquet",
                            lambda i, r: [lp - 1.0 for lp in r.output_logprobs])  # fmt: skip
     windows = MemoryNodeWindows()
-    pipeline = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model), windows=windows)
+    pipeline = InferenceJudge(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model), windows=windows)
     first = pipeline.judge(forged, Submission(node=NODE))
     assert first.verdict == "invalidate", first.reasons
     second = pipeline.judge(made[1], Submission(node=NODE))
     assert second.verdict == "accept", second.reasons  # counter 2 after counter 1, whatever 1's verdict
     # the same file judged again by a validator whose seen-store lost it (a crash before it wrote)
-    again = Pipeline(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model), windows=windows)
+    again = InferenceJudge(SMALL, MemorySeenStore(), ModelCheckpoints(SMALL.model), windows=windows)
     assert again.judge(made[1], Submission(node=NODE)).verdict == "accept"
     third = again.judge(made[2], Submission(node=NODE))
     assert third.verdict == "accept", third.reasons

@@ -34,6 +34,7 @@ import platform
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,8 @@ from workloads.inference.judge.calibrate_files import (
 from workloads.inference.judge.calibrate_files import workload as _workload
 from workloads.inference.judge.calibration import TORCH, BackendPart, CalibrationRecord, limits_of, model_id
 from workloads.inference.judge.checks.model import recompute
-from workloads.inference.judge.grades import Finding, grade
-from workloads.inference.judge.limits import Sample, derive, failing_rules
+from workloads.inference.judge.grades import Finding, Grade, grade
+from workloads.inference.judge.limits import Derived, Sample, derive, failing_rules
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.model.loading import load_model, load_tokenizer, load_weights, resolve
 from workloads.rollouts import read_rollouts
@@ -209,6 +210,68 @@ def calibrate(
         raise CalibrationError("--pipeline measures the pipeline workload, which generates with torch: "
                                "calibrate it with --backend torch")  # fmt: skip
     started = time.time()
+    run = measure(model, work, grid, backend, progress, own)
+    measured = run.summary(model, grid, started)
+    if backend != TORCH:
+        thresholds = run.derived.thresholds
+        part = BackendPart(made_by=made_by, device="cpu", thresholds=thresholds, measured=measured)
+        record = base or CalibrationRecord(model_id=wanted, name=name or Path(model).name, made_by=made_by,
+                                           workloads=[])  # fmt: skip
+        return record.model_copy(update={"backends": {**record.backends, backend: part}})
+    forward = pipeline_part(model, pipeline_quick, progress) if pipeline else {}
+    return CalibrationRecord(
+        model_id=wanted,
+        name=name or Path(model).name,
+        made_by=made_by,
+        thresholds=run.derived.thresholds,
+        workloads=["inference", "pipeline"] if pipeline else ["inference"],
+        pipeline=forward,
+        measured=measured,
+        backends=base.backends if base is not None else {},
+    )
+
+
+@dataclass
+class Measurement:
+    """Steps 1-5 of the module's docstring for one model: the files made, the limits derived from
+    their statistics, and every file judged again under those limits."""
+
+    files: dict[str, list[Path]]  # honest files by setting
+    honest: list[Sample]  # under the shipped defaults, loose enough that every statistic is kept
+    derived: Derived
+    th: ValidationThresholds  # the record's limits, as judges get them
+    honest_verdicts: list[Recomputed]
+    cheat_verdicts: list[Recomputed]
+
+    def summary(self, model: str, grid: Grid, started: float) -> dict[str, Any]:
+        """The record's `measured`: the model's shape, the grid, the false positives per rule, the
+        statistics table and each cheat's grades."""
+        rules = failing_rules([findings for _, findings in self.honest_verdicts])
+        grades = [(sample.setting, grade(findings, self.th)) for sample, findings in self.cheat_verdicts]
+        levels: tuple[Grade, ...] = ("strong", "marginal", "none")
+        caught = {kind: {g: grades.count((kind, g)) for g in levels} for kind in CHEATS}
+        config = json.loads((Path(resolve(model)) / "config.json").read_text())
+        shape = {
+            k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+        }
+        return {
+            "shape": shape,
+            "grid": grid.model_dump(),
+            "honest_files": sum(len(v) for v in self.files.values()),
+            "honest_rows": sum(s.stats.rows for s in self.honest) // max(1, len(grid.prefill_batches)),
+            "honest_recomputations": len(self.honest_verdicts),
+            "false_positives": rules,
+            "statistics": self.derived.table,
+            "cheats_caught": caught,
+            "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}",
+            "seconds": round(time.time() - started, 1),
+        }
+
+
+def measure(model: str, work: Path, grid: Grid, backend: str, progress: Callable[[str], None],
+            own: dict[int, Path] | None) -> Measurement:  # fmt: skip
+    """Make the files, recompute them, derive the limits and judge every file again under them, with
+    the grid's torch threads (the caller's count restored after)."""
     threads_before = torch.get_num_threads()
     try:
         jobs, checkpoints = _jobs(model, work, grid, backend, progress, own)
@@ -232,41 +295,7 @@ def calibrate(
         cheat_verdicts = recompute_all(model, cheats, {}, [max(prefills)], lengths, th)
     finally:
         torch.set_num_threads(threads_before)
-    rules = failing_rules([findings for _, findings in honest_verdicts])
-    grades = [(sample.setting, grade(findings, th)) for sample, findings in cheat_verdicts]
-    caught = {kind: {g: grades.count((kind, g)) for g in ("strong", "marginal", "none")} for kind in CHEATS}
-    config = json.loads((Path(resolve(model)) / "config.json").read_text())
-    shape = {
-        k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
-    }
-    measured = {
-        "shape": shape,
-        "grid": grid.model_dump(),
-        "honest_files": sum(len(v) for v in files.values()),
-        "honest_rows": sum(s.stats.rows for s in honest) // max(1, len(grid.prefill_batches)),
-        "honest_recomputations": len(honest_verdicts),
-        "false_positives": rules,
-        "statistics": derived.table,
-        "cheats_caught": caught,
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}",
-        "seconds": round(time.time() - started, 1),
-    }
-    if backend != TORCH:
-        part = BackendPart(made_by=made_by, device="cpu", thresholds=derived.thresholds, measured=measured)
-        record = base or CalibrationRecord(model_id=wanted, name=name or Path(model).name, made_by=made_by,
-                                           workloads=[])  # fmt: skip
-        return record.model_copy(update={"backends": {**record.backends, backend: part}})
-    forward = pipeline_part(model, pipeline_quick, progress) if pipeline else {}
-    return CalibrationRecord(
-        model_id=wanted,
-        name=name or Path(model).name,
-        made_by=made_by,
-        thresholds=derived.thresholds,
-        workloads=["inference", "pipeline"] if pipeline else ["inference"],
-        pipeline=forward,
-        measured=measured,
-        backends=base.backends if base is not None else {},
-    )
+    return Measurement(files, honest, derived, th, honest_verdicts, cheat_verdicts)
 
 
 def pipeline_part(model: str, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:

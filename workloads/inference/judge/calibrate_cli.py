@@ -12,6 +12,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -21,7 +22,14 @@ from rich.table import Table
 from intellect.cli import checkpoint_flags
 from intellect.logs import setup_logging
 from workloads.inference.judge.calibrate import CalibrationError, Grid, calibrate
-from workloads.inference.judge.calibration import ENV, TORCH, CalibrationRecord, find_calibration, model_id
+from workloads.inference.judge.calibration import (
+    ENV,
+    TORCH,
+    BackendPart,
+    CalibrationRecord,
+    find_calibration,
+    model_id,
+)
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -38,10 +46,8 @@ def calibrate_command(
         None, "--name", help="the model's name in the record (default: the folder's)"
     ),
     quick: bool = typer.Option(
-        False,
-        "--quick",
-        help="generation batches 1 and 16, one file a setting (minutes "
-        "on a CPU for a 0.5B shape; the full grid is the one to slash on)",
+        False, "--quick", help="generation batches 1 and 16, one file a setting (minutes on a CPU for a 0.5B "
+        "shape; the full grid is the one to slash on)",
     ),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1, help="the task's output length"),
     files_per_setting: int | None = typer.Option(
@@ -49,11 +55,8 @@ def calibrate_command(
         "more files bound the false-positive rate tighter (the rule of three: ~3/N)",
     ),
     train_steps: int = typer.Option(
-        0,
-        "--train-steps",
-        min=0,
-        help="train this many GRPO steps on string "
-        "reversal first and measure each checkpoint (models that learn it)",
+        0, "--train-steps", min=0, help="train this many GRPO steps on string reversal first and measure "
+        "each checkpoint (models that learn it)",
     ),
     checkpoint: list[str] = typer.Option(
         [], "--checkpoint", help="STEP=PATH of your own training run's checkpoint, measured too (repeat)"
@@ -81,33 +84,23 @@ def calibrate_command(
 
     Honest files come from the inference workload itself (generation batches 1-64, 1 and 2 threads,
     one-token rows, checkpoints; with --backend vllm, vLLM's engine makes them), recomputed as validators
-    do (prefill batch 1 and 64); cheats are fp16
-    and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight noise, another seed and one perturbed layer. The limits
-    follow the rules of workloads/inference/judge/limits.py; every honest file is judged again under
-    them. Without a
-    record for the task's model, a validator's recomputation failures are never slashed. With
-    --pipeline, the pipeline replay's forward limits too (workloads/pipeline/tolerance.py)."""
+    do (prefill batch 1 and 64); cheats are fp16 and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight
+    noise, another seed and one perturbed layer. The limits follow the rules of
+    workloads/inference/judge/limits.py; every honest file is judged again under them. Without a record
+    for the task's model, a validator's recomputation failures are never slashed. With --pipeline, the
+    pipeline replay's forward limits too (workloads/pipeline/tolerance.py)."""
     try:
         own = checkpoint_flags(checkpoint, first=1)
     except typer.BadParameter as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     setup_logging(level="warning")  # the workload's and trainer's info lines would bury the progress
-    grid = Grid.quick(max_new_tokens) if quick else Grid(max_new_tokens=max_new_tokens)
-    grid.train_steps = train_steps
-    if files_per_setting is not None:
-        grid.files_per_setting = files_per_setting
+    grid = _grid(max_new_tokens, quick=quick, train_steps=train_steps, files_per_setting=files_per_setting)
     work = work_dir or Path(tempfile.mkdtemp(prefix="intellect-calibrate-"))
     made_by = "intellect-validator calibrate " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [model])
-    started = time.monotonic()
-
-    def progress(message: str) -> None:  # stderr: --json keeps stdout for the record
-        err.print(f"[{time.monotonic() - started:6.0f} s] {message}", markup=False)
-
+    progress = _stopwatch()
     try:
-        found = CalibrationRecord.model_validate_json(base.read_text()) if base else find_calibration(model)
-        if found is not None and found.model_id != model_id(model):
-            raise CalibrationError(f"--base {base} was made on another model ({found.model_id[:16]}…)")
+        found = _base_record(model, base)
         record = calibrate(model, work, grid, name=name, made_by=made_by, own=own, progress=progress,
                            pipeline=pipeline, pipeline_quick=quick, backend=backend, base=found)  # fmt: skip
     except CalibrationError as exc:
@@ -116,21 +109,66 @@ def calibrate_command(
     target = out or Path(f"{record.name}.calibration.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(record.model_dump_json(indent=1) + "\n")
-    measured = record if backend == TORCH else record.backends[backend]
+    _report(record, target, backend, as_json=as_json)
+    _refuse_unusable(record, backend, pipeline=pipeline)
+
+
+def _grid(max_new_tokens: int, *, quick: bool, train_steps: int, files_per_setting: int | None) -> Grid:
+    """What the options ask to measure: the quick grid or the full one, with their counts on top."""
+    grid = Grid.quick(max_new_tokens) if quick else Grid(max_new_tokens=max_new_tokens)
+    grid.train_steps = train_steps
+    if files_per_setting is not None:
+        grid.files_per_setting = files_per_setting
+    return grid
+
+
+def _stopwatch() -> Callable[[str], None]:
+    """The progress lines, each with the seconds since this was made; on stderr: --json keeps stdout for
+    the record."""
+    started = time.monotonic()
+
+    def progress(message: str) -> None:
+        err.print(f"[{time.monotonic() - started:6.0f} s] {message}", markup=False)
+
+    return progress
+
+
+def _base_record(model: str, base: Path | None) -> CalibrationRecord | None:
+    """The record a measurement is added to: --base, else the one the validator finds for the model;
+    refused where it was made on another model."""
+    found = CalibrationRecord.model_validate_json(base.read_text()) if base else find_calibration(model)
+    if found is not None and found.model_id != model_id(model):
+        raise CalibrationError(f"--base {base} was made on another model ({found.model_id[:16]}…)")
+    return found
+
+
+def _measured(record: CalibrationRecord, backend: str) -> CalibrationRecord | BackendPart:
+    """What this run measured: the record itself (torch), or its part for `backend`."""
+    return record if backend == TORCH else record.backends[backend]
+
+
+def _report(record: CalibrationRecord, target: Path, backend: str, *, as_json: bool) -> None:
+    """The record as JSON, or what it measured as tables and where it was written."""
     if as_json:
         print(record.model_dump_json(indent=1))
-    else:
-        _print(record.name if backend == TORCH else f"{record.name} ({backend} part)", measured.measured,
-               measured.thresholds)  # fmt: skip
-        console.print(f"record: {target} (model_id {record.model_id[:16]}…); a validator uses it when its "
-                      f"folder is in {ENV}", markup=False)  # fmt: skip
-    if not as_json and record.pipeline and backend == TORCH:
+        return
+    measured = _measured(record, backend)
+    _print(record.name if backend == TORCH else f"{record.name} ({backend} part)", measured.measured,
+           measured.thresholds)  # fmt: skip
+    console.print(f"record: {target} (model_id {record.model_id[:16]}…); a validator uses it when its "
+                  f"folder is in {ENV}", markup=False)  # fmt: skip
+    if record.pipeline and backend == TORCH:
         _print_pipeline(record.pipeline)
+
+
+def _refuse_unusable(record: CalibrationRecord, backend: str, *, pipeline: bool) -> None:
+    """Exit 1 where honest files (or honest pipeline stage-batches) fail under the derived limits: the
+    record is written for a look, but no validator should slash on it."""
     if pipeline and record.pipeline["measured"]["honest"]["caught"]:
         err.print("error: honest pipeline stage-batches are guilty under the derived forward limits (see "
                   "pipeline.measured.honest); not a usable record")  # fmt: skip
         raise typer.Exit(1)
-    if measured.measured["false_positives"]["failing"]:
+    if _measured(record, backend).measured["false_positives"]["failing"]:
         err.print(
             "error: honest files fail under the derived limits (see false_positives); not a usable record"
         )

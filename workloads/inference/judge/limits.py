@@ -66,53 +66,77 @@ def _up(value: float, places: int = 3) -> float:
     return math.ceil(round(value * scale, 6)) / scale  # 1.5 x 0.8 is 1.2000000000000002: still 1.2
 
 
-def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
-    """The limits for the model these samples were measured on (the rules in the module's docstring)."""
-    d = ValidationThresholds.defaults()
-    new: dict[str, float | int] = {}
-    table: list[dict[str, Any]] = []
-    files = [s.stats for s in honest if s.stats.chunks >= d.file_min_chunks]
-    cheat_files = [(s.setting, s.stats) for s in cheating if s.stats.chunks >= d.file_min_chunks]
+class LimitTable:
+    """The record's table of what each limit rests on: per statistic the limit, the worst honest value
+    (with the honest files' spread for the file statistics) and each cheat's lowest value over it."""
 
-    def spread(values: list[float]) -> dict[str, float]:
-        if len(values) < 2:
-            return {}
-        mu = sum(values) / len(values)
-        sd = math.sqrt(sum((v - mu) ** 2 for v in values) / (len(values) - 1))
-        return {"honest_mean": round(mu, 4), "honest_sd": round(sd, 4), "files": len(values)}
+    def __init__(self, files: list[FileStats], cheating: list[Sample]) -> None:
+        self.files = files  # honest files with enough chunks for the file statistics
+        self.cheating = cheating
+        self.rows: list[dict[str, Any]] = []
 
-    def row(statistic: str, field: str, limit: float, worst: float, value: Any = None) -> None:
+    def add(self, statistic: str, field: str, limit: float, worst: float, value: Any = None) -> None:
         by_cheat: dict[str, float] = {}
-        for kind, stats in [(s.setting, s.stats) for s in cheating]:
+        for kind, stats in [(s.setting, s.stats) for s in self.cheating]:
             v = float(value(stats) if value else getattr(stats, field))
             by_cheat[kind] = min(by_cheat.get(kind, math.inf), v)
-        table.append({
+        self.rows.append({
             "statistic": statistic, "limit": limit, "worst_honest": worst,
             "honest_share_of_limit": round(worst / limit, 3) if limit else None,
-            **(spread([float(getattr(f, field)) for f in files]) if field in FILE_FIELDS else {}),
+            **(_spread([float(getattr(f, field)) for f in self.files]) if field in FILE_FIELDS else {}),
             "cheats_over_limit": {
                 k: (round(v / limit, 2) if limit and v < NO_MATCH else "no exponent matches")
                 for k, v in by_cheat.items()
             },
         })  # fmt: skip
 
-    # file statistics
-    h = max((s.mant_mean for s in files), default=0.0)
-    above = [st.mant_mean for _, st in cheat_files if st.mant_mean >= SEPARATES * h]
+
+def _spread(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {}
+    mu = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mu) ** 2 for v in values) / (len(values) - 1))
+    return {"honest_mean": round(mu, 4), "honest_sd": round(sd, 4), "files": len(values)}
+
+
+def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
+    """The limits for the model these samples were measured on (the rules in the module's docstring)."""
+    d = ValidationThresholds.defaults()
+    new: dict[str, float | int] = {}
+    table = LimitTable([s.stats for s in honest if s.stats.chunks >= d.file_min_chunks], cheating)
+    cheat_files = [s.stats for s in cheating if s.stats.chunks >= d.file_min_chunks]
+    every = [s.stats for s in honest]
+    _file_limits(new, table, d, cheat_files)
+    _row_limits(new, table, d, every)
+    sigma = _logprob_limits(new, table, d, every)
+    table.rows.append({"statistic": "per-token noise sigma (nats)", "measured": round(sigma, 5)})
+    changed = {k: v for k, v in new.items() if v != getattr(d, k)}
+    return Derived(thresholds=changed, table=table.rows)
+
+
+def _file_limits(
+    new: dict[str, float | int], table: LimitTable, d: ValidationThresholds, cheat_files: list[FileStats]
+) -> None:
+    """The file statistics: the TOPLOC mantissa mean and the share of chunks with median >= 1."""
+    h = max((s.mant_mean for s in table.files), default=0.0)
+    above = [st.mant_mean for st in cheat_files if st.mant_mean >= SEPARATES * h]
     mean_limit = d.file_max_mant_mean
     if h:
         near = math.sqrt(MEAN_FLOOR * h * min(above)) if above else math.inf
         mean_limit = _up(max(MEAN_FLOOR * h, min(MEAN_MARGIN * h, near)))
     new["file_max_mant_mean"] = mean_limit
-    row("file TOPLOC mantissa mean", "mant_mean", mean_limit, h)
-    h = max((s.median_chunk_share for s in files), default=0.0)
+    table.add("file TOPLOC mantissa mean", "mant_mean", mean_limit, h)
+    h = max((s.median_chunk_share for s in table.files), default=0.0)
     share_limit = h + SHARE_ROOM
     share_limit = 1.0 if share_limit >= 1 else _up(share_limit)
     new["file_max_median_chunks"] = share_limit
-    row("file share of chunks with median >= 1", "median_chunk_share", share_limit, h)
+    table.add("file share of chunks with median >= 1", "median_chunk_share", share_limit, h)
 
-    # row rules: twice the worst honest value, never below the default
-    every = [s.stats for s in honest]
+
+def _row_limits(
+    new: dict[str, float | int], table: LimitTable, d: ValidationThresholds, every: list[FileStats]
+) -> None:
+    """The row rules: twice the worst honest value, never below the default."""
     for field, stat, label, cast in (
         ("chunk_max_exp_mismatches", "max_exp_mismatches", "chunk exponent mismatches", int),
         ("chunk_max_mant_mean", "max_chunk_mean", "chunk mantissa mean", float),
@@ -123,9 +147,13 @@ def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
         default = float(getattr(d, field))
         limit = max(default, worst / HONEST_SHARE)
         new[field] = cast(math.ceil(limit)) if cast is int else _up(limit)
-        row(label, stat, float(new[field]), worst)
+        table.add(label, stat, float(new[field]), worst)
 
-    # logprobs, in units of the model's per-token noise
+
+def _logprob_limits(
+    new: dict[str, float | int], table: LimitTable, d: ValidationThresholds, every: list[FileStats]
+) -> float:
+    """The logprob rules, in units of the model's per-token noise σ; returns σ."""
     sigma = max(
         (math.sqrt(math.pi / 2) * s.lp_abs_sum / s.lp_tokens for s in every if s.lp_tokens), default=0.0
     )
@@ -133,12 +161,13 @@ def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
     new["logprob_outlier"] = _up(max(d.logprob_outlier, 25 * sigma))
     new["logprob_tolerance"] = _up(max(d.logprob_tolerance, new["logprob_outlier"] * 10 / 3))
     worst_token = max((s.max_logprob_error for s in every), default=0.0)
-    row("token logprob |error| (cap)", "max_logprob_error", float(new["logprob_tolerance"]), worst_token)
+    table.add("token logprob |error| (cap)", "max_logprob_error", float(new["logprob_tolerance"]),
+              worst_token)  # fmt: skip
     worst_share = max((s.max_row_mean_share for s in every), default=0.0)  # of the default row limit
     mean_tolerance = max(d.logprob_mean_tolerance, d.logprob_mean_tolerance * worst_share / HONEST_SHARE)
     new["logprob_mean_tolerance"] = _up(mean_tolerance, 4)
     scaled = worst_share * d.logprob_mean_tolerance / float(new["logprob_mean_tolerance"])
-    row("row mean |error| / its limit", "max_row_mean_share", 1.0, scaled)
+    table.add("row mean |error| / its limit", "max_row_mean_share", 1.0, scaled)
     th = d.model_copy(update=new)
     bias = [abs(s.lp_bias) for s in every if s.lp_tokens]
     shares = [abs(s.lp_bias) / th.bias_limit(s.lp_tokens) for s in every if s.lp_tokens]
@@ -146,14 +175,15 @@ def derive(honest: list[Sample], cheating: list[Sample]) -> Derived:
         new["logprob_bias_floor"] = _up(max(d.logprob_bias_floor, 2 * max(bias)), 4)
         th = d.model_copy(update=new)
         shares = [abs(s.lp_bias) / th.bias_limit(s.lp_tokens) for s in every if s.lp_tokens]
-    row("|logprob bias| / its limit", "lp_bias", 1.0, max(shares, default=0.0),
-        value=lambda s: abs(s.lp_bias) / th.bias_limit(s.lp_tokens) if s.lp_tokens else 0.0)  # fmt: skip
+
+    def share(s: FileStats) -> float:
+        return abs(s.lp_bias) / th.bias_limit(s.lp_tokens) if s.lp_tokens else 0.0
+
+    table.add("|logprob bias| / its limit", "lp_bias", 1.0, max(shares, default=0.0), value=share)
     worst_outliers = max((s.max_row_outliers for s in every), default=0)
     label = "tokens beyond the default outlier level in one row"  # an upper bound where the level rose
-    row(label, "max_row_outliers", d.logprob_max_outliers, worst_outliers)
-    table.append({"statistic": "per-token noise sigma (nats)", "measured": round(sigma, 5)})
-    changed = {k: v for k, v in new.items() if v != getattr(d, k)}
-    return Derived(thresholds=changed, table=table)
+    table.add(label, "max_row_outliers", d.logprob_max_outliers, worst_outliers)
+    return sigma
 
 
 def failing_rules(verdicts: list[list[Finding]]) -> dict[str, Any]:

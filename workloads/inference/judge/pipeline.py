@@ -64,8 +64,9 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-class Pipeline:
-    """A `Judge`. Thread-compatible, not thread-safe: give each validation thread its own."""
+class InferenceJudge:
+    """The inference workload's `Judge`: one rollout file through the checks above, cheapest first, to
+    a verdict. Thread-compatible, not thread-safe: give each validation thread its own."""
 
     def __init__(
         self,
