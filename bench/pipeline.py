@@ -37,9 +37,9 @@ from workloads.inference.generate import proofs_for  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
 from workloads.model.loading import TINY_MODEL_DIR, load_model, load_tokenizer  # noqa: E402
 from workloads.pipeline.group import run_local_group  # noqa: E402
+from workloads.pipeline.judge.end_to_end import GroupRows, judge_group  # noqa: E402
 from workloads.pipeline.member import BatchRequest  # noqa: E402
 from workloads.pipeline.stages import plan_stages  # noqa: E402
-from workloads.pipeline.verify import GroupRows, judge_group  # noqa: E402
 
 
 def small_model(folder: Path) -> Path:

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
 from workloads.pipeline.group import run_local_group  # noqa: E402
+from workloads.pipeline.judge.end_to_end import TINY_CLEAN, TINY_INNER, GroupRows, judge_group  # noqa: E402
 from workloads.pipeline.member import BatchRequest  # noqa: E402
 from workloads.pipeline.stages import boundary_activations, plan_stages  # noqa: E402
-from workloads.pipeline.verify import TINY_CLEAN, TINY_INNER, GroupRows, judge_group  # noqa: E402
 from workloads.toploc import ToplocThresholds, verify_proofs_batch  # noqa: E402
 
 SHAPES = [(1, 1), (1, 4), (1, 96), (8, 8), (8, 96), (64, 32), (64, 96)]  # (rows, max new tokens)

@@ -1,4 +1,4 @@
-"""Calibrating the forward comparison of pipeline stages (issue 36, `workloads/pipeline/replay.py`).
+"""Calibrating the forward comparison of pipeline stages (issue 36, `workloads/pipeline/judge/replay.py`).
 
 A stage before the last is judged on ‖sent − replay‖₂ / ‖replay‖₂ per real position, where the replay is
 its layers run as one prefill over exactly the frames it received. This runs honest groups (2 and 3
@@ -21,7 +21,7 @@ from pathlib import Path
 from workloads.model.loading import load_model, load_tokenizer
 from workloads.pipeline.bundle import BatchRequest
 from workloads.pipeline.group import run_thread_group
-from workloads.pipeline.replay import TINY_FORWARD, judge_member
+from workloads.pipeline.judge.replay import TINY_FORWARD, judge_member
 from workloads.pipeline.stages import plan_stages
 
 WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof", "a", "reverse me please",

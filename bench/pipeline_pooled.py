@@ -32,7 +32,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workloads.pipeline.pooled import (  # noqa: E402, E501
+from workloads.pipeline.judge.end_to_end import StageStats  # noqa: E402
+from workloads.pipeline.judge.pooled import (  # noqa: E402, E501
     POOL_FILES,
     TINY_POOLED,
     excess,
@@ -41,7 +42,6 @@ from workloads.pipeline.pooled import (  # noqa: E402, E501
     pooled_mean,
     window_entry,
 )
-from workloads.pipeline.verify import StageStats  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 # (rows, max new tokens, files) per group size; the header of a ring frame (64 KiB) bounds rows × tokens
@@ -61,9 +61,9 @@ def generate(members: int, cheat_stage: int, plan: list[tuple[int, int, int]]) -
     from workloads.datasets import load_dataset
     from workloads.model.loading import load_model, load_tokenizer
     from workloads.pipeline.group import run_local_group
+    from workloads.pipeline.judge.end_to_end import GroupRows, judge_group
     from workloads.pipeline.member import BatchRequest
     from workloads.pipeline.stages import plan_stages
-    from workloads.pipeline.verify import GroupRows, judge_group
 
     tok, model, records = load_tokenizer("tiny"), load_model("tiny"), load_dataset("demo")
     seed = 7_000_000 + members * 100_000 + (cheat_stage + 1) * 10_000

@@ -1,4 +1,4 @@
-"""The pipeline replay's forward tolerance per model (issue 55, `workloads/pipeline/tolerance.py`).
+"""The pipeline replay's forward tolerance per model (issue 55, `workloads/pipeline/judge/tolerance.py`).
 
 Runs honest thread groups (2 and 3 members, batch shapes from 1 row × 1 token to 64 rows) of a model
 and groups with a compute-saving cheat at each forwarding stage (`int8`, `fp16`, `bias`, `half-bias`,
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.model.loading import load_model, load_tokenizer  # noqa: E402
 from workloads.model.shapes import build_model_dir  # noqa: E402
-from workloads.pipeline.tolerance import ForwardLimits  # noqa: E402
+from workloads.pipeline.judge.tolerance import ForwardLimits  # noqa: E402
 from workloads.pipeline.tolerance_calibration import (  # noqa: E402
     COMPUTE_CHEATS,
     QUICK_SHAPES,

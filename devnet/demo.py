@@ -235,7 +235,7 @@ def pipeline_task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: l
         "name": f"demo-rl-reverse-pipeline-{plan.pipeline}",
         "image": "intellect-workload:latest",
         "workload": {"type": "pipeline", "settings": settings},
-        "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.pipeline.task"],
+        "entrypoint": ["python3" if in_container else sys.executable, "-m", "workloads.pipeline", "task"],
         "env_vars": env,
         "scheduling_config": {"plugins": {"node_groups": {"allowed_topologies": [plan.topology]}}},
         # every member's copy of a batch has the same name: the node's address keeps them apart
@@ -243,12 +243,13 @@ def pipeline_task_spec(plan: DemoPlan, trainer_url: str, runtime: str, relays: l
     }
 
 
-def configure_chain(state: DevnetState, plan: DemoPlan) -> None:
-    """Short reward lock, the pool's validators and its slashing quorum, all recorded on chain."""
+def configure_chain(state: DevnetState, plan: DemoPlan, lock: int = DEMO_REWARD_LOCK_SECONDS,
+                    window: int = DEMO_INVALIDATION_WINDOW_SECONDS) -> None:  # fmt: skip
+    """Short reward lock and vote window, the pool's validators and its slashing quorum, all recorded
+    on chain."""
     deployment = Path(state.deployment_path)
     admin = LedgerClient(state.rpc_url, deployment, Wallet.from_key(state.account("deployer").private_key))
     params = admin.work_parameters()
-    lock, window = DEMO_REWARD_LOCK_SECONDS, DEMO_INVALIDATION_WINDOW_SECONDS
     admin.set_work_parameters(params.reward_per_unit, lock, window, params.slash_penalty)
     manager = admin.with_wallet(Wallet.from_key(state.account("pool-manager").private_key))
     for role in VALIDATOR_ROLES[: plan.validators]:

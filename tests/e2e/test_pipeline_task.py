@@ -3,7 +3,7 @@
 anvil + Redis + discovery + orchestrator (topology `2x0GB`) + two `intellect-worker start --runtime
 process`, each advertising its own p2p port. A trainer POSTs a `pipeline` task; the orchestrator groups
 the two nodes and hands each its place, the next member's address, its own transport secret and both
-members' public keys; each worker runs its member (`python -m workloads.pipeline.task`, its stage only);
+members' public keys; each worker runs its member (`python -m workloads.pipeline task`, its stage only);
 the two members stream activations over their authenticated sockets; each writes the batch and its
 worker uploads it and submits it on chain for its share. Both files are then judged by
 `intellect-validator check` with the task's plug-in: accepted, and the two shares add up to the batch's
@@ -97,7 +97,7 @@ def group_stack(tmp: Path) -> Iterator[GroupCluster]:
 def pipeline_task() -> dict:
     return {
         "name": "pipe",
-        "entrypoint": [sys.executable, "-m", "workloads.pipeline.task"],
+        "entrypoint": [sys.executable, "-m", "workloads.pipeline", "task"],
         "env_vars": {"PYTHONPATH": str(REPO)},
         "workload": {"type": "pipeline", "settings": SETTINGS},
         "scheduling_config": {"plugins": {"node_groups": {"allowed_topologies": ["2x0GB"]}}},
@@ -166,7 +166,7 @@ def member_process(index: int, under: Path) -> psutil.Process | None:
     tests may run pipeline members at the same time)."""
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "workloads.pipeline.task" in " ".join(proc.info["cmdline"] or []):
+            if "-m workloads.pipeline task" in " ".join(proc.info["cmdline"] or []):
                 env = proc.environ()
                 if env.get("INTELLECT_PIPELINE_GROUP_INDEX") == str(index) and \
                         env.get("INTELLECT_DATA_DIR", "").startswith(str(under)):  # fmt: skip

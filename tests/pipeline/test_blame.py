@@ -2,7 +2,7 @@
 layers did not make (and prove what they forward), at every stage of 2- and 3-member groups; members
 that dispute what they received; files that contradict their own member's signatures; groups whose
 links nobody signed. Each member is judged as the validator judges it: on its own evidence, its stage
-replayed from the frames it received (`workloads/pipeline/replay.py`).
+replayed from the frames it received (`workloads/pipeline/judge/replay.py`).
 
 Groups run as threads of this process over real CURVE links on loopback (`run_thread_group`), each
 member with its own node key, so a case costs about half a second."""
@@ -16,9 +16,9 @@ from workloads.model.loading import load_model, load_tokenizer
 from workloads.pipeline.bundle import BatchRequest
 from workloads.pipeline.commit import LinkRecord
 from workloads.pipeline.group import GroupRun, run_thread_group
-from workloads.pipeline.replay import MemberVerdict, judge_member
+from workloads.pipeline.judge.end_to_end import GroupRows, judge_group
+from workloads.pipeline.judge.replay import MemberVerdict, judge_member
 from workloads.pipeline.stages import plan_stages
-from workloads.pipeline.verify import GroupRows, judge_group
 from workloads.toploc import build_proofs_batch, verify_proofs_batch
 
 WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]

@@ -120,7 +120,7 @@ def test_a_driver_keeping_a_wrong_guess_is_blamed_and_no_follower_is() -> None:
     no longer plain decoding's, and the validator's local replay blames the driver alone (its activations
     there came from its guess, not from the token the bundle says it was fed)."""
     from workloads.model.loading import load_model
-    from workloads.pipeline.replay import judge_member
+    from workloads.pipeline.judge.replay import judge_member
     from workloads.pipeline.stages import plan_stages
 
     requests, members = _requests(), 3

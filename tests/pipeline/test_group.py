@@ -18,9 +18,9 @@ from workloads.inference.generate import proofs_for
 from workloads.model.backends import TorchBackend
 from workloads.model.loading import load_model, load_tokenizer
 from workloads.pipeline.group import GroupRun, run_local_group, run_thread_group
+from workloads.pipeline.judge.end_to_end import GroupRows, GroupVerdict, judge_group
 from workloads.pipeline.member import BatchRequest
 from workloads.pipeline.stages import plan_stages
-from workloads.pipeline.verify import GroupRows, GroupVerdict, judge_group
 
 pytestmark = pytest.mark.slow  # each group is 2-3 interpreters loading the model
 

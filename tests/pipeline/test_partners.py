@@ -66,7 +66,7 @@ def test_a_lie_in_sealed_metadata_is_charged_to_its_sender_by_the_judge() -> Non
     from workloads.pipeline.bundle import BatchRequest
     from workloads.pipeline.commit import KeySigner, LinkClaim, LinkRecord
     from workloads.pipeline.group import run_thread_group
-    from workloads.pipeline.replay import judge_member
+    from workloads.pipeline.judge.replay import judge_member
     from workloads.pipeline.stages import plan_stages
     from workloads.pipeline.transport import frame_parts, frames_digest, parse_frame
 

@@ -1,4 +1,4 @@
-"""The pooled per-stage check (`workloads/pipeline/pooled.py`) through the plug-in's judge, on files
+"""The pooled per-stage check (`workloads/pipeline/judge/pooled.py`) through the plug-in's judge, on files
 real group members wrote as tasks: a member running perturbed weights is blamed within a few files at
 every stage position, and only it; honest groups over the same files are always paid; a member's
 window is fed only by its own files and survives a validator restart on the SQL store."""
@@ -13,10 +13,11 @@ from intellect.wire.verdicts import Submission
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore, NodeWindows, ValidatorEnv
 from tests.pipeline.test_task import NODES, run_group
 from validator.store import Database, SqlNodeWindows, open_database
-from workloads.pipeline.plugin import PipelineJudge, PipelineSettings
-from workloads.pipeline.pooled import TINY_POOLED, pooled_blame
-from workloads.pipeline.task import file_name
-from workloads.pipeline.verify import StageStats
+from workloads.pipeline.files import file_name
+from workloads.pipeline.judge.end_to_end import StageStats
+from workloads.pipeline.judge.file_judge import PipelineJudge
+from workloads.pipeline.judge.pooled import TINY_POOLED, pooled_blame
+from workloads.pipeline.settings import PipelineSettings
 
 pytestmark = pytest.mark.slow  # each group is 2-3 member processes loading the model
 

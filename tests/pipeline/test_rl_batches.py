@@ -30,9 +30,9 @@ from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import completion_text  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
 from workloads.model.loading import load_model, load_tokenizer, load_weights  # noqa: E402
-from workloads.pipeline.files import plan_group_batch, read_group_file  # noqa: E402
-from workloads.pipeline.plugin import PipelineJudge, PipelineSettings  # noqa: E402
-from workloads.pipeline.task import file_name  # noqa: E402
+from workloads.pipeline.files import file_name, plan_group_batch, read_group_file  # noqa: E402
+from workloads.pipeline.judge.file_judge import PipelineJudge  # noqa: E402
+from workloads.pipeline.settings import PipelineSettings  # noqa: E402
 from workloads.trainer.loop import read_batch  # noqa: E402
 from workloads.verifiers import score  # noqa: E402
 

@@ -20,9 +20,10 @@ from intellect.wire.templates import expand
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore, ValidatorEnv, WorkloadSettingsError, load
 from workloads.pipeline.commit import KEY_ENV
-from workloads.pipeline.files import GroupFileError, read_group_file, row_keys
-from workloads.pipeline.plugin import PipelineJudge, PipelinePlugin, PipelineSettings
-from workloads.pipeline.task import file_name
+from workloads.pipeline.files import GroupFileError, file_name, read_group_file, row_keys
+from workloads.pipeline.judge.file_judge import PipelineJudge
+from workloads.pipeline.plugin import PipelinePlugin
+from workloads.pipeline.settings import PipelineSettings
 from workloads.pipeline.transport import local_keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def test_render_runs_the_member_program_with_the_group_and_settings_templated() 
     task = spec({"batches": 3, "max_new_tokens": 16})
     rendered = plugin.render(task, plugin.task_settings(task))
     env = rendered.env_vars
-    assert rendered.entrypoint == ["python3", "-m", "workloads.pipeline.task"]
+    assert rendered.entrypoint == ["python3", "-m", "workloads.pipeline", "task"]
     assert env["INTELLECT_PIPELINE_BATCHES"] == "3" and env["INTELLECT_PIPELINE_MAX_NEW_TOKENS"] == "16"
     assert env["INTELLECT_PIPELINE_MEMBER_SECRET"] == "${MEMBER_SECRET}" and "GROUP_SECRET" not in str(env)
     assert env["INTELLECT_PIPELINE_GROUP_KEYS"] == "${GROUP_KEYS}"

@@ -1,4 +1,4 @@
-"""The replay's tolerance per model (issue 55, `workloads/pipeline/tolerance.py`): honest groups are
+"""The replay's tolerance per model (issue 55, `workloads/pipeline/judge/tolerance.py`): honest groups are
 never guilty under the file rules, at any batch size; members that save compute (their layers in
 int8, a skipped layer) or shift what they forward (+1 % of each position's RMS, the room the per-position
 rule left) are, on one file of 8 rows × 24 tokens; and the limits are the model's record's.
@@ -20,9 +20,9 @@ from workloads.inference.judge.calibration import CalibrationRecord, limits_of, 
 from workloads.model.loading import load_model, load_tokenizer
 from workloads.pipeline.bundle import BatchRequest
 from workloads.pipeline.group import GroupRun, run_thread_group
-from workloads.pipeline.replay import MemberVerdict, judge_member
+from workloads.pipeline.judge.replay import MemberVerdict, judge_member
+from workloads.pipeline.judge.tolerance import TINY_FORWARD, Differences, ForwardLimits, forward_verdict
 from workloads.pipeline.stages import plan_stages
-from workloads.pipeline.tolerance import TINY_FORWARD, Differences, ForwardLimits, forward_verdict
 
 WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
 
@@ -103,7 +103,8 @@ def test_the_record_s_limits_decide(tiny) -> None:  # noqa: ANN001
 def test_a_model_without_a_pipeline_record_is_judged_by_tiny_s_per_position_rules_and_never_slashed(
     tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
 ) -> None:
-    from workloads.pipeline.plugin import PipelineJudge, PipelineSettings
+    from workloads.pipeline.judge.file_judge import PipelineJudge
+    from workloads.pipeline.settings import PipelineSettings
 
     folder = tmp_path / "records"
     folder.mkdir()

@@ -10,7 +10,7 @@ protocol logs that frame whole (step 0, the proofs) the seal covers them too.
 
 Every case is then judged as the product judges it (`judge_case`): an honest member writes a file only
 when its batch ended (its own checks and self-judge passed) and the batch is the task's plan; each file
-is judged by `replay.judge_member` and the end-to-end `verify.judge_group`. The properties:
+is judged by `judge.replay.judge_member` and the end-to-end `judge.end_to_end.judge_group`. The properties:
 - no honest member's file is ever `invalidate`;
 - a batch whose tokens differ from the honest run's is never paid to anyone, unless the adversary's own
   file is clean too (its change inside the judge's documented tolerance: counted, and reported by the
@@ -275,7 +275,7 @@ class Fuzzer:
                                 stages=self.stages[members], factory=factory)  # fmt: skip
 
     def _admit(self, shape: dict[str, Any]) -> list[str]:
-        """The task's plan, as `task.py` holds a step-0 shape to it (here: the one request)."""
+        """The task's plan, as `workload.py` holds a step-0 shape to it (here: the one request)."""
         r = self.request
         want = {"prompts": r.prompts, "seeds": r.seeds, "temperature": r.temperature,
                 "max_new_tokens": r.max_new_tokens, "batch": 1, "policy": r.policy.header()}  # fmt: skip
@@ -306,9 +306,9 @@ class Fuzzer:
 
     def _verdict(self, members: int, i: int, out: Any, honest: bool) -> str:
         """What the validator's judge would give member `i`'s file (an honest member writes none for a
-        batch that is not the task's plan: `task.py` checks it before writing)."""
-        from workloads.pipeline.replay import judge_member
-        from workloads.pipeline.verify import GroupRows, judge_group
+        batch that is not the task's plan: `workload.py` checks it before writing)."""
+        from workloads.pipeline.judge.end_to_end import GroupRows, judge_group
+        from workloads.pipeline.judge.replay import judge_member
 
         b, r = out.bundle, self.request
         planned = b.prompts == r.prompts and b.seeds == r.seeds and b.temperature == r.temperature

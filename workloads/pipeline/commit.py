@@ -9,7 +9,7 @@ a batch the sender signs the sha256 of every frame it sent (`role` "sent") and t
 sha256 of every frame it received (`role` "received"); both go into the batch's bundle as a
 `LinkRecord`. A record whose two digests agree and whose signatures recover to the two members'
 addresses proves what stage k+1 received and what stage k sent: the validator replays each stage from
-that (`verify.judge_member`). The token link (last → stage 0) is not committed: stage 0's input is the
+that (`judge.replay.judge_member`). The token link (last → stage 0) is not committed: stage 0's input is the
 bundle's tokens, which stage 0 checks are the tokens it received before it writes its file.
 """
 

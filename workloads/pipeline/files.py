@@ -14,7 +14,7 @@ checkpoint, problem ids, …), rows prompt-major in groups of `n` completions, s
 group's batch like any rollout file (`to_rollouts`); the extra is the member list and every stage's
 proofs.
 
-Format 3 adds what makes blame local (`commit.py`, `verify.judge_member`): every link's record (the
+Format 3 adds what makes blame local (`commit.py`, `judge.replay.judge_member`): every link's record (the
 sender's signed digest of the frames it sent, the receiver's countersigned digest of what it got),
 and this member's own frames of the batch, exactly as they crossed its links (base64): what it
 received and what it sent. A validator checks them against the records and replays the member's
@@ -232,6 +232,12 @@ def score_rows(records: list[TaskRecord], plan: BatchPlan, texts: list[str], len
     return Scores([tasks[r // plan.n].problem_id for r in range(len(texts))],
                   [tasks[r // plan.n].task_type for r in range(len(texts))], targets,
                   task_rewards, penalties, rewards, advantages)  # fmt: skip
+
+
+def file_name(batch: int, stage: int) -> str:
+    """A member's file of a batch, in its data dir: by it a restarted member finds the batches it already
+    holds (the driver goes on from the first it lacks; nobody announces a batch twice)."""
+    return f"pipeline-batch{batch:06d}-stage{stage}.json"
 
 
 def write_group_file(path: Path, *, task_id: str, group_id: str, batch: int, stage: int,

@@ -21,12 +21,12 @@ from typing import Protocol, cast
 from intellect.identity import Wallet
 from intellect.links import DelayRelay, LinkShape
 from intellect.net import stable_port
-from workloads.pipeline.__main__ import KEYS_ENV, SECRET_ENV, output_from_json
 from workloads.pipeline.commit import KEY_ENV, KeySigner
 from workloads.pipeline.draft import Draft
 from workloads.pipeline.member import BatchRequest, Member, StageOutput
 from workloads.pipeline.selfcheck import SelfLimits
 from workloads.pipeline.stages import Stage
+from workloads.pipeline.standalone import KEYS_ENV, SECRET_ENV, output_from_json
 from workloads.pipeline.transport import local_keys
 
 
@@ -132,21 +132,31 @@ def run_local_group(
             argv = hosts[i].argv(argv)
         log = (folder / f"member-{i}.log").open("wb")
         procs.append(subprocess.Popen(argv, env=member_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
-    run = GroupRun(keys=keys)
     try:
-        for proc in procs:
-            try:
-                proc.wait(timeout=timeout * 4 + 120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _wait(procs, timeout * 4 + 120)
     finally:
         for relay in relays:
             relay.stop()
-    for i in range(members):
+    return _read_outputs(folder, procs, GroupRun(keys=keys), many=many)
+
+
+def _wait(procs: list[subprocess.Popen], seconds: float) -> None:
+    """Every member process ended; one still running after `seconds` is killed."""
+    for proc in procs:
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _read_outputs(folder: Path, procs: list[subprocess.Popen], run: GroupRun, *, many: bool) -> GroupRun:
+    """What each member process wrote (`standalone.output_json`), or why it wrote nothing: its error
+    naming the member at fault, or its exit code and the tail of its log."""
+    for i, proc in enumerate(procs):
         out = folder / f"member-{i}.json"
         if not out.exists():
-            run.errors[i] = {"error": f"exited {procs[i].returncode}: {_tail(folder / f'member-{i}.log')}",
+            run.errors[i] = {"error": f"exited {proc.returncode}: {_tail(folder / f'member-{i}.log')}",
                              "member": i}  # fmt: skip
             continue
         data = json.loads(out.read_text())

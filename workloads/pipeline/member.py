@@ -35,7 +35,7 @@ generator of this protocol waiting on its own route; `run_batch` is one batch al
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ import torch
 from workloads.model import sampler
 from workloads.pipeline import inbound
 from workloads.pipeline.bundle import BatchRequest, GroupBundle, Policy, StageOutput
-from workloads.pipeline.cheats import change_stage, perturb_stage, tamper
+from workloads.pipeline.cheats import change_stage, tamper
 from workloads.pipeline.commit import LinkSigner, shape_claim, signed_by
 from workloads.pipeline.draft import MAX_DRAFT_TOKENS, Draft
 from workloads.pipeline.flight import Closed, Flight, InFlight, Steps, Want
@@ -53,10 +53,10 @@ from workloads.pipeline.seals import Sealing
 from workloads.pipeline.selfcheck import SelfCheck, SelfLimits
 from workloads.pipeline.stages import Stage
 from workloads.pipeline.transport import Frame, MemberLink, MemberMisbehaved
-from workloads.pipeline.trips import Rows, Trip, act_frame, draft_inputs, end_frame, kept, tok_frame
+from workloads.pipeline.trips import Rows, Trip, act_frame, cut, draft_inputs, end_frame, kept, tok_frame
 from workloads.toploc.proof import build_proofs_batch as _build_proofs
 
-__all__ = ["BatchRequest", "GroupBundle", "Member", "Policy", "StageOutput", "perturb_stage"]
+__all__ = ["BatchRequest", "GroupBundle", "Member", "Policy", "StageOutput"]
 
 
 class Member(Sealing):
@@ -93,7 +93,7 @@ class Member(Sealing):
         # Before a batch ends here, this member judges its own file as a validator would (`selfcheck.py`);
         # a cheat of the tests and the demo writes its file regardless, as a dishonest member would.
         self.checker = SelfCheck(self_limits) if cheat == "none" else None
-        # A follower holds a batch's step-0 shape to the task's plan before it runs it (`task.py`: prompts
+        # A follower holds a batch's step-0 shape to the task's plan before it runs it (`workload.py`: prompts
         # and seeds derived from task, group, members and number; the task's limits), so a lie there is
         # named on whoever sent it, not on the driver nor on a member after the liar.
         self.admit = admit
@@ -255,7 +255,7 @@ class Member(Sealing):
                 count += 1
                 if rows.finished or step + j == limit - 1:
                     break
-            mask, pos, cache = _cut(trip, count, mask, pos, cache)
+            mask, pos, cache = cut(trip, count, mask, pos, cache)
             keep, step, last = count, step + count, sampled[count - 1][0]
         out_lengths = [len(t) for t in rows.tokens]
         proofs = self._prove(b, sent.rows_for(out_lengths))
@@ -324,41 +324,19 @@ class Member(Sealing):
     # ---- stages 1..n-1 ------------------------------------------------------------------------
 
     def _follow(self, b: InFlight) -> Steps:
-        link = self._link
         first = yield Want("act")
-        if first.header["kind"] != "act" or first.header.get("step") != 0:
-            raise MemberMisbehaved(link.prev, "a batch must start with step 0's activations")
-        stage = b.stage
-        shape = inbound.step0_shape(link.prev, first, stage.hidden_size, stage.vocab_size, stage.model.dtype)
-        try:
-            policy = Policy.from_header(shape["policy"])
-        except ValueError as exc:
-            raise MemberMisbehaved(link.prev, f"a step-0 header with {exc}") from None
-        if self.on_policy is not None and policy.weights != self.policy.weights:
-            self.stage = self.on_policy(policy)  # that checkpoint's layers, before the batch's first step
-            change_stage(self.cheat, self.stage)
-        self.policy = b.policy = policy
-        b.stage = self.stage
-        lengths, seeds = list(shape["lengths"]), list(shape["seeds"])
-        prompts, members, limit = shape["prompts"], list(shape["members"]), shape["max_new_tokens"]
-        b.number = shape["batch"]
-        if len(members) != self.plan.members or members[self.plan.index] != self.address:
-            raise MemberMisbehaved(link.prev, "a step-0 header whose members do not fit the batch")
-        self._driver_said(shape, members)
-        problems = self.admit(shape) if self.admit is not None else []
-        if problems:
-            raise MemberMisbehaved(link.prev, f"a batch that is not the task's: {'; '.join(problems[:2])}")
+        shape = self._step0_shape(b, first)
         assert first.tensor is not None
-        batch, width, hidden = len(lengths), int(first.tensor.shape[1]), b.stage.hidden_size
-        temperature = float(shape["temperature"])
+        lengths, width = list(shape["lengths"]), int(first.tensor.shape[1])
         mask, pos = mask_positions(lengths, width)
-        received, sent, rows = SeenRows(lengths, width), SeenRows(lengths, width), Rows(batch, self.eos)
+        received, sent = SeenRows(lengths, width), SeenRows(lengths, width)
+        rows = Rows(len(lengths), self.eos)
         received.add(0, first.tensor)
         b.trips += 1
         out, cache = self._forward(b, first.tensor, mask, pos, None)
         if self.plan.last:
             sent.add(0, out)
-            tok, lp = self._sample(b, out[:, -1], seeds, 0, temperature)
+            tok, lp = self._sample(b, out[:, -1], list(shape["seeds"]), 0, float(shape["temperature"]))
             rows.take(tok, lp)
             self._send(b, {"kind": "tok", "step": 0, "tokens": [tok.tolist()], "logprobs": [lp.tolist()]},
                        log=False)  # fmt: skip
@@ -367,13 +345,60 @@ class Member(Sealing):
             payload = self._tamper(out)
             sent.add(0, payload if self.cheat != "noise-unproven" else out)
             self._send(b, {"kind": "act", "step": 0, **shape}, payload)
+        end, step, keep = yield from self._follow_trips(b, shape, received, sent, rows, mask, pos, cache)
+        return (yield from self._follow_end(b, shape, end, step, keep, received, sent, rows))
+
+    def _step0_shape(self, b: InFlight, first: Frame) -> dict[str, Any]:
+        """Step 0's header, held to all a follower knows before it runs the batch: well formed, its policy
+        (whose layers this member then loads), the members in their places, the driver's signature and
+        the task's plan (`admit`). A lie there is named on whoever sent it."""
+        prev = self._link.prev
+        if first.header["kind"] != "act" or first.header.get("step") != 0:
+            raise MemberMisbehaved(prev, "a batch must start with step 0's activations")
+        stage = b.stage
+        shape = inbound.step0_shape(prev, first, stage.hidden_size, stage.vocab_size, stage.model.dtype)
+        try:
+            policy = Policy.from_header(shape["policy"])
+        except ValueError as exc:
+            raise MemberMisbehaved(prev, f"a step-0 header with {exc}") from None
+        if self.on_policy is not None and policy.weights != self.policy.weights:
+            self.stage = self.on_policy(policy)  # that checkpoint's layers, before the batch's first step
+            change_stage(self.cheat, self.stage)
+        self.policy = b.policy = policy
+        b.stage = self.stage
+        members = list(shape["members"])
+        b.number = shape["batch"]
+        if len(members) != self.plan.members or members[self.plan.index] != self.address:
+            raise MemberMisbehaved(prev, "a step-0 header whose members do not fit the batch")
+        # Step 0's shape is the driver's own word (signed by the group's first member, as the orchestrator
+        # or else the hello round named it) and names the members the hello round did.
+        if self.members and members[: len(self.members)] != self.members:
+            raise MemberMisbehaved(prev, "a step-0 header naming other members than the hello round")
+        driver = (self.expected or self.members or members)[0]
+        claim = shape_claim(self.task_id, self.group_id, shape["batch"], shape)
+        if self.signer is not None and not signed_by(claim, shape["signature"], driver):
+            raise MemberMisbehaved(prev, f"a step-0 shape the driver ({driver}) did not sign")
+        problems = self.admit(shape) if self.admit is not None else []
+        if problems:
+            raise MemberMisbehaved(prev, f"a batch that is not the task's: {'; '.join(problems[:2])}")
+        return shape
+
+    def _follow_trips(self, b: InFlight, shape: dict[str, Any], received: SeenRows, sent: SeenRows,
+                      rows: Rows, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+                      ) -> Generator[Want, Frame, tuple[Frame, int, int]]:  # fmt: skip
+        """Every trip after step 0, until the driver's `end`: each frame says how many of the last trip's
+        positions count (`keep`), which are committed as plain decoding would have received and sent
+        them, then the trip it carries is run and passed on. Returns the `end` frame, the step reached
+        and the last `keep`."""
+        prev, batch, limit = self._link.prev, len(shape["lengths"]), shape["max_new_tokens"]
+        seeds, temperature = list(shape["seeds"]), float(shape["temperature"])
         trip: Trip | None = None
         step = 1
         while True:
             frame = yield Want("act", log=False)
             keep, positions = frame.header.get("keep"), trip.positions if trip else 1
             if not isinstance(keep, int) or not 1 <= keep <= positions:
-                raise MemberMisbehaved(link.prev, f"a frame keeping {keep!r} of the last trip's {positions}")
+                raise MemberMisbehaved(prev, f"a frame keeping {keep!r} of the last trip's {positions}")
             if trip is not None:  # commit what counts, as plain decoding would have received and sent it
                 for j in range(keep):
                     received.add(trip.step + j, trip.inputs[j])
@@ -382,12 +407,12 @@ class Member(Sealing):
                     b.sent.add(trip.sent[j])
                     if self.plan.last:
                         rows.take(*trip.sampled[j])
-                mask, pos, cache = _cut(trip, keep, mask, pos, cache)
+                mask, pos, cache = cut(trip, keep, mask, pos, cache)
                 step = trip.step + keep
             if frame.header["kind"] == "end":
-                break
+                return frame, step, keep
             most = min(self.draft_tokens + 1, limit - step)  # positions a trip may carry from here
-            x = inbound.trip(link.prev, frame, step, batch, most, hidden, b.stage.model.dtype)
+            x = inbound.trip(prev, frame, step, batch, most, b.stage.hidden_size, b.stage.model.dtype)
             trip, cache = self._run_trip(b, step, x, mask, pos, cache, seeds, temperature)
             if self.plan.last:
                 self._send(b, {"kind": "tok", "step": step, "tokens": [t.tolist() for t, _ in trip.sampled],
@@ -395,18 +420,26 @@ class Member(Sealing):
             else:
                 self._send(b, {"kind": "act", "step": step, "keep": keep}, torch.cat(trip.payloads, dim=1),
                            log=False)  # fmt: skip
+
+    def _follow_end(self, b: InFlight, shape: dict[str, Any], end: Frame, step: int, keep: int,
+                    received: SeenRows, sent: SeenRows, rows: Rows) -> Steps:  # fmt: skip
+        """After `end`: the predecessor's proofs checked against what this member received, its seal
+        countersigned; then the last member sends the bundle round the ring, any other passes its own
+        proofs and seal on and takes the bundle when it comes back."""
+        prev, batch = self._link.prev, len(shape["lengths"])
         own = [len(t) for t in rows.tokens] if self.plan.last else None  # the last stage counts them itself
-        out_lengths = inbound.end_lengths(link.prev, frame, batch, step, own)
+        out_lengths = inbound.end_lengths(prev, end, batch, step, own)
         b.received.add(end_frame(out_lengths))
         claimed = yield Want("proofs")
-        theirs, earlier = inbound.proofs(link.prev, claimed, batch, self.plan.index - 1)
+        theirs, earlier = inbound.proofs(prev, claimed, batch, self.plan.index - 1)
         if theirs != self._prove(b, received.rows_for(out_lengths)):
-            raise MemberMisbehaved(link.prev, "its proofs are not those of the activations it sent")
-        links = yield from self._countersign(b, members)
+            raise MemberMisbehaved(prev, "its proofs are not those of the activations it sent")
+        links = yield from self._countersign(b, list(shape["members"]))
         if self.plan.last:
             proofs = self._prove(b, sent.final(out_lengths))
-            bundle = GroupBundle(shape["members"], [list(p) for p in prompts], rows.tokens, rows.logprobs,
-                                 seeds, temperature, [*earlier, theirs, proofs], policy, links)  # fmt: skip
+            bundle = GroupBundle(shape["members"], [list(p) for p in shape["prompts"]], rows.tokens,
+                                 rows.logprobs, list(shape["seeds"]), float(shape["temperature"]),
+                                 [*earlier, theirs, proofs], b.policy, links)  # fmt: skip
             self._send(b, bundle.header(), log=False)
         else:
             proofs = self._prove(b, sent.rows_for(out_lengths))
@@ -418,17 +451,6 @@ class Member(Sealing):
             bundle = yield from self._take_bundle(b, proofs, None, [*earlier, theirs], links=links, seal=seal,
                                                   shape=shape, lengths=out_lengths)  # fmt: skip
         return self._output(b, proofs, rows.tokens, rows.logprobs, bundle)
-
-    def _driver_said(self, shape: dict[str, Any], members: list[str]) -> None:
-        """Step 0's shape is the driver's own word (signed by the group's first member, as the orchestrator
-        or else the hello round named it) and names the members the hello round did."""
-        prev = self._link.prev
-        if self.members and members[: len(self.members)] != self.members:
-            raise MemberMisbehaved(prev, "a step-0 header naming other members than the hello round")
-        driver = (self.expected or self.members or members)[0]
-        claim = shape_claim(self.task_id, self.group_id, shape["batch"], shape)
-        if self.signer is not None and not signed_by(claim, shape["signature"], driver):
-            raise MemberMisbehaved(prev, f"a step-0 shape the driver ({driver}) did not sign")
 
     def _output(self, b: InFlight, proofs: list[bytes], tokens: list[list[int]], logprobs: list[list[float]],
                 bundle: GroupBundle) -> StageOutput:  # fmt: skip
@@ -478,13 +500,3 @@ class Member(Sealing):
     def _tamper(self, out: torch.Tensor) -> torch.Tensor:
         return tamper(self.cheat, out)
 
-
-def _cut(trip: Trip, keep: int, mask: torch.Tensor, pos: torch.Tensor, cache: Any
-         ) -> tuple[torch.Tensor, torch.Tensor, Any]:  # fmt: skip
-    """After a trip of which `keep` positions count: the mask and positions grown by those, the cache
-    without the rest (so the next step runs on exactly what plain decoding would have cached)."""
-    if keep < trip.positions:
-        cache.crop(-(trip.positions - keep))
-    for _ in range(keep):
-        mask, pos = grow(mask, pos)
-    return mask, pos, cache

@@ -1,5 +1,5 @@
-"""What a pipeline task can be told, without the model code: the environment prefix of its settings
-and the cheats of demos and tests.
+"""What a pipeline task can be told, without the model code: the workload's name, the environment prefix
+of its settings and the cheats of demos and tests.
 
 The orchestrator imports the pipeline plug-in to check a task when it is POSTed. Importing these from
 `member.py` pulled in torch (about 4 s on a quiet 2-core machine, over 10 s on a busy one), so the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+WORKLOAD = "pipeline"  # the plug-in's name: the one its calibration records name too
 ENV_PREFIX = "INTELLECT_PIPELINE_"
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
@@ -24,7 +25,7 @@ CHEATS: tuple[str, ...] = (
     "other-prompt",
     "skip",
     "forge-token",
-    "wrong-plan",  # stage 0 as a task (task.py): seeds the task's plan does not derive
+    "wrong-plan",  # stage 0 as a task (workload.py): seeds the task's plan does not derive
     "sign-flip",  # forwarders: see cheats.py
     "negate",
     "small-flip",

@@ -2,7 +2,7 @@
 
 `inbound.py` checks every field of every frame a member receives. What no rule there foresaw is caught
 here, by construction: at the end of a batch, with the bundle and its link records in hand, the member
-runs the validator's own rule on itself (`replay.judge_member`: its link records, its frames against
+runs the validator's own rule on itself (`judge.replay.judge_member`: its link records, its frames against
 them, every sealed frame against the batch, its stage replayed from what it received and compared with
 what it sent) on its own layers, at a margin inside the judge's limits (`SelfLimits`). A batch its judge
 would find it guilty of is dropped, naming the member that fed it: the input is the only thing an
@@ -12,7 +12,7 @@ is paid or judged.
 The margin: the validator replays on another machine, whose kernels round differently. The figures the
 limits judge are an honest decode against a prefill (bench/pipeline_forward.py: worst honest position
 0.0085 against a limit of 0.05); a second prefill on another machine moves them by far less than the
-20 % kept here, so a file that passes here passes there. The own-stage pooled rule (`pooled.py`) is
+20 % kept here, so a file that passes here passes there. The own-stage pooled rule (`judge/pooled.py`) is
 held the same way over the member's own window of files: it refuses a batch that would put its pooled
 mean past 80 % of the validator's limit.
 
@@ -27,16 +27,16 @@ from typing import Any
 
 from workloads.model.sampler import ReplayLimits
 from workloads.pipeline.bundle import GroupBundle
-from workloads.pipeline.pooled import TINY_POOLED, PooledLimits, pooled_mean
-from workloads.pipeline.replay import TINY_FORWARD, ForwardLimits, judge_member
+from workloads.pipeline.judge.end_to_end import GroupThresholds, StageStats
+from workloads.pipeline.judge.pooled import TINY_POOLED, PooledLimits, pooled_mean
+from workloads.pipeline.judge.replay import TINY_FORWARD, ForwardLimits, judge_member
 from workloads.pipeline.stages import Stage, StagePlan
 from workloads.pipeline.transport import MemberMisbehaved
-from workloads.pipeline.verify import GroupThresholds, StageStats
 from workloads.toploc import ToplocThresholds
 
 MARGIN = 0.8  # a member holds itself to 80 % of every per-file limit the validator applies...
 POOLED_MARGIN = 0.95  # ...and to 95 % of the pooled one (honest tiny last stages reach 0.354 of 0.45)
-WINDOW = 64  # files a member's own pooled figures run over (`pooled.POOL_FILES`)
+WINDOW = 64  # files a member's own pooled figures run over (`judge.pooled.POOL_FILES`)
 
 
 def _tighter(limits: Any, factor: float) -> Any:
@@ -53,8 +53,8 @@ class SelfLimits:
     group: GroupThresholds = field(default_factory=GroupThresholds)
     pooled: PooledLimits = TINY_POOLED
     # False: the model has no record calibrating the pipeline workload, so the validator never slashes on
-    # a measured limit there (`PipelineJudge._measured`): only the exact rules (its own signed frames,
-    # every sealed field) can cost stake, and only those stop a batch here.
+    # a measured limit there (`judge.file_judge.PipelineJudge._measured`): only the exact rules (its own
+    # signed frames, every sealed field) can cost stake, and only those stop a batch here.
     measured: bool = True
 
     def held(self) -> tuple[ForwardLimits, GroupThresholds, float, float]:

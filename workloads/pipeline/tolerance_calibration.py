@@ -1,4 +1,5 @@
-"""Measuring a model's forward tolerance (`tolerance.py`): the `pipeline` part of its calibration record.
+"""Measuring a model's forward tolerance (`judge/tolerance.py`): the `pipeline` part of its
+calibration record.
 
 The replay's limits depend on the model as TOPLOC's do (issue 43): bf16 rounding of a decode step
 against a prefill compounds over a stage's depth and width. So a model's limits come from honest groups
@@ -13,10 +14,10 @@ per-position errors against the replay of what it received. From them (`derive_f
   `offset_spread` = the largest honest offset × √n (at least the worst honest position).
 
 Then every honest stage-batch is judged again under those limits with the judge itself
-(`replay.judge_member`; any guilty one makes the record unusable, as the inference calibration's false
+(`judge.replay.judge_member`; any guilty one makes the record unusable, as the inference calibration's false
 positives do), and the compute-saving cheats (`cheats.py`: int8, fp16, bias, half-bias, skip-layer)
 at every forwarding stage are graded: caught by one file, by a window of the member's files (the
-pooled own-stage rule, `pooled.pooled_own`, or the mean rule over the pooled positions), or not at all.
+pooled own-stage rule, `judge.pooled.pooled_own`, or the mean rule over the pooled positions), or not at all.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from transformers import PreTrainedModel
 
 from workloads.pipeline.bundle import BatchRequest
 from workloads.pipeline.group import run_thread_group
+from workloads.pipeline.judge.end_to_end import StageStats
+from workloads.pipeline.judge.pooled import pooled_own
+from workloads.pipeline.judge.replay import activations, fed_ids, judge_member, mask_positions, run_layers
+from workloads.pipeline.judge.tolerance import LARGE, TINY_FORWARD, Differences, ForwardLimits
 from workloads.pipeline.member import StageOutput
-from workloads.pipeline.pooled import pooled_own
-from workloads.pipeline.replay import activations, fed_ids, judge_member, mask_positions, run_layers
 from workloads.pipeline.selfcheck import SelfLimits
 from workloads.pipeline.stages import StagePlan, plan_stages
-from workloads.pipeline.tolerance import LARGE, TINY_FORWARD, Differences, ForwardLimits
-from workloads.pipeline.verify import StageStats
 
 POSITION_MARGIN, WORST_FACTOR, MARGIN = 6.0, 5.0, 2.0
 Shapes = tuple[tuple[int, int], ...]
@@ -139,7 +140,7 @@ def derive_forward(honest: list[Sample]) -> ForwardLimits:
 
 def judged(model: PreTrainedModel, name: str, tokenizer: Any, s: Sample,
            limits: ForwardLimits) -> tuple[bool, StageStats]:  # fmt: skip
-    """The judge's own verdict on a sample (`replay.judge_member`, as the plug-in calls it): guilty, and
+    """The judge's own verdict on a sample (`judge.replay.judge_member`, as the plug-in calls it): guilty, and
     its proofs' statistics against the replay (what the pooled window adds up)."""
     out = s.output
     assert out.bundle is not None
@@ -183,7 +184,7 @@ def grade(model: PreTrainedModel, name: str, tokenizer: Any, samples: list[Sampl
 
 def _window(mine: list[Sample], limits: ForwardLimits) -> tuple[float, bool]:
     """A member's window: its files at one stage position pooled (their positions under the file rules,
-    and their proofs under the pooled own-stage TOPLOC rule, `pooled.pooled_own`): (figure / limit,
+    and their proofs under the pooled own-stage TOPLOC rule, `judge.pooled.pooled_own`): (figure / limit,
     caught)."""
     pooled = Differences(torch.cat([s.found.errors for s in mine]), sum((s.found.total for s in mine),
                                                                        torch.zeros_like(mine[0].found.total)))

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from workloads.pipeline.draft import Draft
+from workloads.pipeline.positions import grow
 from workloads.pipeline.transport import frame_parts
 
 
@@ -113,3 +114,14 @@ class Rows:
                 self.tokens[i].append(int(tok[i]))
                 self.logprobs[i].append(float(lp[i]))
                 self.done[i] = int(tok[i]) == self.eos
+
+
+def cut(trip: Trip, keep: int, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+         ) -> tuple[torch.Tensor, torch.Tensor, Any]:  # fmt: skip
+    """After a trip of which `keep` positions count: the mask and positions grown by those, the cache
+    without the rest (so the next step runs on exactly what plain decoding would have cached)."""
+    if keep < trip.positions:
+        cache.crop(-(trip.positions - keep))
+    for _ in range(keep):
+        mask, pos = grow(mask, pos)
+    return mask, pos, cache

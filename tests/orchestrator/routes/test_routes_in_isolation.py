@@ -123,7 +123,7 @@ def test_a_task_is_judged_by_the_workload_it_names_or_whose_program_it_runs_or_s
                                           "env_vars": {"INTELLECT_INFER_BATCH_SIZE": "zero"}})  # fmt: skip
     assert bad_raw.status_code == 422 and "batch_size" in bad_raw.text  # claimed, so its settings are checked
     groups = {"plugins": {"node_groups": {"allowed_topologies": ["2x640GB"]}}}
-    program = ["python3", "-m", "workloads.pipeline.task"]
+    program = ["python3", "-m", "workloads.pipeline", "task"]
     member = client.post("/tasks", json={"name": "m", "image": "x", "scheduling_config": groups,
                                          "cmd": program}).json()  # fmt: skip
     assert member["spec"]["workload"]["type"] == "pipeline"

@@ -75,7 +75,7 @@ class ForwardLimits:
     @classmethod
     def from_record(cls, figures: Mapping[str, float] | None) -> ForwardLimits:
         """The limits a calibration record states (`Limits.forward`), or the tiny model's where it
-        states none (the plug-in then never slashes on them: `PipelineJudge._measured`)."""
+        states none (the plug-in then never slashes on them: `file_judge.PipelineJudge._measured`)."""
         if not figures:
             return TINY_FORWARD
         return cls(**{k: float(v) for k, v in figures.items() if k in cls.__dataclass_fields__})

@@ -1,7 +1,7 @@
 """Judging one member from its own evidence: replay its stage from what it received, compare with what
 it sent (issue 36: blame lands on the guilty member, whatever it forwards).
 
-The end-to-end check (`verify.judge_group`) compares every stage's proofs with one honest full-model
+The end-to-end check (`end_to_end.judge_group`) compares every stage's proofs with one honest full-model
 prefill: it says whether the batch is right, but not who made it wrong. A member that forwards
 something its layers did not make, and proves what it forwards, passes its own comparison where its
 change is outside what a TOPLOC proof covers (a proof holds 128 of a chunk's 4,096 values, and before
@@ -19,7 +19,8 @@ received and sent, each direction bound by a record both ends signed. `judge_mem
    honest bf16 decode-vs-prefill noise, per position and over the file's positions (`tolerance.py`:
    the *whole* vector, no part of it free; the file's mean error and its offset in one direction, the
    model's limits from its record); the last stage when its proofs fail the TOPLOC limits against the
-   replay (signed) or its tokens are not the seed's draws from the replay's logits (`verify.token_faults`).
+   replay (signed) or its tokens are not the seed's draws from the replay's logits
+   (`end_to_end.token_faults`).
 Before the replay, every frame its links' seals cover is held to the batch (`sealed.py`): a lie in
 its own sealed metadata is its own, one in what it received is its predecessor's (issue 55).
 So an honest member's verdict depends on its own layers and its own frames alone: what a neighbour
@@ -34,18 +35,18 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from workloads.pipeline import sealed
 from workloads.pipeline.bundle import GroupBundle
 from workloads.pipeline.commit import LinkRecord
-from workloads.pipeline.stages import StagePlan
-from workloads.pipeline.tolerance import (  # ForwardLimits, TINY_FORWARD: re-exported here too
+from workloads.pipeline.judge import sealed
+from workloads.pipeline.judge.end_to_end import GroupThresholds, StageStats, token_faults
+from workloads.pipeline.judge.tolerance import (  # ForwardLimits, TINY_FORWARD: re-exported here too
     TINY_FORWARD,
     Differences,
     ForwardLimits,
     forward_verdict,
 )
+from workloads.pipeline.stages import StagePlan
 from workloads.pipeline.transport import FILE_HEADER_BYTES, MemberMisbehaved, frames_digest, parse_frame
-from workloads.pipeline.verify import GroupThresholds, StageStats, token_faults
 from workloads.toploc import verify_proofs_batch
 
 

@@ -48,7 +48,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from workloads.pipeline.verify import StageStats
+from workloads.pipeline.judge.end_to_end import StageStats
 
 KIND = "pipeline-stage"  # marks this plug-in's entries in a node's window, shared with other workloads
 POOL_FILES = 64  # entries kept per member (its recent files, any group)
