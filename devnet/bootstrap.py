@@ -41,6 +41,9 @@ ROLES = (
     "node-5",
     "provider-6",
     "node-6",
+    # 7 to 13: the fire scenario's roster (`intellect devnet fire`: groups, single nodes, a cheater of
+    # every kind, each on its own node)
+    *(f"{kind}-{i}" for i in range(7, 14) for kind in ("provider", "node")),
 )
 DEMO_TOKENS = 100_000
 # Parsed by intellect.wire.requirements (see docs/orchestrator.md): CPU-only demo hosts qualify.

@@ -6,6 +6,8 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from textwrap import shorten
 
@@ -14,11 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from devnet import demo as demo_mod
-from devnet import hosts_cli, network
+from devnet import fire_cli, hosts_cli, network
 from devnet.compose_cli import app as compose_app
 from devnet.dashboard import start_dashboard, write_dashboard_env
 from devnet.options import DirOption
-from devnet.state import DevnetState
+from devnet.state import DevnetState, ManagedProcess
 from devnet.task_cli import app as task_app
 from intellect.cli import service_app
 from intellect.links import parse_duration
@@ -151,29 +153,54 @@ def up(
                              pipeline=pipeline, in_flight=4 if delay else 1,
                              trainer_ranks=trainer_ranks, backend=backend)  # fmt: skip
     count = workers if workers is not None else ((2 * pipeline or 4) if demo else 2)
+    state, started = _bring_up(directory, port, count, runtime, hosts, delay, plan if demo else None)
+    if started is None:
+        _print(state, as_json)
+        if not as_json:
+            console.print("A whole RL run (trainer, validators, a cheater): [bold]make devnet[/bold]")
+        return
+    _run_demo(state, plan, started, count, as_json, time.monotonic() - begun)
+
+
+@dataclass
+class _Started:
+    """What `up --demo` started that the watch follows."""
+
+    trainer: ManagedProcess
+    validators: list[ManagedProcess]
+    task_id: str
+    stake_before: int  # the cheater's stake, read before the RL task is posted
+
+
+def _demo_workers(directory: Path, plan: demo_mod.DemoPlan, count: int) -> tuple[dict[int, dict[str, str]],
+                                                                                  str | None]:  # fmt: skip
+    """The demo's checks, a fresh devnet folder, each worker's extra environment (the cheater's task
+    environment, the backend's) and the topology the orchestrator forms (--pipeline)."""
+    plan.check()
+    if count < 2:
+        raise demo_mod.DemoError("--demo needs at least 2 workers (one of them cheats)")
+    if DevnetState.load(directory.resolve()) is not None or network.strays(directory):
+        # Every demo is a new run: a new chain, a new RL task, the trainer from its base model.
+        # (`intellect devnet up` without --demo resumes a devnet.)
+        err.print(f"a new demo run: stopping the devnet in {directory} and removing its state")
+        network.down(directory, purge=True, progress=lambda msg: None)
     worker_env: dict[int, dict[str, str]] = {}
-    groups: str | None = None  # the topology the orchestrator forms (--pipeline)
+    if plan.cheat != "none":
+        worker_env[count] = {"INTELLECT_WORKER_TASK_ENV": json.dumps(plan.cheat_env())}
+    for index, env in demo_mod.backend_worker_env(plan, count).items():
+        worker_env[index] = {**worker_env.get(index, {}), **env}
+    if plan.pipeline and count < plan.pipeline:
+        raise demo_mod.DemoError(f"--pipeline {plan.pipeline} needs at least {plan.pipeline} workers")
+    return worker_env, plan.topology if plan.pipeline else None
+
+
+def _bring_up(directory: Path, port: int | None, count: int, runtime: str, hosts: bool, delay: float,
+              plan: demo_mod.DemoPlan | None) -> tuple[DevnetState, _Started | None]:  # fmt: skip
+    """The devnet, and with a demo `plan` its learning side and the posted RL task. A failure prints one
+    line and stops what this call started (never a devnet that ran before it)."""
     was_running = False  # a devnet already ran here before this `up` (a failure then stops nothing)
-    stake_before = 0  # the cheater's stake, read before the RL task is posted
     try:
-        if demo:
-            plan.check()
-            if count < 2:
-                raise demo_mod.DemoError("--demo needs at least 2 workers (one of them cheats)")
-            if DevnetState.load(directory.resolve()) is not None or network.strays(directory):
-                # Every demo is a new run: a new chain, a new RL task, the trainer from its base model.
-                # (`intellect devnet up` without --demo resumes a devnet.)
-                err.print(f"a new demo run: stopping the devnet in {directory} and removing its state")
-                network.down(directory, purge=True, progress=lambda msg: None)
-            if plan.cheat != "none":
-                worker_env[count] = {"INTELLECT_WORKER_TASK_ENV": json.dumps(plan.cheat_env())}
-            for index, env in demo_mod.backend_worker_env(plan, count).items():
-                worker_env[index] = {**worker_env.get(index, {}), **env}
-            if plan.pipeline:
-                if count < plan.pipeline:
-                    raise demo_mod.DemoError(f"--pipeline {plan.pipeline} needs at least {plan.pipeline} "
-                                             "workers")  # fmt: skip
-                groups = plan.topology
+        worker_env, groups = _demo_workers(directory, plan, count) if plan else ({}, None)
         previous = DevnetState.load(directory.resolve())
         was_running = previous is not None and any(p.alive() for p in previous.processes)
         with console.status("bringing the devnet up") as status:
@@ -181,22 +208,9 @@ def up(
                 directory, port, progress=lambda msg: status.update(msg), workers=count, runtime=runtime,
                 worker_env=worker_env, hosts=hosts, groups=groups, link_delay=delay,
             )  # fmt: skip
-            if demo:
-                status.update("recording the validators and the slashing quorum on chain")
-                demo_mod.configure_chain(state, plan)
-                trainer, broadcast, vals, task_file = demo_mod.start_learning_services(
-                    state, plan, runtime, lambda msg: status.update(msg)
-                )
-                state.processes.extend([trainer, *broadcast, *vals])
-                state.save()
-                status.update("starting the dashboard")
-                state.processes.append(start_dashboard(state))
-                state.save()
-                if plan.cheat != "none":
-                    stake_before = demo_mod.provider_stake(state, count)
-                status.update("posting the RL task with the Python SDK")
-                task_id = demo_mod.submit(state, task_file)
+            started = _start_demo(state, plan, runtime, count, status.update) if plan else None
             write_dashboard_env(state)
+        return state, started
     except Exception as exc:  # one clean line for the user; details are in the logs
         err.print(f"[red]devnet up failed:[/red] {exc}")
         if not was_running:
@@ -205,27 +219,42 @@ def up(
             if stopped:
                 err.print(f"stopped what it had started: {', '.join(stopped)} (logs in {directory})")
         raise typer.Exit(1) from None
-    if not demo:
-        _print(state, as_json)
-        if not as_json:
-            console.print("A whole RL run (trainer, validators, a cheater): [bold]make devnet[/bold]")
-        return
+
+
+def _start_demo(state: DevnetState, plan: demo_mod.DemoPlan, runtime: str, count: int,
+                say: Callable[[str], None]) -> _Started:  # fmt: skip
+    say("recording the validators and the slashing quorum on chain")
+    demo_mod.configure_chain(state, plan)
+    trainer, broadcast, vals, task_file = demo_mod.start_learning_services(state, plan, runtime, say)
+    state.processes.extend([trainer, *broadcast, *vals])
+    state.save()
+    say("starting the dashboard")
+    state.processes.append(start_dashboard(state))
+    state.save()
+    stake_before = demo_mod.provider_stake(state, count) if plan.cheat != "none" else 0
+    say("posting the RL task with the Python SDK")
+    return _Started(trainer, vals, demo_mod.submit(state, task_file), stake_before)
+
+
+def _run_demo(state: DevnetState, plan: demo_mod.DemoPlan, started: _Started, count: int, as_json: bool,
+              startup: float) -> None:  # fmt: skip
+    """Watch the posted RL run to its end, then its report; exit 1 if it fell short of its promise."""
     if not as_json:
         _print(state, False)
-        console.print(f"RL task [bold]{task_id}[/bold] posted; workers pick it up at their next heartbeat.")
+        console.print(f"RL task [bold]{started.task_id}[/bold] posted; workers pick it up at their next "
+                      "heartbeat.")  # fmt: skip
         dashboard = state.process("dashboard")
         if dashboard is not None:
             console.print(f"Dashboard: [bold]{dashboard.url}[/bold] (reward curve, nodes, payouts, verdicts)")
-    startup = time.monotonic() - begun
-    report = _watch_demo(state, plan, trainer, vals, count if plan.cheat != "none" else None, as_json,
-                         stake_before)
+    report = _watch_demo(state, plan, started.trainer, started.validators,
+                         count if plan.cheat != "none" else None, as_json, started.stake_before)  # fmt: skip
     report.startup_seconds = startup
     dashboard = state.process("dashboard")
     report.dashboard_url = (dashboard.url or "") if dashboard else ""
     try:
-        demo_mod.finish(state, task_id)
+        demo_mod.finish(state, started.task_id)
     except Exception as exc:  # the report matters more; say what is left behind
-        err.print(f"[yellow]could not delete the RL task {task_id}:[/yellow] {exc}")
+        err.print(f"[yellow]could not delete the RL task {started.task_id}:[/yellow] {exc}")
     demo_mod.write_curve(report, Path(state.directory) / "demo")
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -472,6 +501,7 @@ def env(directory: Path = DirOption) -> None:
         print(f"export {name}={shlex.quote(value)}")
 
 
+devnet_app.command("fire")(fire_cli.fire)
 devnet_app.command("partition")(hosts_cli.partition)
 devnet_app.command("heal")(hosts_cli.heal)
 devnet_app.command("hosts")(hosts_cli.hosts)

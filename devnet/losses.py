@@ -12,6 +12,9 @@ votes and payouts, through `ledger.audit.Auditor`) and every validator's `/verdi
   a vote to slash (`invalidate`) an honest file by any validator, an honest node out of the pool;
 - stale: an honest file the quorum soft-invalidated only for freshness (it reached the validators
   after the trainer had moved past its step): not paid by policy, never slashed; counted apart;
+- framed: an honest member's file of a group batch that failed end to end, the quorum naming another
+  member to blame (`group: … this member is not to blame`): nobody is paid for a broken batch, by
+  policy, and the honest member is never slashed (docs/pipeline.md); counted apart;
 - soft votes: one validator's `soft_invalidate` on an honest file (it could not judge it: behind the
   trainer, cut from storage). Counted apart: a soft vote costs nothing below the pool's quorum; what
   it took is under "wrongly" (on chain).
@@ -65,10 +68,14 @@ def _verdicts(url: str) -> list[dict]:
 def _unpaid_kind(work: AuditedWork) -> str:
     """"stale" when the quorum that took the file's pay found only that it came too late for the
     trainer (made or delivered after the trainer moved past its step: not trained on, so not paid, by
-    policy, and never slashed); otherwise "wrongly"."""
+    policy, and never slashed); "framed" when it found only that the file's group batch failed end to end
+    through another member; otherwise "wrongly"."""
     reasons = [r for v in work.verdicts if v.verdict == "soft_invalidate" for r in v.reasons]
     if work.status == "soft_invalidated" and reasons and all(r.startswith("freshness:") for r in reasons):
         return "stale"
+    if work.status == "soft_invalidated" and reasons and all(
+            r.startswith("group:") and "this member is not to blame" in r for r in reasons):
+        return "framed"
     return "wrongly"
 
 
@@ -126,7 +133,7 @@ class Books:
                               "but not on chain") for f in files if f.state not in SETTLED]  # fmt: skip
             found += [Finding("lost", (f.updated_at or f.announced_at).timestamp(),
                               f"{worker.name} file {f.sha256[:10]} rejected: {f.reason}")
-                      for f in self._files(worker) if f.state == FileState.REFUSED]  # fmt: skip
+                      for f in files if f.state == FileState.REFUSED]  # fmt: skip
             works, payouts = self._works(worker, cutoff)
             on_chain += len(works)
             for x in works:

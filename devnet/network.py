@@ -65,21 +65,23 @@ def up(
         raise DevnetError(f"--runtime {runtime!r}: use process, docker or auto")
     if hosts and runtime != "process":
         raise DevnetError("--hosts runs tasks with --runtime process (containers are not wired into hosts)")
-    if hosts:
-        try:
-            require_moto()  # before the world and the chain: the storage host is moto's S3 server
-        except StorageUnavailable as exc:
-            raise DevnetError(str(exc)) from None
-    state, placement = _chain_up(directory, port, progress, hosts)
+    state, placement = chain_up(directory, port, progress, hosts)
     if any(p.name != "anvil" and p.alive() for p in state.processes):
         return state
     state.processes = [p for p in state.processes if p.name == "anvil"]
     return start_services(state, workers, runtime, progress, worker_env, placement, groups, link_delay)
 
 
-def _chain_up(
+def chain_up(
     directory: Path, port: int | None, progress: Progress, hosts: bool
 ) -> tuple[DevnetState, Placement]:
+    """Anvil with the contracts, the demo accounts funded and a started pool (or the saved chain
+    resumed); with `hosts`, on a host of a new world (and the storage server is checked first)."""
+    if hosts:
+        try:
+            require_moto()  # before the world and the chain: the storage host is moto's S3 server
+        except StorageUnavailable as exc:
+            raise DevnetError(str(exc)) from None
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     state = DevnetState.load(directory)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from devnet.hosts import Host
@@ -23,21 +24,63 @@ from intellect.redis_server import redis_server_binary
 Progress = Callable[[str], None]
 
 
+@dataclass
+class WorkerSpec:
+    """How one worker runs: its task runtime, extra environment (the demo's cheating operator sets its
+    task environment there), whether it sits behind the home router, whether it has P2P ports for a
+    node group's links (each held `link_delay` seconds one way), and `program`: a cheating client
+    (devnet/cheaters.py) instead of the honest `intellect-worker`."""
+
+    runtime: str = "process"
+    env: dict[str, str] = field(default_factory=dict)
+    nat: bool = False
+    p2p: bool = False
+    link_delay: float = 0.0
+    program: str | None = None
+
+
 def start_services(
     state: DevnetState, workers: int, runtime: str, progress: Progress,
     worker_env: dict[int, dict[str, str]] | None = None, placement: Placement | None = None,
     groups: str | None = None, link_delay: float = 0.0,
 ) -> DevnetState:  # fmt: skip
     """Redis, discovery, the orchestrator and `workers` workers; `worker_env[i]` is worker i's extra
-    environment (the demo's cheating operator sets its task environment there). `placement`: each on
-    a host of its own (`up --hosts`), worker 1 public and the others behind the home router, and the
-    uploads on a storage host of their own, so worker ↔ storage is a link apart from worker ↔ orch.
-    `link_delay`: each worker's group links are answered by delay relays (`link_relays`)."""
+    environment. `placement`: each on a host of its own (`up --hosts`), worker 1 public and the others
+    behind the home router, and the uploads on a storage host of their own, so worker ↔ storage is a
+    link apart from worker ↔ orch. `groups`: the topology the orchestrator forms, every worker with P2P
+    ports (`link_delay`: their links answered by delay relays, `link_relays`)."""
     where = placement or Placement()
+    start_core(state, where, progress, [groups] if groups else [])
+    specs = {index: WorkerSpec(runtime=runtime, env=(worker_env or {}).get(index, {}),
+                               nat=behind_nat(index, workers, groups), p2p=bool(groups),
+                               link_delay=link_delay) for index in range(1, workers + 1)}  # fmt: skip
+    start_workers(state, where, specs, progress)
+    return state
+
+
+def start_core(state: DevnetState, where: Placement, progress: Progress, topologies: list[str],
+               orchestrator_env: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Redis, discovery, (with hosts) the storage host, and the orchestrator forming groups of
+    `topologies` (`orchestrator_env`: settings of its own); recorded in the state as each answers."""
     directory = Path(state.directory)
     env = base_env(directory)
-    procs: list[ManagedProcess] = []
+    redis = _start_redis(where, env, directory, progress)
+    state.processes.append(redis)
+    discovery = _start_discovery(state, where, env, redis, progress)
+    state.processes.append(discovery)
+    storage_env: dict[str, str] = {}  # on loopback: the orchestrator's embedded disk storage
+    if where.world is not None:
+        storage, storage_env = start_storage(where, env, directory, progress)
+        state.processes.append(storage)
+    state.processes.append(_start_orchestrator(state, where, env | storage_env | (orchestrator_env or {}),
+                                               redis, discovery, topologies, progress))  # fmt: skip
+    if where.world is not None:
+        state.world = where.world.record()
+    state.save()
 
+
+def _start_redis(where: Placement, env: dict[str, str], directory: Path,
+                 progress: Progress) -> ManagedProcess:  # fmt: skip
     progress("starting redis")
     port = stable_port()
     redis_dir = directory / "redis"
@@ -48,110 +91,114 @@ def start_services(
     if host:
         argv += ["--protected-mode", "no"]  # reachable from the other hosts, as a pool's Redis would be
     redis = spawn("redis", where.wrap(host, argv), env, directory, f"redis://{where.address(host)}:{port}/0")
-    procs.append(redis)
     wait_for_port(where.address(host), port)
+    return redis
 
+
+def _start_discovery(state: DevnetState, where: Placement, env: dict[str, str], redis: ManagedProcess,
+                     progress: Progress) -> ManagedProcess:  # fmt: skip
     progress("starting discovery")
+    directory = Path(state.directory)
     port = stable_port()
     host = where.host("discovery")
-    discovery = spawn(
-        "discovery",
-        where.wrap(host, [str(BIN / "intellect-discovery"), "serve"]),
-        env
-        | {
-            "INTELLECT_DISCOVERY_HOST": where.bind(host),
-            "INTELLECT_DISCOVERY_PORT": str(port),
-            "INTELLECT_DISCOVERY_REDIS_URL": redis.url or "",
-            "INTELLECT_DISCOVERY_RPC_URL": state.rpc_url,
-            "INTELLECT_DISCOVERY_DEPLOYMENT": state.deployment_path,
-            "INTELLECT_DISCOVERY_STATE_DIR": str(directory / "discovery"),
-            "INTELLECT_DISCOVERY_POOL_ID": str(state.pool_id),
-        },
-        directory,
-        f"http://{where.address(host)}:{port}",
-    )
-    procs.append(discovery)
+    discovery = spawn("discovery", where.wrap(host, [str(BIN / "intellect-discovery"), "serve"]), env | {
+        "INTELLECT_DISCOVERY_HOST": where.bind(host),
+        "INTELLECT_DISCOVERY_PORT": str(port),
+        "INTELLECT_DISCOVERY_REDIS_URL": redis.url or "",
+        "INTELLECT_DISCOVERY_RPC_URL": state.rpc_url,
+        "INTELLECT_DISCOVERY_DEPLOYMENT": state.deployment_path,
+        "INTELLECT_DISCOVERY_STATE_DIR": str(directory / "discovery"),
+        "INTELLECT_DISCOVERY_POOL_ID": str(state.pool_id),
+    }, directory, f"http://{where.address(host)}:{port}")  # fmt: skip
     wait_healthy(discovery)
+    return discovery
 
-    storage_env: dict[str, str] = {}  # on loopback: the orchestrator's embedded disk storage
-    if where.world is not None:
-        storage, storage_env = start_storage(where, env, directory, progress)
-        procs.append(storage)
 
+def _start_orchestrator(state: DevnetState, where: Placement, env: dict[str, str], redis: ManagedProcess,
+                        discovery: ManagedProcess, topologies: list[str],
+                        progress: Progress) -> ManagedProcess:  # fmt: skip
     progress("starting the orchestrator")
+    directory = Path(state.directory)
     port = stable_port()
     host = where.host("orch")
-    orchestrator_url = f"http://{where.address(host)}:{port}"
-    orchestrator = spawn(
-        "orchestrator",
-        where.wrap(host, [str(BIN / "intellect-orchestrator"), "serve"]),
-        env
-        | {
-            "INTELLECT_ORCH_HOST": where.bind(host),
-            "INTELLECT_ORCH_PORT": str(port),
-            "INTELLECT_ORCH_PUBLIC_URL": orchestrator_url,
-            "INTELLECT_ORCH_POOL_ID": str(state.pool_id),
-            "INTELLECT_ORCH_REDIS_URL": redis.url or "",
-            "INTELLECT_ORCH_RPC_URL": state.rpc_url,
-            "INTELLECT_ORCH_DEPLOYMENT": state.deployment_path,
-            "INTELLECT_ORCH_STATE_DIR": str(directory / "orchestrator"),
-            "INTELLECT_ORCH_DISCOVERY_URL": discovery.url or "",
-            "INTELLECT_ORCH_MANAGER_KEY": state.key_ref("pool-manager"),
-            "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "2",
-        }
-        | storage_env
-        | ({"INTELLECT_ORCH_TOPOLOGY_NAMES": json.dumps([groups])} if groups else {}),
-        directory,
-        orchestrator_url,
-    )
-    procs.append(orchestrator)
+    url = f"http://{where.address(host)}:{port}"
+    argv = where.wrap(host, [str(BIN / "intellect-orchestrator"), "serve"])
+    orchestrator = spawn("orchestrator", argv, env | {
+        "INTELLECT_ORCH_HOST": where.bind(host),
+        "INTELLECT_ORCH_PORT": str(port),
+        "INTELLECT_ORCH_PUBLIC_URL": url,
+        "INTELLECT_ORCH_POOL_ID": str(state.pool_id),
+        "INTELLECT_ORCH_REDIS_URL": redis.url or "",
+        "INTELLECT_ORCH_RPC_URL": state.rpc_url,
+        "INTELLECT_ORCH_DEPLOYMENT": state.deployment_path,
+        "INTELLECT_ORCH_STATE_DIR": str(directory / "orchestrator"),
+        "INTELLECT_ORCH_DISCOVERY_URL": discovery.url or "",
+        "INTELLECT_ORCH_MANAGER_KEY": state.key_ref("pool-manager"),
+        "INTELLECT_ORCH_INVITE_INTERVAL_SECONDS": "2",
+    } | ({"INTELLECT_ORCH_TOPOLOGY_NAMES": json.dumps(topologies)} if topologies else {}),
+        directory, url)  # fmt: skip
     wait_healthy(orchestrator)
+    return orchestrator
 
-    services = len(procs)
-    for index in range(1, workers + 1):
+
+def start_workers(state: DevnetState, where: Placement, specs: dict[int, WorkerSpec],
+                  progress: Progress) -> None:  # fmt: skip
+    """Workers `specs` (index → how it runs), each on its host (`w<index>`) with its role's keys; waits
+    until each answers (or, behind NAT, has started) and records them."""
+    directory = Path(state.directory)
+    discovery, started = state.process("discovery"), []
+    for index, spec in specs.items():
         progress(f"starting worker {index}")
         port = stable_port()
-        host = where.host(f"w{index}", nat=behind_nat(index, workers, groups))
+        host = where.host(f"w{index}", nat=spec.nat)
+        relays: list[ManagedProcess] = []
+        argv = [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", spec.runtime,
+                "--api-port", str(port)]  # fmt: skip
+        if spec.program is not None:
+            from devnet.cheaters import cheater_argv
+
+            argv = cheater_argv(spec.program, argv)
+        p2p = p2p_env(index, host, where, directory, relays, spec.link_delay) if spec.p2p else {}
         worker = spawn(
-            f"worker-{index}",
-            where.wrap(host, [str(BIN / "intellect-worker"), "start", "--yes", "--runtime", runtime,
-                              "--api-port", str(port)]),  # fmt: skip
-            env
-            | {
-                "INTELLECT_WORKER_API_HOST": where.bind(host),
-                "INTELLECT_WORKER_ADVERTISED_IP": where.address(host),
-                "INTELLECT_WORKER_PROVIDER_KEY": state.key_ref(f"provider-{index}"),
-                "INTELLECT_WORKER_NODE_KEY": state.key_ref(f"node-{index}"),
-                "INTELLECT_WORKER_RPC_URL": state.rpc_url,
-                "INTELLECT_WORKER_DEPLOYMENT": state.deployment_path,
-                "INTELLECT_WORKER_DISCOVERY_URL": discovery.url or "",
-                "INTELLECT_WORKER_POOL_ID": str(state.pool_id),
-                "INTELLECT_WORKER_STATE_DIR": str(directory / f"worker-{index}"),
-                "INTELLECT_WORKER_METADATA_REFRESH": "5",
-                "INTELLECT_WORKER_MIN_DISK_MB": "0",
-                # files go on chain in batches (a few per transaction, none waiting more than 1 s: the
-                # trainer's next step waits for them; at 4 s, 40 steps took ~60 s longer)
-                "INTELLECT_WORKER_SUBMIT_BATCH_FILES": "8",
-                "INTELLECT_WORKER_SUBMIT_BATCH_AGE": "1",
-                "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1",  # `devnet down` leaves no task behind
-                # Everything here listens on loopback: task containers share the host's network.
-                "INTELLECT_WORKER_TASK_NETWORK": "host",
-            }
-            | (p2p_env(index, host, where, directory, procs, link_delay) if groups else {})
-            | (worker_env or {}).get(index, {}),
+            f"worker-{index}", where.wrap(host, argv),
+            base_env(directory) | worker_settings(state, index, host, where, discovery) | p2p | spec.env,
             directory,
             # behind the home router nobody can call it, this machine neither: its health is its heartbeat
             f"http://{where.address(host)}:{port}" if where.reachable(host) else None,
-        )
-        procs.append(worker)
-    for worker in procs[services:]:
+        )  # fmt: skip
+        state.processes.extend([*relays, worker])
+        started.append(worker)
+    for worker in started:
         wait_healthy(worker)
-
-    state.processes.extend(procs)
     if where.world is not None:
         state.world = where.world.record()
     state.save()
-    return state
+
+
+def worker_settings(state: DevnetState, index: int, host: Host | None, where: Placement,
+                    discovery: ManagedProcess | None) -> dict[str, str]:  # fmt: skip
+    """Worker `index`'s own settings: its keys, the chain, discovery and the pool, and the devnet's
+    short timings."""
+    return {
+        "INTELLECT_WORKER_API_HOST": where.bind(host),
+        "INTELLECT_WORKER_ADVERTISED_IP": where.address(host),
+        "INTELLECT_WORKER_PROVIDER_KEY": state.key_ref(f"provider-{index}"),
+        "INTELLECT_WORKER_NODE_KEY": state.key_ref(f"node-{index}"),
+        "INTELLECT_WORKER_RPC_URL": state.rpc_url,
+        "INTELLECT_WORKER_DEPLOYMENT": state.deployment_path,
+        "INTELLECT_WORKER_DISCOVERY_URL": discovery.url or "" if discovery else "",
+        "INTELLECT_WORKER_POOL_ID": str(state.pool_id),
+        "INTELLECT_WORKER_STATE_DIR": str(Path(state.directory) / f"worker-{index}"),
+        "INTELLECT_WORKER_METADATA_REFRESH": "5",
+        "INTELLECT_WORKER_MIN_DISK_MB": "0",
+        # files go on chain in batches (a few per transaction, none waiting more than 1 s: the trainer's
+        # next step waits for them; at 4 s, 40 steps took ~60 s longer)
+        "INTELLECT_WORKER_SUBMIT_BATCH_FILES": "8",
+        "INTELLECT_WORKER_SUBMIT_BATCH_AGE": "1",
+        "INTELLECT_WORKER_STOP_TASKS_ON_EXIT": "1",  # `devnet down` leaves no task behind
+        # Everything here listens on loopback: task containers share the host's network.
+        "INTELLECT_WORKER_TASK_NETWORK": "host",
+    }
 
 
 def p2p_env(index: int, host: Host | None, where: Placement, directory: Path, procs: list[ManagedProcess],

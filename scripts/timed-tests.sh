@@ -34,7 +34,7 @@ report() {
   fi
 }
 
-"$BIN/ruff" check . && "$BIN/mypy" && "$BIN/lint-imports" --no-logo --no-cache
+"$BIN/ruff" check . && "$BIN/mypy" && "$BIN/lint-imports" --no-logo --no-cache && "$BIN/python" scripts/function_length.py
 rc=$?
 if [ "$rc" -ne 0 ]; then
   report "$rc"

@@ -16,7 +16,7 @@ ENV_PREFIX = "INTELLECT_PIPELINE_"
 
 Cheat = Literal["none", "weights", "noise", "noise-unproven", "other-prompt", "skip", "forge-token",
                 "wrong-plan", "sign-flip", "negate", "small-flip", "false-accuse", "forge-received",
-                "over-keep", "over-draft", "int8", "fp16", "bias", "half-bias", "skip-layer"]
+                "over-keep", "over-draft", "int8", "fp16", "bias", "half-bias", "skip-layer", "frame"]
 CHEATS: tuple[str, ...] = (
     "none",
     "weights",
@@ -38,4 +38,5 @@ CHEATS: tuple[str, ...] = (
     "bias",
     "half-bias",
     "skip-layer",
+    "frame",  # wherever it sits: `noise` when it forwards, `forge-token` at the last stage (workload.py)
 )

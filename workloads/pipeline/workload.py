@@ -254,6 +254,8 @@ def run(s: PipelineTaskSettings) -> int:
     records = load_dataset(s.dataset)  # every member checks the driver's plan (at step 0, before writing)
     link = open_link(s, keys) if keys is not None else None
     cheat = s.cheat if s.cheat_stage in (-1, s.group_index) else "none"
+    if cheat == "frame":  # a framer forwards what its layers did not make; the last stage forwards nothing,
+        cheat = "noise" if s.group_index < len(plans) - 1 else "forge-token"  # it forges the tokens instead
     task = MemberTask(s, plan, plans[-1].layers.stop, policies, tok, records, cheat)
     task.member = _member(s, task, stage, link, draft)
     s.output_dir.mkdir(parents=True, exist_ok=True)
