@@ -7,13 +7,17 @@ next to an honest node, caught by the rule the protocol names for each:
   node's problems, slashed and ejected;
 - `hardware` (a replayed product for every hardware challenge): refused the invite by the orchestrator
   and banned after 3 wrong answers, never in the pool;
+- and a cheat of the task rather than the client (the operator injects `INTELLECT_ARITH_CHEAT`): its
+  wrong answers invalidated, slashed and ejected;
 
 while the honest node's files are accepted, its rewards pending, its stake untouched.
 
 Real processes, started as `intellect devnet up` starts them (`devnet.network.up`): anvil, Redis,
-discovery, the orchestrator, four `intellect-worker start` (three of them `python -m devnet.cheaters
+discovery, the orchestrator, five `intellect-worker start` (three of them `python -m devnet.cheaters
 KIND -- start ...`, the command `cheater_argv` makes), one voting validator (quorum 1); the task is the
-cheapest workload that is judged (examples/arith). One devnet serves every test of the module.
+cheapest workload that is judged (examples/arith, a third workload with no line of the services written
+for it: this module replaced tests/examples/test_arith_devnet.py, its own devnet). One devnet serves
+every test of the module.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ pytestmark = pytest.mark.slow
 
 HONEST = 1
 CHEATS = {2: "withhold", 3: "copy", 4: "hardware"}  # worker index -> the cheat it runs
+WRONG = 5  # a cheat in its tasks, not its client: the operator injects INTELLECT_ARITH_CHEAT
 PROBLEMS, FILES = 16, 2
 # The pool's vote window: short, so a withheld file's availability window (a third of it, 20 s) passes
 # within the test; the vote lands well before the window's end.
@@ -98,6 +103,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         services.start_core(state, where, lambda msg: None, [])
         # the cheaters' workers as the devnet runs them: `python -m devnet.cheaters KIND -- start ...`
         specs = {i: services.WorkerSpec(env=quiet, program=CHEATS.get(i)) for i in range(1, 5)}
+        specs[WRONG] = services.WorkerSpec(env=quiet | {"INTELLECT_WORKER_TASK_ENV": json.dumps(
+            {"INTELLECT_ARITH_CHEAT": "wrong-answer"})})
         services.start_workers(state, where, specs, lambda msg: None)
         cmds = {p.name: p.cmd for p in state.processes}
         assert cmds["worker-1"][0].endswith("intellect-worker")
@@ -118,16 +125,19 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         ledger = LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
         token = (directory / "orchestrator" / "admin-token").read_text().strip()
         result = Run(state, ledger, orchestrator.url, token, validator.url, {})
-        joining = (HONEST, 2, 3)
+        joining = (HONEST, 2, 3, WRONG)
         wait_for(lambda: all(ledger.is_node_in_pool(state.pool_id, result.node(i)) for i in joining),
                  "the honest, withholding and copying workers joined the pool")  # fmt: skip
-        result.stakes = {i: ledger.get_provider(result.provider(i)).stake for i in range(1, 5)}
+        result.stakes = {i: ledger.get_provider(result.provider(i)).stake for i in range(1, 6)}
         with OrchestratorClient(orchestrator.url, token=token) as client:  # a trainer, with the SDK
-            client.submit({
+            task = client.submit({
                 "name": "arith",
                 "workload": {"type": "arith", "settings": {"problems": PROBLEMS, "files": FILES}},
                 "entrypoint": [sys.executable, "-m", "intellect_arith"],  # process runtime: this Python
             })  # fmt: skip
+        # the third workload, with no line of the services written for it: judged by the plug-in it names
+        assert task.judged and task.spec.workload is not None and task.spec.workload.type == "arith"
+        assert task.spec.env_vars["INTELLECT_ARITH_PROBLEMS"] == str(PROBLEMS)  # rendered by the plug-in
         yield result
     finally:
         network.down(directory, purge=False, progress=lambda msg: None)
@@ -189,7 +199,8 @@ def slashed(run: Run, index: int, reason: str) -> list[dict[str, Any]]:
         out = not run.ledger.is_node_in_pool(run.state.pool_id, node)
         return verdicts if voted and out else None
 
-    verdicts = wait_for(done, f"worker {index} ({CHEATS[index]}) invalidated by a vote and ejected")
+    verdicts = wait_for(done, f"worker {index} ({CHEATS.get(index, 'wrong answers')}) invalidated by a vote "
+                        "and ejected")  # fmt: skip
     assert all(v["verdict"] == "invalidate" for v in verdicts), verdicts
     assert any(reason in r for v in verdicts for r in v["reasons"]), verdicts
     assert run.ledger.get_provider(run.provider(index)).stake < run.stakes[index]  # slashed, by the quorum
@@ -207,6 +218,12 @@ def test_a_copier_is_slashed_for_another_nodes_work(run: Run) -> None:
     # new bytes, so work keys of its own: the honest node's own bytes would have been refused at the door
     honest = {v["sha256"] for v in run.verdicts(HONEST)}
     assert not honest & {v["sha256"] for v in verdicts}
+
+
+def test_a_node_whose_tasks_answer_wrong_is_slashed(run: Run) -> None:
+    """The cheat of the third workload (examples/arith), as tests/examples once ran it on a devnet of its
+    own: every file invalidated for its wrong answers, the provider slashed, the node ejected."""
+    slashed(run, WRONG, "answers wrong")
 
 
 def test_the_honest_node_next_to_them_is_paid_and_not_slashed(run: Run) -> None:

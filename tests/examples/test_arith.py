@@ -1,6 +1,6 @@
 """The third workload (examples/arith), through the seam only: its settings at POST time, what it
 renders for the workers, its program as a process, and its judge on honest, cheating and hostile
-files. (On a devnet, paid and slashed on chain: tests/examples/test_arith_devnet.py.)"""
+files. (On a devnet, slashed on chain next to the worker cheaters: tests/devnet/test_cheaters.py.)"""
 
 from __future__ import annotations
 
