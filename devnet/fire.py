@@ -114,12 +114,12 @@ class Fault:
 class FirePlan:
     seed: int = 1
     short: bool = False
-    steps: int = 0  # 0: 4 short, 14 full
+    steps: int = 0  # 0: 4 short, 30 full
     timeout: float = 3600.0
 
     @property
     def trainer_steps(self) -> int:
-        return self.steps or (4 if self.short else 14)
+        return self.steps or (4 if self.short else 30)
 
     def roster(self) -> list[Role]:
         """Every cheater kind in both forms; the short form drops the worker whose host is cut."""

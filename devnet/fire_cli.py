@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -18,7 +19,9 @@ from devnet.hosts import HostsError, require_privileges
 from devnet.options import DirOption
 from devnet.state import DevnetState
 
-console = Console()
+# Redirected to a file (the evidence a run keeps), a table as wide as its columns want: at the default
+# 80 columns a reason is folded into a word a line.
+console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -27,7 +30,7 @@ def fire(
     seed: int = typer.Option(1, help="draws the faults' times and targets (printed before they happen)"),
     short: bool = typer.Option(False, "--short", help="4 steps and 3 faults (what CI runs); every cheater "
                                "kind kept"),  # fmt: skip
-    steps: int = typer.Option(0, min=0, help="trainer steps (default 14; 4 with --short)"),
+    steps: int = typer.Option(0, min=0, help="trainer steps (default 30; 4 with --short)"),
     timeout: float = typer.Option(3600, min=60, help="give up after this many seconds of the run"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
@@ -97,7 +100,7 @@ def render(report: FireReport) -> None:
         reconciled = "reconciled" if n.audit.get("reconciled") else "NOT reconciled"
         audit = (f"{n.audit.get('payouts', 0)} payouts, {reconciled}" if "error" not in n.audit
                  else f"error: {n.audit['error'][:60]}")  # fmt: skip
-        table.add_row(f"{n.index} {n.address[:10]}…", n.role, verdicts, why[:160],
+        table.add_row(f"{n.index} {n.address[:10]}…", n.role, verdicts, why[:120],
                       f"{tokens(n.stake_before)} → {tokens(n.stake_after)}", tokens(n.locked),
                       tokens(n.claimed + n.claimable), "yes" if n.in_pool else "no", audit)  # fmt: skip
     console.print(table)
