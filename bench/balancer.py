@@ -21,6 +21,8 @@ from typing import Protocol
 
 import psutil
 
+from intellect.processes import stop_process
+
 CONFIG = """global
     maxconn 8000
     nbthread 1
@@ -83,13 +85,7 @@ class HAProxy:
         return 0.0
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, grace=10)
 
 
 class Fleet:

@@ -15,7 +15,6 @@ import json
 import socket
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,27 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from intellect.links import DelayRelay, LinkShape  # noqa: E402
-
-
-def echo_server() -> tuple[socket.socket, int]:
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    def echo(conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server, server.getsockname()[1]
+from tests.support.loopback import echo_server  # noqa: E402
 
 
 def pings(port: int, count: int) -> list[float]:

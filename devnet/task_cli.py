@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -26,6 +28,7 @@ app = typer.Typer(
     help="Submit and follow tasks on an orchestrator (the trainer's side).", no_args_is_help=True
 )
 console = Console()
+T = TypeVar("T")
 
 
 class Target:
@@ -76,6 +79,15 @@ def _client(ctx: typer.Context) -> OrchestratorClient:
     return OrchestratorClient(t.url, token=t.token)
 
 
+def _ask(ctx: typer.Context, call: Callable[[OrchestratorClient], T]) -> T:
+    """One exchange with the orchestrator; its refusal, a CLI failure."""
+    try:
+        with _client(ctx) as c:
+            return call(c)
+    except TaskApiError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command("submit")
 def submit(
     ctx: typer.Context,
@@ -115,12 +127,7 @@ def list_tasks(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Tasks with the nodes reporting each state."""
-    try:
-        with _client(ctx) as c:
-            tasks = c.list(include_deleted)
-            nodes = c.nodes().nodes
-    except TaskApiError as exc:
-        raise fail(str(exc)) from None
+    tasks, nodes = _ask(ctx, lambda c: (c.list(include_deleted), c.nodes().nodes))
     states: dict[str, dict[str, int]] = {}
     for n in nodes:
         if n.task is not None:
@@ -150,11 +157,7 @@ def list_tasks(
 @app.command("status")
 def status(ctx: typer.Context, task_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """One task and what every node running it reports."""
-    try:
-        with _client(ctx) as c:
-            progress = c.status(task_id)
-    except TaskApiError as exc:
-        raise fail(str(exc)) from None
+    progress = _ask(ctx, lambda c: c.status(task_id))
     if as_json:
         print(progress.model_dump_json(indent=2))
         return
@@ -181,11 +184,7 @@ def wait(
     timeout: float = typer.Option(300.0, "--timeout", min=0.0, help="seconds before giving up (exit 1)"),
 ) -> None:
     """Block until enough nodes report the state."""
-    try:
-        with _client(ctx) as c:
-            progress = c.wait(task_id, state, nodes=nodes, timeout=timeout)
-    except TaskApiError as exc:
-        raise fail(str(exc)) from None
+    progress = _ask(ctx, lambda c: c.wait(task_id, state, nodes=nodes, timeout=timeout))
     console.print(f"task {task_id}: {progress.count(state)} node(s) {state.value}")
 
 
@@ -230,11 +229,7 @@ def _new_lines(old: list[str], current: list[str]) -> list[str]:
 @app.command("delete")
 def delete(ctx: typer.Context, task_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Delete a task: workers stop it at their next heartbeat."""
-    try:
-        with _client(ctx) as c:
-            task = c.delete(task_id)
-    except TaskApiError as exc:
-        raise fail(str(exc)) from None
+    task = _ask(ctx, lambda c: c.delete(task_id))
     if as_json:
         print(task.model_dump_json(indent=2))
     else:

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from intellect.net import free_port, wait_for_port
+from intellect.processes import stop_process
 
 
 def redis_server_binary() -> Path:
@@ -70,13 +71,8 @@ class EmbeddedRedis:
         return self
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process:
+            stop_process(self.process, grace=5)
         self.process = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)

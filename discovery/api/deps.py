@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from discovery.chain import CachedChainView
 from discovery.settings import DiscoverySettings
 from discovery.store import NodeStore
+from intellect.app_state import from_app_state
 from intellect.auth import RequestVerifier
 
 
@@ -42,24 +43,10 @@ class DiscoveryMetrics:
         self.syncs = Counter("discovery_syncs", "background on-chain refreshes", registry=self.registry)
 
 
-def get_settings(request: Request) -> DiscoverySettings:
-    settings: DiscoverySettings = request.app.state.settings
-    return settings
-
-
-def get_store(request: Request) -> NodeStore:
-    store: NodeStore = request.app.state.store
-    return store
-
-
-def get_chain(request: Request) -> CachedChainView:
-    chain: CachedChainView = request.app.state.chain
-    return chain
-
-
-def get_metrics(request: Request) -> DiscoveryMetrics:
-    metrics: DiscoveryMetrics = request.app.state.metrics
-    return metrics
+get_settings = from_app_state("settings", DiscoverySettings)
+get_store = from_app_state("store", NodeStore)
+get_chain = from_app_state("chain", CachedChainView)
+get_metrics = from_app_state("metrics", DiscoveryMetrics)
 
 
 async def signed(request: Request) -> str:

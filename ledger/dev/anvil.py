@@ -14,6 +14,7 @@ import httpx
 from eth_account import Account
 
 from intellect.net import free_port
+from intellect.processes import stop_process
 from intellect.settings import PROJECT_ROOT
 from ledger.errors import LedgerError
 
@@ -157,13 +158,7 @@ class Anvil:
             raise LedgerError(f"evm_revert failed for snapshot {snapshot_id}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, 9)
-                self.process.wait(timeout=5)
+        stop_process(self.process, grace=5)
         self._http.close()
         if self._cache is not None:
             shutil.rmtree(self._cache, ignore_errors=True)

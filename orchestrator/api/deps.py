@@ -22,6 +22,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from intellect.app_state import from_app_state
 from orchestrator.context import Context
 from orchestrator.groups.scheduler import GroupKeeper
 from orchestrator.heartbeat import HeartbeatHandler
@@ -30,15 +31,12 @@ from orchestrator.store.nodes import NodeBook
 from orchestrator.store.tasks import TaskStore
 from orchestrator.uploads import UploadService
 
-
-def get_settings(request: Request) -> OrchestratorSettings:
-    settings: OrchestratorSettings = request.app.state.settings
-    return settings
-
-
-def get_context(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
+get_settings = from_app_state("settings", OrchestratorSettings)
+get_context = from_app_state("ctx", Context)
+get_uploads = from_app_state("uploads", UploadService)
+# Called by the heartbeat route itself, not through `Depends`: that route is served ahead of FastAPI's
+# machinery (orchestrator/api/hot_path.py).
+get_heartbeat_handler = from_app_state("heartbeat", HeartbeatHandler)
 
 
 def get_task_store(ctx: Annotated[Context, Depends(get_context)]) -> TaskStore:
@@ -50,22 +48,10 @@ def get_node_book(ctx: Annotated[Context, Depends(get_context)]) -> NodeBook:
     return ctx.book
 
 
-def get_heartbeat_handler(request: Request) -> HeartbeatHandler:
-    """Called by the heartbeat route itself, not through `Depends`: that route is served ahead of
-    FastAPI's machinery (orchestrator/api/hot_path.py)."""
-    handler: HeartbeatHandler = request.app.state.heartbeat
-    return handler
-
-
 def get_group_keeper(request: Request) -> GroupKeeper | None:
     """None until the lifespan has built it (requests are served only after that, in practice)."""
     keeper: GroupKeeper | None = getattr(request.app.state, "groups", None)
     return keeper
-
-
-def get_uploads(request: Request) -> UploadService:
-    uploads: UploadService = request.app.state.uploads
-    return uploads
 
 
 async def require_admin(request: Request) -> str:

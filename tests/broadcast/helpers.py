@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from intellect.net import free_port
 from tests.support.testing import ServerThread
-from workloads.broadcast.origin import create_origin_app
+from workloads.broadcast.origin import create_origin_app, publish
 from workloads.broadcast.relay import create_relay_app
 from workloads.broadcast.sendfile import server_options
 from workloads.broadcast.store import VersionStore
@@ -72,6 +72,29 @@ def start_origin(root: Path, keep: int = 5) -> ServerThread:
 def start_relay(upstream: str, root: Path, keep: int = 5, shard_wait: float = 5.0) -> ServerThread:
     app = create_relay_app(upstream, VersionStore(root, keep=keep), poll_seconds=0.1, shard_wait=shard_wait)
     return BroadcastServer(app).start()
+
+
+def published_origin(tmp_path: Path, servers: list[ServerThread | RelayProcess], size: int,
+                     version: int) -> tuple[ServerThread, Path]:  # fmt: skip
+    """An origin in `tmp_path / "origin"` (stopped with the test's `servers`) that holds a random file
+    of `size` bytes, `tmp_path / "ckpt"`, published as `version`; the origin and the file."""
+    origin = start_origin(tmp_path / "origin")
+    servers.append(origin)
+    src = random_file(tmp_path / "ckpt", size)
+    publish(origin.server.config.app.state.store, src, version, SHARD)
+    return origin, src
+
+
+def origin_and_relay(
+    tmp_path: Path, servers: list[ServerThread | RelayProcess]
+) -> tuple[ServerThread, ServerThread]:
+    """An origin in `tmp_path / "origin"` and a relay of it in `tmp_path / "relay"`, holding nothing yet
+    (stopped with the test's `servers`)."""
+    origin = start_origin(tmp_path / "origin")
+    servers.append(origin)
+    relay = start_relay(origin.url, tmp_path / "relay")
+    servers.append(relay)
+    return origin, relay
 
 
 class RelayProcess:

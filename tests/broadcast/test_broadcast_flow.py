@@ -17,6 +17,8 @@ from tests.broadcast.helpers import (
     SHARD,
     RelayProcess,
     complete_on,
+    origin_and_relay,
+    published_origin,
     random_file,
     sha256,
     start_origin,
@@ -34,10 +36,7 @@ MB = 1_000_000
 
 
 def test_publish_origin_relay_client_pipelined(tmp_path, servers):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    relay = start_relay(origin.url, tmp_path / "relay")
-    servers.append(relay)
+    origin, relay = origin_and_relay(tmp_path, servers)
     src = random_file(tmp_path / "step_1.safetensors", 3 * MB + 123)
     store: VersionStore = origin.server.config.app.state.store
     manifest = publish(store, src, 1, SHARD)
@@ -60,10 +59,7 @@ def test_publish_origin_relay_client_pipelined(tmp_path, servers):
 
 
 def test_relay_killed_mid_transfer_client_finishes_from_the_other(tmp_path, servers):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    src = random_file(tmp_path / "ckpt", 4 * MB)
-    publish(origin.server.config.app.state.store, src, 3, SHARD)
+    origin, src = published_origin(tmp_path, servers, 4 * MB, 3)
     doomed, spare = RelayProcess(origin.url, tmp_path / "r1"), RelayProcess(origin.url, tmp_path / "r2")
     servers.extend([doomed, spare])
     wait_until(lambda: complete_on(doomed.url, 3) and complete_on(spare.url, 3), 60, "relays mirrored v3")
@@ -88,10 +84,7 @@ def _corrupt_all_shards(root: Path, version: int) -> None:
 
 
 def test_corrupt_shards_are_rejected_and_fetched_elsewhere(tmp_path, servers):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    src = random_file(tmp_path / "ckpt", 3 * MB)
-    publish(origin.server.config.app.state.store, src, 1, SHARD)
+    origin, src = published_origin(tmp_path, servers, 3 * MB, 1)
     bad, good = start_relay(origin.url, tmp_path / "bad"), start_relay(origin.url, tmp_path / "good")
     servers.extend([bad, good])
     wait_until(lambda: complete_on(bad.url, 1) and complete_on(good.url, 1), 30, "relays mirrored v1")
@@ -108,12 +101,8 @@ def test_corrupt_shards_are_rejected_and_fetched_elsewhere(tmp_path, servers):
 
 
 def test_relay_never_serves_a_shard_that_fails_its_sha256(tmp_path, servers):
-    origin_root = tmp_path / "origin"
-    origin = start_origin(origin_root)
-    servers.append(origin)
-    src = random_file(tmp_path / "ckpt", 1 * MB)
-    publish(origin.server.config.app.state.store, src, 1, SHARD)
-    shard = origin_root / "v1" / "shard_00002.bin"
+    origin, src = published_origin(tmp_path, servers, 1 * MB, 1)
+    shard = tmp_path / "origin" / "v1" / "shard_00002.bin"
     good_bytes = shard.read_bytes()
     shard.write_bytes(b"\0" * len(good_bytes))  # the origin's copy rots
     relay = start_relay(origin.url, tmp_path / "relay", shard_wait=0.2)
@@ -145,10 +134,7 @@ def test_origin_restart_keeps_versions_and_discards_half_written(tmp_path, serve
 
 
 def test_relay_restart_resumes_a_partial_version(tmp_path, servers):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    src = random_file(tmp_path / "ckpt", 1 * MB)
-    publish(origin.server.config.app.state.store, src, 2, SHARD)
+    origin, src = published_origin(tmp_path, servers, 1 * MB, 2)
     relay = start_relay(origin.url, tmp_path / "relay")
     wait_until(lambda: complete_on(relay.url, 2), 30, "mirrored")
     relay.stop()
@@ -164,10 +150,7 @@ def test_relay_restart_resumes_a_partial_version(tmp_path, servers):
 
 
 def test_eight_clients_at_once_get_identical_files(tmp_path, servers):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    relay = start_relay(origin.url, tmp_path / "relay")
-    servers.append(relay)
+    origin, relay = origin_and_relay(tmp_path, servers)
     src = random_file(tmp_path / "ckpt", 3 * MB)
     publish(origin.server.config.app.state.store, src, 4, SHARD)
     out = tmp_path / "out"
@@ -213,10 +196,7 @@ def test_keep_n_prunes_origin_and_relay(tmp_path, servers):
 
 
 def test_inference_checkpoint_store_uses_broadcast_source(tmp_path, servers):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    relay = start_relay(origin.url, tmp_path / "relay")
-    servers.append(relay)
+    origin, relay = origin_and_relay(tmp_path, servers)
     src = random_file(tmp_path / "step_5.safetensors", 1 * MB)
     publish(origin.server.config.app.state.store, src, 5, SHARD)
     wait_until(lambda: complete_on(relay.url, 5), 30, "mirrored")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import workloads.broadcast.streams as streams
-from tests.broadcast.helpers import SHARD, random_file, sha256, start_origin
+from tests.broadcast.helpers import SHARD, published_origin, sha256
+from tests.support.loopback import accept_each
 from workloads.broadcast.client import download
 from workloads.broadcast.errors import BroadcastError
-from workloads.broadcast.origin import publish
 from workloads.broadcast.streams import ShardStreams, WriteBehind, WriteFailed
 
 MB = 1_000_000
@@ -75,10 +75,7 @@ def test_write_behind_reports_a_failed_write_once(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_restarts_the_shard_and_the_file_is_still_right(tmp_path, servers, monkeypatch):
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    src = random_file(tmp_path / "ckpt", MB)
-    publish(origin.server.config.app.state.store, src, 1, SHARD)
+    origin, src = published_origin(tmp_path, servers, MB, 1)
     real_pwrite = os.pwrite
     failures = {"left": 3}
     lock = threading.Lock()
@@ -106,25 +103,20 @@ class _OneShotServer:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.connections = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread = threading.Thread(target=accept_each, args=(self.sock, self._answer), daemon=True)
         self.thread.start()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            with conn:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    request += chunk
-                body = b"hello"
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n" + body)
+    def _answer(self, conn: socket.socket) -> None:
+        self.connections += 1
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                request += chunk
+            body = b"hello"
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n" + body)
 
     def close(self) -> None:
         self.sock.close()
@@ -187,9 +179,7 @@ def test_preallocate_gives_the_final_size_and_falls_back_to_truncate(tmp_path: P
 
 
 def test_a_disk_too_small_fails_the_download_up_front(tmp_path, servers, monkeypatch) -> None:
-    origin = start_origin(tmp_path / "origin")
-    servers.append(origin)
-    publish(origin.server.config.app.state.store, random_file(tmp_path / "ckpt", MB // 2), 1, SHARD)
+    origin, _ = published_origin(tmp_path, servers, MB // 2, 1)
 
     def full(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

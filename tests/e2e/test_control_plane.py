@@ -16,9 +16,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see tests/worker
 
 from intellect.identity import Wallet  # noqa: E402
 from intellect.net import free_port, wait_for_port  # noqa: E402
+from intellect.processes import stop_process  # noqa: E402
 from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
 from ledger.deploy import DeployParams, deploy_all  # noqa: E402
@@ -85,13 +87,8 @@ class Service:
         return self.proc.wait(timeout=timeout)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            stop_process(self.proc, grace=10)
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():
@@ -219,45 +216,63 @@ class Cluster:
         return "\n\n".join(f"== {s.name}\n{s.log_tail()}" for s in parts if s)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("control-plane")
-    anvil = Anvil.start(accounts=3 + WORKERS)
+C = TypeVar("C", bound=Cluster)
+
+
+@contextmanager
+def cluster_stack(tmp: Path, pool: str, workers: int, kind: type[C], worker: Callable[[C, int], Service],
+                  after: Callable[[C], None] | None = None) -> Iterator[C]:  # fmt: skip
+    """anvil + Redis + discovery + orchestrator + `workers` workers (`worker(cluster, i)`, started) on a
+    started pool named `pool`, each worker's provider funded and whitelisted; every log printed if
+    this fails, everything stopped after (`after(cluster)` once the services are, before Redis and
+    anvil)."""
+    anvil = Anvil.start(accounts=3 + workers)
     redis = EmbeddedRedis().start()
-    cluster: Cluster | None = None
+    cluster: C | None = None
     try:
         deployer, manager = Wallet.from_key(anvil.dev_keys[0]), Wallet.from_key(anvil.dev_keys[1])
         deployment = deploy_all(anvil.rpc_url, deployer, DeployParams(stake_minimum=10 * ONE_TOKEN))
         path = deployment.save(tmp / "deployment.json")
         ledger = LedgerClient(anvil.rpc_url, path, deployer)
         domain = ledger.create_domain("rl", "")
-        pool_id = ledger.create_pool(domain, manager.address, "e2e", '{"requirements": {"cpu_cores": 1}}', 0)
+        pool_id = ledger.create_pool(domain, manager.address, pool, '{"requirements": {"cpu_cores": 1}}', 0)
         ledger.start_pool(pool_id)
-        for key in anvil.dev_keys[3:]:
+        for key in anvil.dev_keys[3 : 3 + workers]:
             provider = Wallet.from_key(key).address
             ledger.mint(provider, 1000 * ONE_TOKEN)
             ledger.whitelist_provider(provider)
-        cluster = Cluster(
-            tmp, anvil, path, ledger, manager, pool_id, redis, nodes=[Wallet.create() for _ in range(WORKERS)]
+        cluster = kind(
+            tmp, anvil, path, ledger, manager, pool_id, redis, nodes=[Wallet.create() for _ in range(workers)]
         )
         cluster.start_discovery()
         cluster.start_orchestrator()
-        cluster.workers = [cluster.worker_service(i).start() for i in range(WORKERS)]
-        failed_before = request.session.testsfailed
+        cluster.workers = [worker(cluster, i).start() for i in range(workers)]
         yield cluster
-        if request.session.testsfailed > failed_before:
-            print(cluster.logs())
     except BaseException:
         if cluster:
             print(cluster.logs())
         raise
     finally:
-        if cluster:
-            for service in [*cluster.workers, cluster.orchestrator, cluster.discovery]:
-                if service:
-                    service.stop()
-        redis.stop()
-        anvil.stop()
+        try:
+            if cluster:
+                for service in [*cluster.workers, cluster.orchestrator, cluster.discovery]:
+                    if service:
+                        service.stop()
+                if after:
+                    after(cluster)
+        finally:
+            redis.stop()
+            anvil.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("control-plane")
+    with cluster_stack(tmp, "e2e", WORKERS, Cluster, Cluster.worker_service) as cluster:
+        failed_before = request.session.testsfailed
+        yield cluster
+        if request.session.testsfailed > failed_before:
+            print(cluster.logs())
 
 
 def test_workers_register_join_and_become_healthy(cluster: Cluster) -> None:

@@ -18,8 +18,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -28,18 +27,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_control_plane import Cluster, Service, wait_until  # noqa: E402
+from test_control_plane import Cluster, Service, cluster_stack, wait_until  # noqa: E402
 
-from intellect.identity import Wallet  # noqa: E402
 from intellect.net import stable_port  # noqa: E402
-from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from ledger.audit import Auditor  # noqa: E402
-from ledger.client import LedgerClient  # noqa: E402
-from ledger.deploy import DeployParams, deploy_all  # noqa: E402
-from ledger.dev.anvil import Anvil  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
 from ledger.group_audit import GroupAuditor  # noqa: E402
-from ledger.models import ONE_TOKEN  # noqa: E402
 from workloads.pipeline.files import read_group_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,40 +51,8 @@ class GroupCluster(Cluster):
         return service
 
 
-@contextmanager
-def group_stack(tmp: Path) -> Iterator[GroupCluster]:
-    anvil = Anvil.start(accounts=5)
-    redis = EmbeddedRedis().start()
-    cluster: GroupCluster | None = None
-    try:
-        deployer, manager = Wallet.from_key(anvil.dev_keys[0]), Wallet.from_key(anvil.dev_keys[1])
-        deployment = deploy_all(anvil.rpc_url, deployer, DeployParams(stake_minimum=10 * ONE_TOKEN))
-        path = deployment.save(tmp / "deployment.json")
-        ledger = LedgerClient(anvil.rpc_url, path, deployer)
-        domain = ledger.create_domain("rl", "")
-        pool_id = ledger.create_pool(domain, manager.address, "pipe", '{"requirements": {"cpu_cores": 1}}', 0)
-        ledger.start_pool(pool_id)
-        for key in anvil.dev_keys[3:5]:
-            provider = Wallet.from_key(key).address
-            ledger.mint(provider, 1000 * ONE_TOKEN)
-            ledger.whitelist_provider(provider)
-        cluster = GroupCluster(tmp, anvil, path, ledger, manager, pool_id, redis,
-                               nodes=[Wallet.create(), Wallet.create()])  # fmt: skip
-        cluster.start_discovery()
-        cluster.start_orchestrator()
-        cluster.workers = [cluster.pipeline_worker(i).start() for i in (0, 1)]
-        yield cluster
-    except BaseException:
-        if cluster:
-            print(cluster.logs())
-        raise
-    finally:
-        if cluster:
-            for service in [*cluster.workers, cluster.orchestrator, cluster.discovery]:
-                if service:
-                    service.stop()
-        redis.stop()
-        anvil.stop()
+def group_stack(tmp: Path) -> AbstractContextManager[GroupCluster]:
+    return cluster_stack(tmp, "pipe", 2, GroupCluster, GroupCluster.pipeline_worker)
 
 
 def pipeline_task() -> dict:

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -29,18 +29,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_control_plane import Cluster, Service, wait_until  # noqa: E402
+from test_control_plane import Cluster, Service, cluster_stack, wait_until  # noqa: E402
 
 from intellect.identity import Wallet  # noqa: E402
-from intellect.redis_server import EmbeddedRedis  # noqa: E402
 from intellect.signing import SignedAuth  # noqa: E402
 from intellect.wire.storage import UploadRequest  # noqa: E402
 from ledger.client import LedgerClient  # noqa: E402
-from ledger.deploy import DeployParams, deploy_all  # noqa: E402
-from ledger.dev.anvil import Anvil  # noqa: E402
 from ledger.errors import ContractRevert  # noqa: E402
 from ledger.events import EventReader  # noqa: E402
-from ledger.models import ONE_TOKEN  # noqa: E402
 from tests.support import testing  # noqa: E402
 from worker.files import WorkerFiles  # noqa: E402
 
@@ -66,45 +62,10 @@ def stop_task(kind: str, cluster: Cluster) -> None:
         runtime.close()
 
 
-@contextmanager
-def running_stack(kind: str, tmp: Path) -> Iterator[Cluster]:
+def running_stack(kind: str, tmp: Path) -> AbstractContextManager[Cluster]:
     """anvil + Redis + discovery + orchestrator + one worker with runtime `kind`, all stopped after."""
-    anvil = Anvil.start(accounts=5)
-    redis = EmbeddedRedis().start()
-    cluster: Cluster | None = None
-    try:
-        deployer, manager = Wallet.from_key(anvil.dev_keys[0]), Wallet.from_key(anvil.dev_keys[1])
-        deployment = deploy_all(anvil.rpc_url, deployer, DeployParams(stake_minimum=10 * ONE_TOKEN))
-        path = deployment.save(tmp / "deployment.json")
-        ledger = LedgerClient(anvil.rpc_url, path, deployer)
-        domain = ledger.create_domain("rl", "")
-        pool_id = ledger.create_pool(domain, manager.address, "exec", '{"requirements": {"cpu_cores": 1}}', 0)
-        ledger.start_pool(pool_id)
-        provider = Wallet.from_key(anvil.dev_keys[3]).address
-        ledger.mint(provider, 1000 * ONE_TOKEN)
-        ledger.whitelist_provider(provider)
-        cluster = Cluster(tmp, anvil, path, ledger, manager, pool_id, redis, nodes=[Wallet.create()])
-        cluster.start_discovery()
-        cluster.start_orchestrator()
-        cluster.workers = [worker_service(cluster, kind).start()]
-        yield cluster
-    except BaseException:
-        if cluster:
-            print(cluster.logs())
-        raise
-    finally:
-        if cluster:
-            for service in [*cluster.workers, cluster.orchestrator, cluster.discovery]:
-                if service:
-                    service.stop()
-            try:
-                stop_task(kind, cluster)
-            finally:
-                redis.stop()
-                anvil.stop()
-        else:
-            redis.stop()
-            anvil.stop()
+    return cluster_stack(tmp, "exec", 1, Cluster, lambda cluster, _: worker_service(cluster, kind),
+                         after=lambda cluster: stop_task(kind, cluster))
 
 
 @pytest.fixture(scope="module", params=["docker", "process"])

@@ -78,13 +78,21 @@ def age(make: sessionmaker[Session], address: str, task_id: str, seconds: float)
         row.updated_at -= timedelta(seconds=seconds)
 
 
-def test_a_failed_member_dissolves_its_group_and_the_other_regroups_without_it(tmp_path) -> None:
+def a_pair(tmp_path, grouped: bool = True) -> tuple[sessionmaker[Session], str, str, str]:
+    """A fresh database with two Healthy nodes and a task for the pair topology: the session maker, the
+    two nodes and the task (`grouped`: the two formed into a group for it)."""
     make = sessions(tmp_path)
     with make() as s, s.begin():
         first, second = add_node(s, 1), add_node(s, 2)
         task = add_task(s, ["pair"])
-    with make() as s, s.begin():
-        assert len(reconcile(s, PAIR).formed) == 1
+    if grouped:
+        with make() as s, s.begin():
+            assert len(reconcile(s, PAIR).formed) == 1
+    return make, first, second, task
+
+
+def test_a_failed_member_dissolves_its_group_and_the_other_regroups_without_it(tmp_path) -> None:
+    make, first, second, task = a_pair(tmp_path)
     assert placement(make, first) == (task, {first, second})
     with make() as s, s.begin():
         spare = add_node(s, 3)  # idle: free to take the failed member's place
@@ -108,12 +116,7 @@ def test_a_failed_member_dissolves_its_group_and_the_other_regroups_without_it(t
 
 
 def test_the_failed_node_sits_the_task_out_for_the_cooldown_then_joins_again(tmp_path) -> None:
-    make = sessions(tmp_path)
-    with make() as s, s.begin():
-        failing, partner = add_node(s, 1), add_node(s, 2)
-        task = add_task(s, ["pair"])
-    with make() as s, s.begin():
-        reconcile(s, PAIR)
+    make, failing, partner, task = a_pair(tmp_path)
     report(make, failing, task, TaskState.FAILED, ERROR)
     with make() as s, s.begin():
         changes = reconcile(s, PAIR, failed_cooldown_seconds=60)
@@ -143,12 +146,7 @@ def test_the_failed_node_sits_the_task_out_for_the_cooldown_then_joins_again(tmp
 
 def test_without_a_cooldown_the_pair_forms_again_at_once(tmp_path) -> None:
     """The counterpart of the cooldown test: with 0 nothing keeps the failed node out."""
-    make = sessions(tmp_path)
-    with make() as s, s.begin():
-        failing, partner = add_node(s, 1), add_node(s, 2)
-        task = add_task(s, ["pair"])
-    with make() as s, s.begin():
-        reconcile(s, PAIR)
+    make, failing, partner, task = a_pair(tmp_path)
     report(make, failing, task, TaskState.FAILED, ERROR)
     with make() as s, s.begin():
         changes = reconcile(s, PAIR, failed_cooldown_seconds=0)
@@ -157,13 +155,9 @@ def test_without_a_cooldown_the_pair_forms_again_at_once(tmp_path) -> None:
 
 
 def test_restarting_unknown_and_other_tasks_failures_break_nothing(tmp_path) -> None:
-    make = sessions(tmp_path)
+    make, first, second, task = a_pair(tmp_path)
     with make() as s, s.begin():
-        first, second = add_node(s, 1), add_node(s, 2)
-        task = add_task(s, ["pair"])
         other = add_task(s, ["solo"])  # never handed to these two
-    with make() as s, s.begin():
-        reconcile(s, PAIR)
     report(make, first, task, TaskState.RESTARTING, "exited with code 3; restart 1/3")
     report(make, second, task, TaskState.UNKNOWN, "docker runtime unavailable")
     report(make, first, other, TaskState.FAILED, ERROR)
@@ -174,10 +168,7 @@ def test_restarting_unknown_and_other_tasks_failures_break_nothing(tmp_path) -> 
 
 def test_a_failure_from_before_the_group_was_formed_breaks_nothing(tmp_path) -> None:
     """A `failed` row from an earlier group's run (the node then had no report for the task since)."""
-    make = sessions(tmp_path)
-    with make() as s, s.begin():
-        first, second = add_node(s, 1), add_node(s, 2)
-        task = add_task(s, ["pair"])
+    make, first, second, task = a_pair(tmp_path, grouped=False)
     report(make, first, task, TaskState.FAILED, ERROR)
     age(make, first, task, 3600)
     with make() as s, s.begin():
@@ -188,12 +179,9 @@ def test_a_failure_from_before_the_group_was_formed_breaks_nothing(tmp_path) -> 
 
 
 def test_a_node_sitting_one_task_out_is_grouped_for_another_task_of_the_same_topology(tmp_path) -> None:
-    make = sessions(tmp_path)
+    make, failing, partner, older = a_pair(tmp_path, grouped=False)
     with make() as s, s.begin():
-        failing, partner = add_node(s, 1), add_node(s, 2)
-        older = add_task(s, ["pair"])  # ties go to the oldest task: this one, but for the failure
-    with make() as s, s.begin():
-        newer = add_task(s, ["pair"])
+        newer = add_task(s, ["pair"])  # ties go to the oldest task: `older`, but for the failure
     report(make, failing, older, TaskState.FAILED, ERROR)
     with make() as s, s.begin():
         changes = reconcile(s, PAIR)
@@ -202,16 +190,13 @@ def test_a_node_sitting_one_task_out_is_grouped_for_another_task_of_the_same_top
 
 
 def test_the_keeper_uses_the_cooldown_setting(tmp_path) -> None:
-    make = sessions(tmp_path)
+    make, failing, partner, task = a_pair(tmp_path, grouped=False)
     assert OrchestratorSettings(state_dir=tmp_path).group_failed_cooldown_seconds == 600
     settings = OrchestratorSettings(state_dir=tmp_path, group_failed_cooldown_seconds=0)
 
     async def bump() -> int:
         return 1
 
-    with make() as s, s.begin():
-        failing, partner = add_node(s, 1), add_node(s, 2)
-        task = add_task(s, ["pair"])
     patient = GroupKeeper(make, lambda: PAIR, bump, 1.0)
     eager = GroupKeeper(make, lambda: PAIR, bump, 1.0, settings.group_failed_cooldown_seconds)
     assert asyncio.run(patient.run_once()).formed

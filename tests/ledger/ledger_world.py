@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+
+import pytest
 
 from intellect.identity import Wallet
 from ledger.client import LedgerClient
 from ledger.deploy import Deployment, DeployParams, deploy_all
 from ledger.dev.anvil import Anvil
+from ledger.errors import ContractRevert
 from ledger.invites import Invite, sign_invite
 from ledger.models import ONE_TOKEN
 
 STAKE_MIN = 10 * ONE_TOKEN
+
+
+def reverts(name: str) -> AbstractContextManager[pytest.ExceptionInfo[ContractRevert]]:
+    """Expects the call in the block to revert with the contract's custom error `name`."""
+    return pytest.raises(ContractRevert, match=rf"^{name}\(")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from ledger_world import World
+from ledger_world import World, reverts
 
 from ledger.audit import Auditor
 from ledger.client import LedgerClient
@@ -19,10 +19,6 @@ from ledger.models import ONE_TOKEN, WorkRecord, WorkStatus
 
 DAY = 24 * 3600
 SLASH = 50 * ONE_TOKEN
-
-
-def reverts(name: str):  # noqa: ANN201
-    return pytest.raises(ContractRevert, match=rf"^{name}\(")
 
 
 def key(i: int) -> bytes:

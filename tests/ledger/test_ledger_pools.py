@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ledger_world import World
+from ledger_world import World, reverts
 
 from intellect.identity import Wallet
-from ledger.errors import ContractRevert, LedgerError
+from ledger.client import LedgerClient
+from ledger.errors import LedgerError
 from ledger.invites import sign_invite
 from ledger.models import ONE_TOKEN, PoolStatus
-
-
-def reverts(name: str):
-    return pytest.raises(ContractRevert, match=rf"^{name}\(")
 
 
 def test_domains(world: World) -> None:
@@ -39,18 +36,15 @@ def test_pool_lifecycle_and_creator_checks(world: World) -> None:
     pool_id = c.create_pool(world.domain_id, world.manager.address, "p2", "file:///req.json", 50)
     pool = c.get_pool(pool_id)
     assert pool.status is PoolStatus.PENDING and pool.creator == c.address and pool.compute_limit == 50
-    with reverts("NotPoolCreator"):
-        world.admin.start_pool(pool_id)
-    c.start_pool(pool_id)
-    assert c.get_pool(pool_id).status is PoolStatus.ACTIVE
-    with reverts("PoolNotPending"):
-        c.start_pool(pool_id)
-    with reverts("NotPoolCreator"):
-        world.admin.end_pool(pool_id)
-    c.end_pool(pool_id)
-    assert c.get_pool(pool_id).status is PoolStatus.COMPLETED
-    with reverts("PoolAlreadyEnded"):
-        c.end_pool(pool_id)
+    steps = [(LedgerClient.start_pool, PoolStatus.ACTIVE, "PoolNotPending"),
+             (LedgerClient.end_pool, PoolStatus.COMPLETED, "PoolAlreadyEnded")]  # fmt: skip
+    for step, status, twice in steps:
+        with reverts("NotPoolCreator"):  # only the pool's creator may start or end it
+            step(world.admin, pool_id)
+        step(c, pool_id)
+        assert c.get_pool(pool_id).status is status
+        with reverts(twice):
+            step(c, pool_id)
     with reverts("PoolNotFound"):
         c.get_pool(999)
 

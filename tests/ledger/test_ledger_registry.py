@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-from ledger_world import STAKE_MIN, World
+from ledger_world import STAKE_MIN, World, reverts
 
 from intellect.identity import Wallet
-from ledger.errors import ContractRevert
 from ledger.invites import sign_node_ownership
 from ledger.models import ONE_TOKEN
 
 DAY = 24 * 3600
-
-
-def reverts(name: str):
-    return pytest.raises(ContractRevert, match=rf"^{name}\(")
 
 
 def test_register_provider_moves_stake_into_the_registry(world: World) -> None:

@@ -8,18 +8,14 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from ledger_world import World
+from ledger_world import World, reverts
 
 from intellect.identity import Wallet
-from ledger.errors import ContractRevert, LedgerError
+from ledger.errors import LedgerError
 from ledger.models import ONE_TOKEN, WorkStatus
 
 DAY = 24 * 3600
 SLASH = 50 * ONE_TOKEN
-
-
-def reverts(name: str):  # noqa: ANN201
-    return pytest.raises(ContractRevert, match=rf"^{name}\(")
 
 
 def key(i: int) -> bytes:

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
-import pytest
-from ledger_world import World
+from ledger_world import World, reverts
 
-from ledger.errors import ContractRevert
 from ledger.models import ONE_TOKEN, WorkStatus
 
 DAY = 24 * 3600
 PENALTY = 200 * ONE_TOKEN
-
-
-def reverts(name: str):
-    return pytest.raises(ContractRevert, match=rf"^{name}\(")
 
 
 def key(i: int) -> bytes:

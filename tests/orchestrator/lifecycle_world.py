@@ -3,9 +3,6 @@ replica tests (real anvil, Redis, discovery and uvicorn; see conftest.py for the
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import httpx
 
 from intellect.identity import Wallet
@@ -19,16 +16,6 @@ from tests.support.testing import serve_in_thread
 FAST = dict(heartbeat_interval_seconds=0.5, heartbeat_ttl_seconds=1.5, check_interval_seconds=0.5,
             miss_threshold=2, invite_interval_seconds=0.5, invite_timeout_seconds=4, http_timeout_seconds=5,
             http_retries=2, eject_after_seconds=6)
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 20, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Orchestrator:

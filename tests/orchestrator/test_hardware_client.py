@@ -7,64 +7,26 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI
+from hardware_node import NODE, run, served, worker
 
 from intellect.identity import Wallet
 from intellect.net import free_port
-from intellect.wire.hardware import MAX_ANSWER_BYTES, HardwareChallenge, HardwareCommitment
+from intellect.wire.hardware import MAX_ANSWER_BYTES
 from orchestrator.clients import SignedClient
-from orchestrator.hardware.challenger import challenge_node
 from orchestrator.store.hardware import UNANSWERED, UNOPENED
 from tests.support.testing import serve_in_thread
 from worker.proof import HardwareProver
 
-NODE = Wallet.create()
 
-
-def worker(reveal_body: bytes | None = None, signer: Wallet = NODE) -> FastAPI:
-    """A node that commits honestly (signed by `signer`) and answers the reveal with `reveal_body`
-    (None: honestly)."""
-    prover = HardwareProver(NODE.address, signer.sign_message)
-    app = FastAPI()
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.post("/hardware/challenge")
-    async def challenge(body: HardwareChallenge) -> HardwareCommitment:
-        return prover.commit(body)
-
-    @app.post("/hardware/reveal")
-    async def reveal(body: dict) -> Response:
-        if reveal_body is not None:
-            return Response(reveal_body, media_type="application/json")
-        from intellect.wire.hardware import HardwareReveal
-
-        return Response(prover.reveal(HardwareReveal.model_validate(body)).model_dump_json(),
-                        media_type="application/json")
-
-    return app
-
-
-def run(url: str):  # noqa: ANN201
-    async def go():  # noqa: ANN202
-        peers = SignedClient(Wallet.create(), timeout=10, retries=1)
-        try:
-            return await challenge_node(peers, NODE.address, url, 32, "float32", timeout=30)
-        finally:
-            await peers.aclose()
-
-    return asyncio.run(go())
+def honest(signer: Wallet = NODE) -> HardwareProver:
+    """A node that commits and opens honestly, its commitments signed by `signer`."""
+    return HardwareProver(NODE.address, signer.sign_message)
 
 
 def test_an_answer_too_big_to_read_is_refused_before_it_is_parsed() -> None:
     huge = b'{"rows": [' + b"1.0," * (MAX_ANSWER_BYTES // 4) + b'1.0]}'
-    server = serve_in_thread(worker(reveal_body=huge))
-    try:
-        proof = run(server.url)
-    finally:
-        server.stop()
+    [proof] = served(worker(honest(), reveal_body=huge), n=32)
     # it committed first, so an opening too big to read is no opening: it fails like a wrong answer
     assert proof.outcome == UNOPENED and f"over {MAX_ANSWER_BYTES} bytes" in proof.reasons[0]
     assert proof.flops is None and proof.rtt_ms is not None
@@ -72,7 +34,7 @@ def test_an_answer_too_big_to_read_is_refused_before_it_is_parsed() -> None:
 
 def test_a_node_nobody_can_reach_proves_nothing_quickly() -> None:
     started = time.monotonic()
-    proof = run(f"http://127.0.0.1:{free_port()}")
+    proof = run(f"http://127.0.0.1:{free_port()}", 32)
     assert proof.outcome == UNANSWERED and proof.reasons[0].startswith("round trip")
     assert time.monotonic() - started < 10
 
@@ -81,11 +43,7 @@ def test_a_commitment_signed_by_another_key_is_no_commitment_and_convicts_nobody
     """Checked before the secret is revealed: the node never sees the probe, so it chose nothing by it
     (unanswered, no evidence). A signed commitment opened in words not the node's own:
     tests/orchestrator/test_hardware_optout.py."""
-    server = serve_in_thread(worker(signer=Wallet.create()))
-    try:
-        proof = run(server.url)
-    finally:
-        server.stop()
+    [proof] = served(worker(honest(signer=Wallet.create())), n=32)
     assert proof.outcome == UNANSWERED and "not signed by the node's key" in " ".join(proof.reasons)
     assert proof.evidence is None
 

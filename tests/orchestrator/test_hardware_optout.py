@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from types import SimpleNamespace
+from typing import Any
 
+import hardware_node
 import numpy as np
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import FastAPI
+from hardware_node import NODE
 
 from intellect import hardware
 from intellect.hardware_evidence import judge_evidence
@@ -20,12 +24,10 @@ from intellect.wire.hardware import HardwareChallenge, HardwareCommitment, Hardw
 from intellect.wire.nodes import NodeState
 from orchestrator.clients import SignedClient
 from orchestrator.db import make_engine, migrate, session_factory
-from orchestrator.hardware.challenger import challenge_node
 from orchestrator.store.hardware import MAX_FAILED, PROVEN, UNANSWERED, UNOPENED, WRONG, HardwareBook
 from tests.support.testing import serve_in_thread
 from worker.proof import HardwareProver
 
-NODE = Wallet.create()
 N = 128  # 64 rows opened of 128: a 90 %-rows liar (13 garbage rows) is asked for none of them 1 in 10⁴
 
 
@@ -60,50 +62,17 @@ class PartialProver(HardwareProver):
         n = self._held.challenge.n if self._held else N
         return bool(set(hardware.probe(bytes.fromhex(reveal.secret), n, reveal.opened).rows) & self.skipped)
 
-
-def worker(prover: HardwareProver, health_delay: float = 0.0, reveal_delay: float = 0.0,
-           reveal_body: bytes | None = None) -> FastAPI:  # fmt: skip
-    app = FastAPI()
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        await asyncio.sleep(health_delay)
-        return {"status": "ok"}
-
-    @app.post("/hardware/challenge")
-    async def challenge(body: HardwareChallenge) -> HardwareCommitment:
-        return prover.commit(body)
-
-    @app.post("/hardware/reveal")
-    async def reveal(body: HardwareReveal) -> Response:
-        await asyncio.sleep(reveal_delay)
-        if reveal_body is not None:
-            return Response(reveal_body, media_type="application/json")
-        liar = prover if isinstance(prover, PartialProver) else None
-        if liar is not None and not liar.answer_anyway and liar.opens_a_skipped_row(body):
-            raise HTTPException(409, "declined")
-        return Response(prover.reveal(body).model_dump_json(), media_type="application/json")
-
-    return app
+    def declines(self, reveal: HardwareReveal) -> bool:
+        return not self.answer_anyway and self.opens_a_skipped_row(reveal)
 
 
-def run(url: str, n: int = N, timeout: float = 30):  # noqa: ANN201
-    async def go():  # noqa: ANN202
-        peers = SignedClient(Wallet.create(), timeout=10, retries=1)
-        try:
-            return await challenge_node(peers, NODE.address, url, n, "float32", timeout=timeout)
-        finally:
-            await peers.aclose()
-
-    return asyncio.run(go())
+def worker(prover: HardwareProver, **kw: Any) -> FastAPI:
+    """`hardware_node.worker`, where a PartialProver declines the openings it cannot answer."""
+    declines = prover.declines if isinstance(prover, PartialProver) else None
+    return hardware_node.worker(prover, declines=declines, **kw)
 
 
-def served(app: FastAPI, times: int = 1, **kw):  # noqa: ANN003, ANN201
-    server = serve_in_thread(app)
-    try:
-        return [run(server.url, **kw) for _ in range(times)]
-    finally:
-        server.stop()
+served = partial(hardware_node.served, n=N)
 
 
 def test_the_declining_liar_is_never_proven_and_its_signed_commitment_is_recorded() -> None:

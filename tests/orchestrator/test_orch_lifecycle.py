@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
-from lifecycle_world import Orchestrator, upload, wait_for
+from lifecycle_world import Orchestrator, upload
 from standin_worker import standin_worker
 
 from intellect import hardware
@@ -27,7 +27,7 @@ from intellect.wire.hardware import (
 )
 from intellect.wire.heartbeat import HeartbeatRequest, TaskStatus
 from intellect.wire.tasks import TaskState
-from tests.support.testing import serve_in_thread
+from tests.support.testing import serve_in_thread, wait_for
 from worker.proof import HardwareProver, _Held
 
 

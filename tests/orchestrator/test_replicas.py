@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 import redis
-from lifecycle_world import Orchestrator, upload, wait_for
+from lifecycle_world import Orchestrator, upload
 from standin_worker import standin_worker
 
-from tests.support.testing import serve_in_thread
+from tests.support.testing import serve_in_thread, wait_for
 
 
 def test_two_replicas_share_one_redis_and_one_database(devnet, redis_url, discovery, database_url,

@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workloads.model.loading import load_model, load_tokenizer
-from workloads.pipeline.bundle import BatchRequest
+from tests.pipeline.tiny import tiny_batch
 from workloads.pipeline.commit import LinkRecord
 from workloads.pipeline.group import GroupRun, run_thread_group
 from workloads.pipeline.judge.end_to_end import GroupRows, judge_group
@@ -21,7 +20,6 @@ from workloads.pipeline.judge.replay import MemberVerdict, judge_member
 from workloads.pipeline.stages import plan_stages
 from workloads.toploc import build_proofs_batch, verify_proofs_batch
 
-WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
 FORWARDER_CHEATS = ["sign-flip", "negate", "small-flip", "noise", "other-prompt", "skip"]
 
 pytestmark = pytest.mark.slow  # ~25 s of groups and replays: the full suite, not the fast tier
@@ -29,9 +27,7 @@ pytestmark = pytest.mark.slow  # ~25 s of groups and replays: the full suite, no
 
 @pytest.fixture(scope="module")
 def tiny():  # noqa: ANN201
-    tok = load_tokenizer("tiny")
-    prompts = [tok(f"reverse: {w}")["input_ids"] for w in WORDS]
-    return tok, load_model("tiny"), BatchRequest(prompts, list(range(100, 108)), 24, 1.0)
+    return tiny_batch(24)
 
 
 def judge_all(tiny, run: GroupRun, members: int) -> list[MemberVerdict]:  # noqa: ANN001

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from intellect.identity import Wallet
+from tests.pipeline.tiny import WORDS
 from workloads.model.loading import load_tokenizer
 from workloads.pipeline.draft import ModelDraft, PromptLookup, make_draft
 from workloads.pipeline.group import GroupRun, run_thread_group
 from workloads.pipeline.member import BatchRequest
 from workloads.pipeline.trips import draft_inputs, kept
 
-WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
 EOS, PAD = 1, 0
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from intellect.links import LinkShape
+from tests.pipeline.tiny import tiny_batch
 from workloads.inference.generate import proofs_for
 from workloads.model.backends import TorchBackend
-from workloads.model.loading import load_model, load_tokenizer
 from workloads.pipeline.group import GroupRun, run_local_group, run_thread_group
 from workloads.pipeline.judge.end_to_end import GroupRows, GroupVerdict, judge_group
 from workloads.pipeline.member import BatchRequest
@@ -24,14 +24,11 @@ from workloads.pipeline.stages import plan_stages
 
 pytestmark = pytest.mark.slow  # each group is 2-3 interpreters loading the model
 
-WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
 
 
 @pytest.fixture(scope="module")
 def tiny():  # noqa: ANN201
-    tok = load_tokenizer("tiny")
-    prompts = [tok(f"reverse: {w}")["input_ids"] for w in WORDS]
-    return tok, load_model("tiny"), BatchRequest(prompts, list(range(100, 108)), 48, 1.0)
+    return tiny_batch(48)
 
 
 def judge(tiny, run: GroupRun, members: int) -> GroupVerdict:  # noqa: ANN001

@@ -10,9 +10,7 @@ import dataclasses
 import hashlib
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +23,7 @@ from test_task import NODES, judge_env, run_group  # noqa: E402
 
 from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemorySeenStore  # noqa: E402
+from tests.support.loopback import served_folder  # noqa: E402
 from validator.checkpoints import TrainerCheckpoints  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import completion_text  # noqa: E402
@@ -43,21 +42,8 @@ RL = {"batch_size": 2, "n": 2, "batches": 2, "max_new_tokens": 8, "target_length
 @pytest.fixture
 def trainer(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A folder served over HTTP as the trainer serves its step counter and checkpoints."""
-    root = tmp_path / "www"
-    root.mkdir()
-
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw) -> None:  # noqa: ANN002, ANN003
-            super().__init__(*a, directory=str(root), **kw)
-
-        def log_message(self, *a) -> None:  # noqa: ANN002
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with served_folder(tmp_path / "www") as url:
+        yield tmp_path / "www", url
 
 
 def publish(root: Path, url: str, step: int, scale: float) -> str:

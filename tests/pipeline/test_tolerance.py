@@ -15,25 +15,21 @@ import pytest
 import torch
 
 from intellect.workloads import MemorySeenStore, ValidatorEnv
+from tests.pipeline.tiny import tiny_batch
 from workloads.inference.judge import calibration
 from workloads.inference.judge.calibration import CalibrationRecord, limits_of, resolve_limits
-from workloads.model.loading import load_model, load_tokenizer
 from workloads.pipeline.bundle import BatchRequest
 from workloads.pipeline.group import GroupRun, run_thread_group
 from workloads.pipeline.judge.replay import MemberVerdict, judge_member
 from workloads.pipeline.judge.tolerance import TINY_FORWARD, Differences, ForwardLimits, forward_verdict
 from workloads.pipeline.stages import plan_stages
 
-WORDS = ["abc", "hello", "pipeline", "stage", "group", "verify", "token", "proof"]
-
 pytestmark = pytest.mark.slow  # ~12 s of groups and replays: the full suite, not the fast tier
 
 
 @pytest.fixture(scope="module")
 def tiny():  # noqa: ANN201
-    tok = load_tokenizer("tiny")
-    prompts = [tok(f"reverse: {w}")["input_ids"] for w in WORDS]
-    return tok, load_model("tiny"), BatchRequest(prompts, list(range(100, 108)), 24, 1.0)
+    return tiny_batch(24)
 
 
 def judge(tiny, run: GroupRun, members: int, stage: int,  # noqa: ANN001

@@ -6,34 +6,13 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 
 import pytest
 
 from intellect.links import DelayRelay, LinkShape, parse_duration
 from intellect.net import free_port
-
-
-def echo_server() -> tuple[socket.socket, int]:
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    def echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server, port
+from tests.support.loopback import echo_server
 
 
 def round_trip(port: int, payload: bytes) -> tuple[bytes, float]:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,17 @@ def _stacks() -> str:
 
 def serve_in_thread(app: Any, port: int | None = None) -> ServerThread:
     return ServerThread(app, port).start()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
+    """`predicate()`'s first truthy value, asked every 0.1 s (AssertionError after `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @dataclass

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +26,13 @@ from intellect.wire.storage import UploadRequest
 from orchestrator.app import create_app
 from orchestrator.chain import LedgerPoolChain
 from orchestrator.settings import OrchestratorSettings
-from tests.support.testing import Devnet, ServerThread, serve_in_thread
+from tests.support.testing import Devnet, ServerThread, serve_in_thread, wait_for
 
 FAST: dict[str, Any] = dict(
     heartbeat_interval_seconds=0.3, heartbeat_ttl_seconds=300, check_interval_seconds=0.5, miss_threshold=2,
     invite_interval_seconds=0.3, invite_timeout_seconds=30, http_timeout_seconds=1, http_retries=1,
     groups_interval_seconds=0.3,
 )
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Orchestrator:

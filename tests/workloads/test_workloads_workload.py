@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import structlog.testing
 import torch
 from safetensors.torch import save_file
 
+from tests.support.loopback import accept_each, served_folder
 from workloads.datasets import load_dataset
 from workloads.inference.checkpoints import CheckpointError, CheckpointStore
 from workloads.inference.selection import plan_batch
@@ -82,18 +82,13 @@ class BridgeServer:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
         self.sock.listen(8)
-        threading.Thread(target=self._serve, daemon=True).start()
+        threading.Thread(target=accept_each, args=(self.sock, self._answer), daemon=True).start()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                line = conn.makefile("rb").readline()
-                self.messages.append(json.loads(line))
-                conn.sendall(b'{"ok": true}\n')
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            line = conn.makefile("rb").readline()
+            self.messages.append(json.loads(line))
+            conn.sendall(b'{"ok": true}\n')
 
 
 def test_bridge_announces_files_and_metrics(tmp_path, monkeypatch):
@@ -116,21 +111,8 @@ def test_bridge_announces_files_and_metrics(tmp_path, monkeypatch):
 
 @pytest.fixture
 def http_dir(tmp_path):
-    root = tmp_path / "www"
-    root.mkdir()
-
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, directory=str(root), **kw)
-
-        def log_message(self, *a):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with served_folder(tmp_path / "www") as url:
+        yield tmp_path / "www", url
 
 
 def _publish(root: Path, step: int, scale: float) -> None:
