@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workloads.inference.judge.calibration import SHIPPED, CalibrationRecord, limits_of  # noqa: E402
+from workloads.inference.judge.checks.tokens import token_checks  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
-from workloads.inference.verify import token_checks  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
 from workloads.model.loading import load_model  # noqa: E402
 from workloads.model.prefill import prefill_batch  # noqa: E402

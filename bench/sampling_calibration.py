@@ -39,9 +39,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from workloads.inference.judge.checks.tokens import token_checks  # noqa: E402
 from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
-from workloads.inference.verify import token_checks  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402
 from workloads.model.loading import load_model, load_weights  # noqa: E402
 from workloads.model.prefill import prefill_batch  # noqa: E402

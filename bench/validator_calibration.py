@@ -84,7 +84,7 @@ def stats_of(
 
 def _worst_row_share(path: Path, model, tok, th: ValidationThresholds) -> float:  # noqa: ANN001
     """The largest row mean |logprob error| of a file as a share of that row's length-aware limit."""
-    from workloads.inference.verify import token_checks
+    from workloads.inference.judge.checks.tokens import token_checks
     from workloads.model.prefill import prefill_batch
 
     rows, _ = read_rollouts(path)

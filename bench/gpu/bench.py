@@ -63,8 +63,8 @@ from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import make_rollouts  # noqa: E402
 from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.inference.judge.checks.model import recompute  # noqa: E402
+from workloads.inference.judge.checks.tokens import token_checks  # noqa: E402
 from workloads.inference.selection import BatchPlan, plan_batch  # noqa: E402
-from workloads.inference.verify import token_checks  # noqa: E402
 from workloads.model import sampler  # noqa: E402
 from workloads.model.backends import TorchBackend  # noqa: E402
 from workloads.model.gemm import prefill_in_fp32  # noqa: E402

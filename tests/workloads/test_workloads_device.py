@@ -21,9 +21,9 @@ from validator.cli import app as validator_app
 from validator.settings import ValidatorSettings
 from workloads.datasets import load_dataset
 from workloads.inference.generate import make_rollouts
+from workloads.inference.judge.checks.tokens import token_checks
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings
-from workloads.inference.verify import token_checks
 from workloads.inference.workload import InferenceWorkload
 from workloads.model import gemm, sampler
 from workloads.model.prefill import prefill_batch

@@ -38,9 +38,9 @@ def prefill_batch(
 
     Logits stay on the model's device: on a GPU, a batch of 64 x 1,024 tokens over a 151,936-entry
     vocabulary is 20 GB of them, which the checks reduce there to a few numbers a token
-    (`workloads.inference.verify.token_checks`) instead of copying them out. Hidden states go to the
-    CPU, where TOPLOC takes its top-k exactly as the worker's proof did (on the CPU, moving them is
-    a no-op: nothing changes there)."""
+    (`workloads.inference.judge.checks.tokens.token_checks`) instead of copying them out. Hidden states
+    go to the CPU, where TOPLOC takes its top-k exactly as the worker's proof did (on the CPU, moving
+    them is a no-op: nothing changes there)."""
     if len(prompts) != len(outputs):
         raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs")
     if any(not p for p in prompts) or any(not o for o in outputs):

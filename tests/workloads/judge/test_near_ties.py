@@ -19,11 +19,11 @@ from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from validator.checkpoints import FileCheckpoints
 from workloads.inference.judge.checks import history
+from workloads.inference.judge.checks.tokens import token_checks
 from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.selection import SEED_HIGH, BatchPlan
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
-from workloads.inference.verify import token_checks
 from workloads.inference.workload import InferenceWorkload
 from workloads.model import sampler
 from workloads.model.loading import ModelCheckpoints, load_model, load_weights

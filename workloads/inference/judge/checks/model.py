@@ -12,9 +12,9 @@ from pydantic import BaseModel
 from transformers import PreTrainedModel
 
 from workloads.inference.judge.checks.context import rows_named
+from workloads.inference.judge.checks.tokens import token_checks
 from workloads.inference.judge.grades import Finding
 from workloads.inference.judge.thresholds import ValidationThresholds
-from workloads.inference.verify import token_checks
 from workloads.model.prefill import prefill_batch
 from workloads.model.sampler import replay_fault
 from workloads.rollouts import Rollout

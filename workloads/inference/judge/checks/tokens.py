@@ -1,9 +1,8 @@
 """The per-token replay of a recomputation: every claimed output token's Gumbel gap below the seed's
-maximum and its recomputed logprob, from one prefill's logits. Lives here, next to the generator, so
-both sides share one definition of positions, seeds and logprobs (`workloads.model.sampler`). The
-recomputation itself, with its rules and limits, is the judge's alone
-(`workloads/inference/judge/checks/model.py` `recompute`): the validator, the benches and the tests
-all run that one."""
+maximum and its recomputed logprob, from one prefill's logits, through the generator's own sampler
+(`workloads.model.sampler`), so both sides share one definition of positions, seeds and logprobs. The
+recomputation that runs it, with its rules and limits, is `model.py` `recompute` next to it: the
+validator, the benches and the tests all run that one."""
 
 from __future__ import annotations
 
