@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore  # noqa: E402
-from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
+from workloads.inference.judge.file_judge import InferenceJudge  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402

@@ -65,10 +65,10 @@ sys.path.insert(0, str(REPO))
 
 from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore  # noqa: E402
-from workloads.inference.judge import pipeline as judge_pipeline  # noqa: E402
+from workloads.inference.judge import file_judge as judge_pipeline  # noqa: E402
 from workloads.inference.judge.checks import history  # noqa: E402
 from workloads.inference.judge.checks.context import FileContext  # noqa: E402
-from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
+from workloads.inference.judge.file_judge import InferenceJudge  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402

@@ -32,7 +32,7 @@ from intellect.wire.verdicts import Submission  # noqa: E402
 from intellect.workloads import MemorySeenStore  # noqa: E402
 from workloads.inference.judge.calibration import resolve_limits  # noqa: E402
 from workloads.inference.judge.checks.model import FileStats, recompute  # noqa: E402
-from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
+from workloads.inference.judge.file_judge import InferenceJudge  # noqa: E402
 from workloads.inference.judge.thresholds import ValidationThresholds  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.model.loading import (  # noqa: E402

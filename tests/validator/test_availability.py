@@ -21,7 +21,7 @@ from ledger.models import WorkStatus  # noqa: E402
 from validator.service import ValidatorService  # noqa: E402
 from validator.settings import ValidatorSettings  # noqa: E402
 from validator.store import SqlNodeWindows  # noqa: E402
-from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
+from workloads.inference.judge.file_judge import InferenceJudge  # noqa: E402
 from workloads.model.loading import ModelCheckpoints  # noqa: E402
 
 WINDOW = 48  # the pool's voting window: available after 16 s, soft-invalidated after 18 s

@@ -36,7 +36,7 @@ from worker.cli import app as worker_app  # noqa: E402
 from worker.state import StateStore  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.inference.generate import group_advantages  # noqa: E402
-from workloads.inference.judge.pipeline import InferenceJudge  # noqa: E402
+from workloads.inference.judge.file_judge import InferenceJudge  # noqa: E402
 from workloads.inference.settings import InferenceSettings  # noqa: E402
 from workloads.inference.task import TaskSettings  # noqa: E402
 from workloads.inference.workload import InferenceWorkload  # noqa: E402

@@ -23,7 +23,7 @@ import torch
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemorySeenStore
 from workloads.inference.judge.calibration import resolve_limits
-from workloads.inference.judge.pipeline import InferenceJudge
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.task import TaskSettings
 from workloads.model import sampler
 from workloads.model import vllm_internals as vi

@@ -6,7 +6,7 @@ is POSTed: an unknown name, a bad value, the two places disagreeing, or more new
 model has positions is a 422 naming the setting. The rendered task passes every setting as its env
 var, so the program (`python -m workloads.inference`) and the validators read the same values.
 
-Validation: the checks pipeline of `workloads/inference/judge/pipeline.py` with the task's judged settings
+Validation: the checks pipeline of `workloads/inference/judge/file_judge.py` with the task's judged settings
 (`TaskSettings`), the trainer's checkpoints (the validator's step URL, else the task's) and the
 validator's memory of judged files. (The checks still live in `workloads/inference/judge/checks/`; they
 are this
@@ -165,7 +165,7 @@ class InferencePlugin:
         return sum(len(r.output_tokens) for r in rows)
 
     def file_judge(self, settings: BaseModel, env: ValidatorEnv) -> FileJudge:
-        from workloads.inference.judge.pipeline import InferenceJudge
+        from workloads.inference.judge.file_judge import InferenceJudge
         from workloads.model.loading import ModelCheckpoints
 
         task = settings if isinstance(settings, TaskSettings) else TaskSettings.model_validate(settings)

@@ -17,7 +17,7 @@ import torch
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import MemorySeenStore
 from workloads.inference.generate import group_advantages
-from workloads.inference.judge.pipeline import InferenceJudge
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload

@@ -20,8 +20,8 @@ from validator.cli import app
 from workloads.inference.judge.calibrate import CHEATS
 from workloads.inference.judge.calibration import ENV, find_calibration, model_id
 from workloads.inference.judge.checks.model import FileStats
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.judge.limits import Sample, derive
-from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings

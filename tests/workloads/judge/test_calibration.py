@@ -14,7 +14,7 @@ import pytest
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import MemorySeenStore
 from workloads.inference.judge.calibration import ENV, CalibrationRecord, find_calibration, model_id
-from workloads.inference.judge.pipeline import InferenceJudge
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings
 from workloads.inference.workload import InferenceWorkload

@@ -13,8 +13,8 @@ import pytest
 from intellect.wire.verdicts import Submission
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore
 from workloads.inference.judge.checks.model import FileStats, distribution_findings
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.judge.grades import Finding, grade, marked_files, unique_files
-from workloads.inference.judge.pipeline import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.model.loading import ModelCheckpoints
 from workloads.rollouts import read_rollouts

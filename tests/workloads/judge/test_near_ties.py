@@ -20,7 +20,7 @@ from intellect.workloads import MemorySeenStore
 from validator.checkpoints import FileCheckpoints
 from workloads.inference.judge.checks import history
 from workloads.inference.judge.checks.tokens import token_checks
-from workloads.inference.judge.pipeline import InferenceJudge
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.selection import SEED_HIGH, BatchPlan
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings

@@ -21,7 +21,7 @@ from intellect.workloads import MemoryNodeWindows, MemorySeenStore
 from workloads.inference.judge.checks import history
 from workloads.inference.judge.checks.context import FileContext
 from workloads.inference.judge.checks.history import counter_order, forfeit
-from workloads.inference.judge.pipeline import InferenceJudge
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.selection import plan_batch
 from workloads.inference.settings import InferenceSettings

@@ -13,7 +13,7 @@ import pytest
 
 from intellect.wire.verdicts import Submission, Verdict
 from intellect.workloads import MemoryNodeWindows, MemorySeenStore
-from workloads.inference.judge.pipeline import InferenceJudge
+from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.inference.settings import InferenceSettings
 from workloads.inference.task import TaskSettings

@@ -1,4 +1,4 @@
-"""How an inference rollout file is judged: the checks pipeline (`pipeline.py`, checks cheapest first in
+"""How an inference rollout file is judged: the checks in order (`file_judge.py`, checks cheapest first in
 `checks/`), its limits (`thresholds.py`, per model from `calibrations/` by `calibrate.py`), how much
 evidence a failed recomputation is (`grades.py`), and the memory-capped reader (`reader.py`).
 
