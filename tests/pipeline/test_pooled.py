@@ -112,15 +112,16 @@ def test_the_window_survives_a_validator_restart_on_the_sql_store(
 
 
 def test_the_pooled_rule_blames_nobody_when_an_earlier_stage_is_not_clean() -> None:
-    """A stage that only amplifies an earlier member's small lie is not blamed: over the same files the
-    earlier stage deviates (below `inner_mean`, so not blamed itself) by enough to explain the later
-    stage's excess at the measured amplification."""
-    lim, n = TINY_POOLED, TINY_POOLED.min_chunks
-    small_lie = lim.base_inner + 0.2  # under inner_mean: its member is not out
-    later = lim.base_last + 2.5 * 0.2  # amplified ×2.5 (more than the ×1.82 measured): over last_mean
+    """The end-to-end rule names no stage that may only amplify an earlier member's small lie: over the
+    same files the earlier stage deviates (below `pay_inner`, so not out itself) by enough to explain the
+    later stage's excess at the measured amplification. (The validator names nobody on these figures in
+    any case: out, the batch is only not paid.)"""
+    lim, n = TINY_POOLED, TINY_POOLED.pay_chunks
+    small_lie = lim.base_inner + 0.2  # under pay_inner: its stage is not out
+    later = lim.base_last + 5.0 * 0.2  # amplified ×5 (more than the ×4.9 measured): over pay_last
     verdict = pooled_blame([StageStats(n, n * small_lie), StageStats(n, n * later)], 4)
-    assert small_lie <= lim.inner_mean < lim.last_mean < later
+    assert small_lie <= lim.pay_inner < lim.pay_last < later
     assert verdict.out and verdict.blamed is None and "nobody blamed" in verdict.reasons[0]
-    own = [StageStats(n, n * 0.05), StageStats(n, n * (lim.inner_mean + 0.2)), StageStats(n, n * 1.0)]
+    own = [StageStats(n, n * 0.05), StageStats(n, n * (lim.pay_inner + 0.2)), StageStats(n, n * 2.0)]
     assert pooled_blame(own, 4).blamed == 1  # the middle stage's own lie, amplified after it
     assert not pooled_blame([StageStats(n - 1, (n - 1) * 5.0), StageStats(0, 0.0)], 4).out  # too few
