@@ -86,7 +86,8 @@ class NodeGroupsPlugin(WireModel):
     allowed_topologies: list[str] = Field(min_length=1)
     # The most groups the task runs at once (None: as many as the pool's free nodes make). A trainer that
     # wants k pipelines leaves the other nodes free for the pool's single-node tasks.
-    max_groups: int | None = Field(default=None, ge=1, le=10_000)
+    # left out of the stored spec when not set: a task body is kept as it was written
+    max_groups: int | None = Field(default=None, ge=1, le=10_000, exclude_if=lambda value: value is None)
 
 
 class SchedulingPlugins(WireModel):

@@ -214,7 +214,11 @@ def test_a_withholder_is_slashed_for_data_availability(run: Run) -> None:
 
 
 def test_a_copier_is_slashed_for_another_nodes_work(run: Run) -> None:
-    verdicts = slashed(run, 3, f"arith: problems of node {run.node(HONEST).lower()}, submitted by")
+    # the copy is of another node's file (the honest node's, or the wrong-answer node's next to it)
+    verdicts = slashed(run, 3, "arith: problems of node ")
+    others = {run.node(HONEST).lower(), run.node(WRONG).lower()}
+    said = " ".join(r for v in verdicts for r in v["reasons"])
+    assert any(f"problems of node {node}, submitted by" in said for node in others), said
     # new bytes, so work keys of its own: the honest node's own bytes would have been refused at the door
     honest = {v["sha256"] for v in run.verdicts(HONEST)}
     assert not honest & {v["sha256"] for v in verdicts}

@@ -55,6 +55,38 @@ def requirements() -> None:
     pytest.skip(reason)
 
 
+STALE_SECONDS = 2 * 3600  # far past this test's own timeout: no run of it still owns such a project
+
+
+def remove_stale_projects() -> list[str]:
+    """Projects an earlier run of this test left behind (a runner killed before its `down`): their
+    services restart forever (`restart: unless-stopped`) and take the cores every later test needs.
+    Seen: one killed with its session crash-looped for three hours beside the next suite."""
+    listed = subprocess.run(["docker", "ps", "-a", "--filter", "label=com.docker.compose.project",
+                             "--format", '{{.Label "com.docker.compose.project"}} {{.ID}}'],
+                            capture_output=True, text=True).stdout.split("\n")  # fmt: skip
+    projects = {line.split()[0] for line in listed if line.startswith("intellect-test-")}
+    removed = []
+    for project in sorted(projects):
+        ids = docker_ids("ps", f"com.docker.compose.project={project}")
+        created = subprocess.run(["docker", "inspect", "--format", "{{.Created}}", *ids], capture_output=True,
+                                 text=True).stdout.split()  # fmt: skip
+        ages = [time.time() - _unix(stamp) for stamp in created]
+        if ages and min(ages) > STALE_SECONDS:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+            volumes = docker_ids("volume", f"com.docker.compose.project={project}")
+            if volumes:
+                subprocess.run(["docker", "volume", "rm", *volumes], capture_output=True)
+            removed.append(project)
+    return removed
+
+
+def _unix(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
+
+
 def read_env(path: Path) -> dict[str, str]:
     lines = path.read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
@@ -92,6 +124,7 @@ def compose_doc_task(ports: dict[str, str]) -> dict:
 
 @pytest.mark.timeout(1500)
 def test_compose_up_runs_a_task_and_down_leaves_nothing(requirements: None, tmp_path: Path) -> None:
+    remove_stale_projects()
     env_file = tmp_path / "compose.env"
     intellect = str(Path(sys.executable).parent / "intellect")
     made = subprocess.run([intellect, "compose", "env", "--out", str(env_file), "--free-ports"],
