@@ -354,7 +354,8 @@ def start_validator(
     }, Path(state.directory), url)  # fmt: skip
 
 
-def _client(state: DevnetState) -> OrchestratorClient:
+def admin_client(state: DevnetState) -> OrchestratorClient:
+    """The Python SDK's client on the devnet's orchestrator, with its admin token."""
     token = (Path(state.directory) / "orchestrator" / "admin-token").read_text().strip()
     orchestrator = state.process("orchestrator")
     if orchestrator is None or orchestrator.url is None:
@@ -362,23 +363,23 @@ def _client(state: DevnetState) -> OrchestratorClient:
     return OrchestratorClient(orchestrator.url, token=token)
 
 
-def provider_stake(state: DevnetState, worker: int) -> int:
+def provider_stake(state: DevnetState, worker: int, ledger: LedgerClient | None = None) -> int:
     """The stake of worker `worker`'s provider now (read before the task is posted: the cheater's
     stake before any slash)."""
-    ledger = LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
+    ledger = ledger or LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
     return int(ledger.get_provider(state.account(f"provider-{worker}").address).stake)
 
 
 def submit(state: DevnetState, task_file: Path) -> str:
     """Post the RL task as a trainer would, with the Python SDK (admin token of the devnet)."""
-    with _client(state) as client:
+    with admin_client(state) as client:
         return client.submit(json.loads(task_file.read_text())).id
 
 
 def finish(state: DevnetState, task_id: str) -> None:
     """The run is over: delete the task, so the workers stop generating for a trainer that took its last
     step (it serves its checkpoints on for the judges of the last files: `--vote-window-seconds`)."""
-    with _client(state) as client:
+    with admin_client(state) as client:
         client.delete(task_id)
 
 
@@ -452,7 +453,7 @@ def watch(
 def _collect_hardware(report: DemoReport, state: DevnetState) -> None:
     nodes = {a.address.lower() for a in state.accounts if a.role.startswith("node-")}
     try:
-        with _client(state) as client:
+        with admin_client(state) as client:
             listing = client.nodes().nodes
     except Exception:  # the report goes on without the figures
         return
@@ -470,7 +471,7 @@ def _collect_honest_exits(report: DemoReport, state: DevnetState, ledger: Ledger
     if not out:
         return
     try:
-        with _client(state) as client:
+        with admin_client(state) as client:
             records = {r.address.lower(): r for r in client.nodes().nodes}
     except Exception as exc:  # the report still names them; the reason is then unknown
         records = {}

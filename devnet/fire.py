@@ -238,18 +238,9 @@ def _admin(state: DevnetState) -> tuple[str, dict[str, str]]:
 
 
 def post(state: DevnetState, spec: dict[str, Any]) -> str:
-    url, headers = _admin(state)
-    reply = httpx.post(f"{url}/tasks", json=spec, headers=headers, timeout=30)
-    if reply.status_code >= 300:
-        raise DevnetError(f"posting task {spec.get('name')} failed: {reply.status_code} {reply.text[:500]}")
-    return str(reply.json()["id"])
-
-
-def delete(state: DevnetState, task_id: str) -> None:
-    url, headers = _admin(state)
-    reply = httpx.delete(f"{url}/tasks/{task_id}", headers=headers, timeout=30)
-    if reply.status_code >= 300 and reply.status_code != 404:
-        raise DevnetError(f"deleting task {task_id} failed: {reply.status_code} {reply.text[:300]}")
+    """Post a task as a trainer would, with the Python SDK."""
+    with demo.admin_client(state) as client:
+        return client.submit(spec).id
 
 
 def groups_now(state: DevnetState) -> list[dict[str, Any]]:

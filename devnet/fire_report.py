@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from devnet.demo import admin_client, provider_stake
+from devnet.demo import finish as finish_task
 from devnet.fire import FaultRunner, FireRun, Progress, Role
+from devnet.losses import all_verdicts
 from devnet.processes import BIN
 from devnet.state import DevnetState
 from intellect.identity import Wallet
@@ -115,11 +116,9 @@ def watch(run: FireRun, faults: FaultRunner, progress: Progress) -> None:
 def finish(run: FireRun, progress: Progress) -> None:
     """The run is over: its tasks deleted, so the workers stop generating for a trainer that took its
     last step (it serves its checkpoints on for the judges of the last files)."""
-    from devnet.fire import delete
-
     for task_id in run.task_ids:
         try:
-            delete(run.state, task_id)
+            finish_task(run.state, task_id)
         except Exception as exc:  # the report matters more: say what is left running
             progress(f"could not delete task {task_id}: {exc}")
 
@@ -130,7 +129,7 @@ def caught(run: FireRun, role: Role, ledger: LedgerClient) -> bool:
         return refused_for_hardware(run.state, node) != ""
     return ledger.is_node_blacklisted(run.state.pool_id, node) or (
         not ledger.is_node_in_pool(run.state.pool_id, node)
-        and provider_stake(run.state, role.index) < run.stakes_before.get(role.index, 0))
+        and provider_stake(run.state, role.index, ledger) < run.stakes_before.get(role.index, 0))
 
 
 def matured(run: FireRun, ledger: LedgerClient) -> bool:
@@ -139,21 +138,13 @@ def matured(run: FireRun, ledger: LedgerClient) -> bool:
     return all(ledger.claimable_rewards(node) > 0 for node in nodes)
 
 
-def provider_stake(state: DevnetState, index: int) -> int:
-    ledger = LedgerClient(state.rpc_url, Path(state.deployment_path), check=False)
-    return int(ledger.get_provider(state.account(f"provider-{index}").address).stake)
-
-
 def orchestrator_nodes(state: DevnetState) -> dict[str, dict[str, Any]]:
-    orchestrator = state.process("orchestrator")
-    token = (Path(state.directory) / "orchestrator" / "admin-token").read_text().strip()
-    if orchestrator is None or orchestrator.url is None:
-        return {}
+    """Every node's record at the orchestrator (its state and the reason), by lower-case address; none
+    while it does not answer (it may be restarting: a fault)."""
     try:
-        reply = httpx.get(f"{orchestrator.url}/nodes", headers={"Authorization": f"Bearer {token}"},
-                          timeout=10)  # fmt: skip
-        return {n["address"].lower(): n for n in reply.json()["nodes"]}
-    except (httpx.HTTPError, ValueError, KeyError):
+        with admin_client(state) as client:
+            return {n.address.lower(): n.model_dump(mode="json") for n in client.nodes().nodes}
+    except Exception:  # the watch asks again; the report says "unknown"
         return {}
 
 
@@ -162,20 +153,6 @@ def refused_for_hardware(state: DevnetState, node: str) -> str:
     record = orchestrator_nodes(state).get(node.lower())
     reason = str((record or {}).get("reason") or "")
     return reason if "hardware" in reason.lower() or "answered wrongly" in reason.lower() else ""
-
-
-def all_verdicts(url: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        try:
-            page = httpx.get(f"{url}/verdicts", params={"after": after, "limit": 1000}, timeout=10).json()
-        except (httpx.HTTPError, ValueError):
-            return items
-        if not page.get("items"):
-            return items
-        items.extend(page["items"])
-        after = page["items"][-1]["cursor"]
 
 
 def collect(run: FireRun, progress: Progress) -> FireReport:
@@ -239,7 +216,7 @@ def node_result(run: FireRun, state: DevnetState, role: Role, votes: dict[str, l
     refused = [v for items in mine.values() for v in items if v["verdict"] != "accept"]
     result.reasons = sorted({r for v in refused for r in v.get("reasons", [])[:1]})[:4]
     result.invalid_votes = sum(v["verdict"] == "invalidate" for items in mine.values() for v in items)
-    result.stake_after = provider_stake(state, role.index)
+    result.stake_after = provider_stake(state, role.index, ledger)
     result.in_pool = ledger.is_node_in_pool(state.pool_id, address)
     result.blacklisted = ledger.is_node_blacklisted(state.pool_id, address)
     record = records.get(address.lower(), {})

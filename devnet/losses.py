@@ -53,7 +53,8 @@ class Worker:
     state_dir: Path  # the worker's state folder (holds its file record, bridge/files.sqlite)
 
 
-def _verdicts(url: str) -> list[dict]:
+def all_verdicts(url: str) -> list[dict]:
+    """Every verdict a validator's API lists, page by page."""
     items: list[dict] = []
     while True:
         after = items[-1]["cursor"] if items else 0
@@ -154,7 +155,7 @@ class Books:
                 found.append(Finding("wrongly", time.time(), f"{worker.name} out of the pool"))
         honest = {w.node.lower() for w in self.workers}
         for name, url in self.validators.items():
-            items = _verdicts(url)
+            items = all_verdicts(url)
             for key, n in Counter(v["work_key"] for v in items).items():
                 if n > 1:
                     at = max(v["decided_at"] for v in items if v["work_key"] == key)
