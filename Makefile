@@ -62,7 +62,7 @@ k8s-tools: ## the Kubernetes chart's offline checkers in .venv-k8s (deploy/requi
 images: ## the RL images (runtime, workload, service) built offline; cached by content hash
 	images/build-rl.sh
 
-images-vllm: ## the inference workload image with vLLM's CPU build (intellect-workload-vllm) for `--runtime docker --backend vllm`; offline
+images-vllm: ## the inference workload image with vLLM's CPU build (intellect-workload-vllm) for `--runtime docker --backend vllm`: its vLLM layer once per lock, the app on top; offline
 	images/build-vllm.sh
 
 compose-env: ## compose.env for docker-compose.yml: a fresh chain mnemonic, role keys, ports (never committed)

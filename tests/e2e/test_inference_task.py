@@ -74,16 +74,20 @@ def test_inference_rollouts_flow_from_task_to_chain(tmp_path: Path) -> None:
     assert len(rollouts) == 4 and {r.step for r in rollouts} == {0}
     tokens = sum(len(r.output_tokens) for r in rollouts)
     assert events[0].units == tokens > 0
-    # Judged as the validator judges it (the same pipeline as `intellect-validator run`): the task's
-    # own settings, the submitter and the units claimed on chain, file-level TOPLOC statistics.
-    task_file = tmp_path / "task.json"
-    task_file.write_text(json.dumps(inference_task()))
+    verdict = validator_check(local, inference_task(), node.address, events[0].units, key)
+    assert verdict["verdict"] == "accept" and verdict["rows"] == 4, verdict
+
+
+def validator_check(local: Path, task: dict, node: str, units: int, key: str) -> dict:
+    """`local` judged as the validator judges it (the same pipeline as `intellect-validator run`): the
+    task's own settings, the submitter and the units claimed on chain, file-level TOPLOC statistics."""
+    task_file = local.with_name("task.json")
+    task_file.write_text(json.dumps(task))
     checked = subprocess.run(
         [str(Path(sys.executable).parent / "intellect-validator"), "check", str(local),
-         "--node", node.address, "--work-units", str(events[0].units), "--work-key", "0x" + key,
+         "--node", node, "--work-units", str(units), "--work-key", "0x" + key,
          "--task", str(task_file), "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr[-2000:]
-    verdict = json.loads(checked.stdout.strip().splitlines()[-1])
-    assert verdict["verdict"] == "accept" and verdict["rows"] == 4, verdict
+    return dict(json.loads(checked.stdout.strip().splitlines()[-1]))
