@@ -2,7 +2,9 @@
 
 The schema is exact: readers (validators, the trainer) reject any file whose columns, order, types
 or schema version differ, rather than guessing. File metadata also carries what a validator needs to
-reproduce the batch's prompt selection and seeds (node address, step, batch counter).
+reproduce the batch's prompt selection and seeds (node address, step, batch counter), and the device
+type the batch was generated on (`BatchInfo.device`: the validator judges a file's recomputation under
+the calibration record's part for that device).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ ROLLOUT_SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(ROLLOUT_SCHEMA.names)
+# A generating device as a file states it: a torch device type ("cpu", "cuda", "mps", ...), no index.
+DEVICE_PATTERN = r"^[a-z][a-z0-9_]{0,15}$"
 
 
 class RolloutSchemaError(ValueError):
@@ -200,6 +204,12 @@ class BatchInfo(BaseModel):
     # two tasks of one pool never plan the same prompts and seeds for a node's (step, counter), and a
     # validator binds the file to the task it was uploaded for. "" outside a task (local runs, tests).
     task_id: str = Field(default="", max_length=128)
+    # Where the batch was generated: the torch device type the workload ran on ("cuda", never "cuda:1").
+    # The validator judges the file's recomputation under the calibration record's part for the task's
+    # backend on this device (workloads/inference/judge/calibration.py). A file written before the field
+    # existed reads as "cpu": every part those files were judged by was measured on the CPU. A value
+    # outside the pattern makes the metadata invalid (the file is malformed, as with any other field).
+    device: str = Field(default="cpu", pattern=DEVICE_PATTERN, description="the generating device's type")
 
 
 def to_table(rollouts: list[Rollout], info: BatchInfo) -> pa.Table:
@@ -243,14 +253,30 @@ def read_table(path: str | Path, limits: FileLimits | None = None) -> tuple[pa.T
     except (pa.ArrowInvalid, OSError) as exc:
         raise RolloutSchemaError(f"{path} is not a readable parquet file: {exc}") from exc
     check_schema(schema)
-    try:
-        info = BatchInfo.model_validate_json(schema.metadata[_META_BATCH])
-    except (KeyError, ValueError) as exc:
-        raise RolloutSchemaError(f"{path} lacks valid batch metadata: {exc}") from exc
+    info = batch_info(schema, path)
     table = pq.read_table(path)
     if limits is not None:
         check_decoded(table, limits)
     return table, info
+
+
+def batch_info(schema: pa.Schema, path: str | Path) -> BatchInfo:
+    """The file's `BatchInfo` from its schema's metadata (a RolloutSchemaError where it is missing or
+    invalid: a field out of its bounds, a device that is not a short lowercase identifier)."""
+    try:
+        return BatchInfo.model_validate_json((schema.metadata or {})[_META_BATCH])
+    except (KeyError, ValueError) as exc:
+        raise RolloutSchemaError(f"{path} lacks valid batch metadata: {exc}") from exc
+
+
+def read_info(path: str | Path) -> BatchInfo:
+    """Only a rollout file's `BatchInfo` (its schema checked), without reading its rows."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise RolloutSchemaError(f"{path} is not a readable parquet file: {exc}") from exc
+    check_schema(schema)
+    return batch_info(schema, path)
 
 
 def check_decoded(table: pa.Table, limits: FileLimits) -> None:

@@ -215,7 +215,8 @@ class Bench:
         self.step_s[(name, batch)] = proofs_s / tokens
         path = self.files / f"{name}-{tokens}-{batch}.parquet"
         info = BatchInfo(node_address=NODE, step=STEP, batch_counter=self.counter, group_size=GROUP,
-                         max_new_tokens=tokens, model=name, checkpoint_step=0)  # fmt: skip
+                         max_new_tokens=tokens, model=name, checkpoint_step=0,
+                         device=self.device.type)  # fmt: skip
         write_rollouts(path, rows, info)
         judged = self.judge(path, model, self.label, tokens)
         self.val_per_gen = judged.seconds / proofs_s

@@ -45,11 +45,16 @@ class JudgedBy(BaseModel):
         default_factory=dict, description="limits the pool set explicitly (INTELLECT_VALIDATOR_*)"
     )
     backend: str = Field("torch", description="the generating backend the task names (the record's part)")
+    device: str = Field(
+        "cpu", description="the device the file says it was generated on (with the backend: the part that "
+        "judged its pay; verdicts from before the field read as cpu, the device every part then had)",
+    )
 
     def label(self) -> str:
         base = f"record {self.record} ({self.model_id[:12]})" if self.source == "record" else "uncalibrated"
-        if self.backend != "torch":
-            base += f", {self.backend} part" if self.source == "record" else f" for backend {self.backend}"
+        part = self.backend if self.device == "cpu" else f"{self.backend}@{self.device}"
+        if part != "torch":
+            base += f", {part} part" if self.source == "record" else f" for backend {part}"
         extra = ", ".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
         return f"{base}; pool overrides: {extra}" if extra else base
 

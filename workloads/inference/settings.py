@@ -65,7 +65,7 @@ class InferenceSettings(IntellectSettings):
     backend: Literal["torch", "vllm"] = Field(
         "torch", description="the engine that generates: torch (the project's decoder, everywhere) or vllm "
         "(vLLM's V1 engine, GPU or CPU build; its own install: `make vllm`). Validators judge files by the "
-        "task's backend (the calibration record's part for it)",
+        "task's backend and the device each file states it was made on (the calibration record's part)",
     )
     json_output: bool = Field(False, description="print one JSON line per batch instead of a table row")
     cheat: Literal["none", "forged-reward", "perturbed-model", "inflated-units"] = Field(

@@ -32,7 +32,8 @@ class TaskSettings(BaseModel):
     async_level: int = Field(2, ge=0)
     max_prompt_tokens: int = Field(4096, ge=1)
     # The engine the task's workers generate with: its files are judged under the calibration record's
-    # part for it (a model calibrated, but not for this backend: recomputation never slashes).
+    # part for it on the device each file states (a model calibrated, but not for this backend on that
+    # device: recomputation never slashes).
     backend: Literal["torch", "vllm"] = "torch"
 
     @classmethod

@@ -217,7 +217,7 @@ class InferenceWorkload:
             node_address=self.s.node_address, step=step, batch_counter=self.batch_counter,
             group_size=self.s.n, max_new_tokens=self.s.max_new_tokens, model=self.s.model,
             checkpoint_step=self.checkpoint_step, checkpoint_sha256=self.checkpoint_sha256,
-            task_id=self.task_id,
+            task_id=self.task_id, device=self.device.type,  # where it was made: judged by that part
         )  # fmt: skip
         digest = write_rollouts(path, rollouts, info)
         tokens = claimed_units(sum(len(r.output_tokens) for r in rollouts), self.s.cheat)

@@ -117,7 +117,8 @@ def test_one_place_resolves_the_limits(monkeypatch: pytest.MonkeyPatch, other_mo
     assert limits.record == record and limits.overrides == {}
     assert (limits.thresholds.file_max_mant_mean, limits.thresholds.chunk_max_exp_mismatches) == (0.9, 16)
     assert limits.judged_by().model_dump() == {"source": "record", "record": "other", "backend": "torch",
-                                               "model_id": record.model_id, "overrides": {}}  # fmt: skip
+                                               "device": "cpu", "model_id": record.model_id,
+                                               "overrides": {}}  # fmt: skip
     monkeypatch.setenv("INTELLECT_VALIDATOR_CHUNK_MAX_EXP_MISMATCHES", "20")
     limits = resolve_limits(other_model)  # the pool's explicit setting wins over the record's
     assert limits.thresholds.chunk_max_exp_mismatches == 20 and limits.thresholds.file_max_mant_mean == 0.9

@@ -40,16 +40,26 @@ from typing import Any
 
 import torch
 
+from intellect.device import DeviceSettingError, resolve_device
 from workloads.inference.judge.calibrate_files import (
     CHEATS,
     CalibrationError,
     Grid,
     Job,
     cheat_workload,
+    made_on,
     make_files,
 )
 from workloads.inference.judge.calibrate_files import workload as _workload
-from workloads.inference.judge.calibration import TORCH, BackendPart, CalibrationRecord, limits_of, model_id
+from workloads.inference.judge.calibration import (
+    CPU,
+    TORCH,
+    BackendPart,
+    CalibrationRecord,
+    limits_of,
+    model_id,
+    part_key,
+)
 from workloads.inference.judge.checks.model import recompute
 from workloads.inference.judge.grades import Finding, Grade, grade
 from workloads.inference.judge.limits import Derived, Sample, derive, failing_rules
@@ -197,27 +207,31 @@ def calibrate(
     `pipeline`: the pipeline replay's forward limits measured too (`pipeline_part`; `pipeline_quick`:
     4 batch shapes, one seed), and the record then calibrates that workload as well.
 
-    `backend`: the generating backend the files are made with (workloads/inference/judge/calibrate_files.py).
-    Not torch: the measurement is that backend's part of the model's record (`base`, else a record
-    that calibrates no other backend), every other part of `base` kept."""
+    `backend`: the generating backend the files are made with (workloads/inference/judge/calibrate_files.py),
+    on `grid.device`. Not torch on the CPU: the measurement is that backend's part for the device type the
+    files say they were made on (`part_key`: "vllm", "vllm@cuda", "torch@cuda") in the model's record
+    (`base`, else a record that calibrates nothing else), every other part of `base` kept."""
     wanted = model_id(model)
     if wanted is None:
         raise CalibrationError(
             f"{model!r} has no local config.json and single model.safetensors: a record names its model by "
             "their content, so download or convert the model to one folder first"
         )
-    if backend != TORCH and pipeline:
-        raise CalibrationError("--pipeline measures the pipeline workload, which generates with torch: "
-                               "calibrate it with --backend torch")  # fmt: skip
+    device = device_of(grid)
+    if (backend, device) != (TORCH, CPU) and pipeline:
+        raise CalibrationError("--pipeline measures the pipeline workload, which generates with torch on the "
+                               "CPU here: calibrate it with --backend torch --device cpu")  # fmt: skip
     started = time.time()
     run = measure(model, work, grid, backend, progress, own)
+    if run.device != device:
+        raise CalibrationError(f"the files say they were made on {run.device!r}, not on {device!r} as asked")
     measured = run.summary(model, grid, started)
-    if backend != TORCH:
+    if (backend, device) != (TORCH, CPU):
         thresholds = run.derived.thresholds
-        part = BackendPart(made_by=made_by, device="cpu", thresholds=thresholds, measured=measured)
+        part = BackendPart(made_by=made_by, device=device, thresholds=thresholds, measured=measured)
         record = base or CalibrationRecord(model_id=wanted, name=name or Path(model).name, made_by=made_by,
                                            workloads=[])  # fmt: skip
-        return record.model_copy(update={"backends": {**record.backends, backend: part}})
+        return record.model_copy(update={"backends": {**record.backends, part_key(backend, device): part}})
     forward = pipeline_part(model, pipeline_quick, progress) if pipeline else {}
     return CalibrationRecord(
         model_id=wanted,
@@ -231,6 +245,15 @@ def calibrate(
     )
 
 
+def device_of(grid: Grid) -> str:
+    """The device type the grid's files are generated on here (`grid.device` resolved on this host, as
+    the workload resolves it: "cuda", never "cuda:1")."""
+    try:
+        return resolve_device(grid.device).type
+    except DeviceSettingError as exc:
+        raise CalibrationError(str(exc)) from None
+
+
 @dataclass
 class Measurement:
     """Steps 1-5 of the module's docstring for one model: the files made, the limits derived from
@@ -242,6 +265,7 @@ class Measurement:
     th: ValidationThresholds  # the record's limits, as judges get them
     honest_verdicts: list[Recomputed]
     cheat_verdicts: list[Recomputed]
+    device: str = CPU  # where the files say they were made (`BatchInfo.device`)
 
     def summary(self, model: str, grid: Grid, started: float) -> dict[str, Any]:
         """The record's `measured`: the model's shape, the grid, the false positives per rule, the
@@ -295,7 +319,8 @@ def measure(model: str, work: Path, grid: Grid, backend: str, progress: Callable
         cheat_verdicts = recompute_all(model, cheats, {}, [max(prefills)], lengths, th)
     finally:
         torch.set_num_threads(threads_before)
-    return Measurement(files, honest, derived, th, honest_verdicts, cheat_verdicts)
+    device = made_on([p for paths in made.values() for p in paths])
+    return Measurement(files, honest, derived, th, honest_verdicts, cheat_verdicts, device)
 
 
 def pipeline_part(model: str, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -21,14 +21,17 @@ from rich.table import Table
 
 from intellect.cli import checkpoint_flags
 from intellect.logs import setup_logging
-from workloads.inference.judge.calibrate import CalibrationError, Grid, calibrate
+from workloads.inference.judge.calibrate import CalibrationError, Grid, calibrate, device_of
 from workloads.inference.judge.calibration import (
+    CPU,
     ENV,
     TORCH,
     BackendPart,
     CalibrationRecord,
     find_calibration,
     model_id,
+    part_key,
+    part_name,
 )
 
 console = Console()
@@ -69,6 +72,10 @@ def calibrate_command(
         "vLLM's environment, `make vllm`); not torch: the record's part for that backend, added to the "
         "model's record (--base, else the one the validator finds for the model) and every other part kept",
     ),
+    device: str = typer.Option(
+        "cpu", "--device", help="where the files are made: cpu, cuda, cuda:N or auto; not cpu: the record's "
+        "part for the backend on that device type (vllm@cuda, torch@cuda), added like --backend's part",
+    ),
     base: Path | None = typer.Option(
         None, "--base", help="the record to add the measurement to (default: the model's, where one is found)"
     ),
@@ -83,7 +90,8 @@ def calibrate_command(
     """Measure MODEL's honest recomputation noise and its cheats; write its calibration record.
 
     Honest files come from the inference workload itself (generation batches 1-64, 1 and 2 threads,
-    one-token rows, checkpoints; with --backend vllm, vLLM's engine makes them), recomputed as validators
+    one-token rows, checkpoints; with --backend vllm, vLLM's engine makes them; with --device, on that
+    device: the part for the backend there), recomputed as validators
     do (prefill batch 1 and 64); cheats are fp16 and int8 weights, N(0, 1e-2) and N(0, 1e-3) weight
     noise, another seed and one perturbed layer. The limits follow the rules of
     workloads/inference/judge/limits.py; every honest file is judged again under them. Without a record
@@ -95,7 +103,8 @@ def calibrate_command(
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     setup_logging(level="warning")  # the workload's and trainer's info lines would bury the progress
-    grid = _grid(max_new_tokens, quick=quick, train_steps=train_steps, files_per_setting=files_per_setting)
+    grid = _grid(max_new_tokens, quick=quick, train_steps=train_steps, files_per_setting=files_per_setting,
+                 device=device)  # fmt: skip
     work = work_dir or Path(tempfile.mkdtemp(prefix="intellect-calibrate-"))
     made_by = "intellect-validator calibrate " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [model])
     progress = _stopwatch()
@@ -103,20 +112,26 @@ def calibrate_command(
         found = _base_record(model, base)
         record = calibrate(model, work, grid, name=name, made_by=made_by, own=own, progress=progress,
                            pipeline=pipeline, pipeline_quick=quick, backend=backend, base=found)  # fmt: skip
+        part = (backend, device_of(grid))  # what calibrate measured: the files were made there
     except CalibrationError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
-    target = out or Path(f"{record.name}.calibration.json")
+    _write(record, out or Path(f"{record.name}.calibration.json"), part, as_json=as_json)
+    _refuse_unusable(record, part, pipeline=pipeline)
+
+
+def _write(record: CalibrationRecord, target: Path, part: tuple[str, str], *, as_json: bool) -> None:
+    """The record to `target`, then what it measured (`_report`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(record.model_dump_json(indent=1) + "\n")
-    _report(record, target, backend, as_json=as_json)
-    _refuse_unusable(record, backend, pipeline=pipeline)
+    _report(record, target, part, as_json=as_json)
 
 
-def _grid(max_new_tokens: int, *, quick: bool, train_steps: int, files_per_setting: int | None) -> Grid:
+def _grid(max_new_tokens: int, *, quick: bool, train_steps: int, files_per_setting: int | None,
+          device: str = "cpu") -> Grid:  # fmt: skip
     """What the options ask to measure: the quick grid or the full one, with their counts on top."""
     grid = Grid.quick(max_new_tokens) if quick else Grid(max_new_tokens=max_new_tokens)
-    grid.train_steps = train_steps
+    grid.train_steps, grid.device = train_steps, device
     if files_per_setting is not None:
         grid.files_per_setting = files_per_setting
     return grid
@@ -142,33 +157,33 @@ def _base_record(model: str, base: Path | None) -> CalibrationRecord | None:
     return found
 
 
-def _measured(record: CalibrationRecord, backend: str) -> CalibrationRecord | BackendPart:
-    """What this run measured: the record itself (torch), or its part for `backend`."""
-    return record if backend == TORCH else record.backends[backend]
+def _measured(record: CalibrationRecord, part: tuple[str, str]) -> CalibrationRecord | BackendPart:
+    """What this run measured: the record itself (torch on the CPU), or its part for (backend, device)."""
+    return record if part == (TORCH, CPU) else record.backends[part_key(*part)]
 
 
-def _report(record: CalibrationRecord, target: Path, backend: str, *, as_json: bool) -> None:
+def _report(record: CalibrationRecord, target: Path, part: tuple[str, str], *, as_json: bool) -> None:
     """The record as JSON, or what it measured as tables and where it was written."""
     if as_json:
         print(record.model_dump_json(indent=1))
         return
-    measured = _measured(record, backend)
-    _print(record.name if backend == TORCH else f"{record.name} ({backend} part)", measured.measured,
-           measured.thresholds)  # fmt: skip
+    measured = _measured(record, part)
+    _print(record.name if part == (TORCH, CPU) else f"{record.name} ({part_name(*part)} part)",
+           measured.measured, measured.thresholds)  # fmt: skip
     console.print(f"record: {target} (model_id {record.model_id[:16]}…); a validator uses it when its "
                   f"folder is in {ENV}", markup=False)  # fmt: skip
-    if record.pipeline and backend == TORCH:
+    if record.pipeline and part == (TORCH, CPU):
         _print_pipeline(record.pipeline)
 
 
-def _refuse_unusable(record: CalibrationRecord, backend: str, *, pipeline: bool) -> None:
+def _refuse_unusable(record: CalibrationRecord, part: tuple[str, str], *, pipeline: bool) -> None:
     """Exit 1 where honest files (or honest pipeline stage-batches) fail under the derived limits: the
     record is written for a look, but no validator should slash on it."""
     if pipeline and record.pipeline["measured"]["honest"]["caught"]:
         err.print("error: honest pipeline stage-batches are guilty under the derived forward limits (see "
                   "pipeline.measured.honest); not a usable record")  # fmt: skip
         raise typer.Exit(1)
-    if _measured(record, backend).measured["false_positives"]["failing"]:
+    if _measured(record, part).measured["false_positives"]["failing"]:
         err.print(
             "error: honest files fail under the derived limits (see false_positives); not a usable record"
         )

@@ -26,6 +26,7 @@ from workloads.inference.settings import InferenceSettings
 from workloads.inference.workload import InferenceWorkload
 from workloads.model import vllm_backend
 from workloads.model.loading import load_model
+from workloads.rollouts import read_info
 
 CHEATS = ("fp16 weights", "int8 weights", "noise 1e-2", "noise 1e-3", "another seed", "perturbed layer")
 BACKENDS = ("torch", "vllm")
@@ -48,6 +49,10 @@ class Grid(BaseModel):
     train_steps: int = Field(0, ge=0, description="checkpoints of a short training run, each measured too")
     cheat_files: int = Field(2, ge=1)
     completions: int = Field(4, ge=1, description="completions per prompt (n)")
+    device: str = Field(
+        "cpu", description="where the files are generated (the workload's device setting: auto, cpu, cuda or "
+        "cuda:N); the part is stored under the device type the files then say they were made on",
+    )
 
     @classmethod
     def quick(cls, max_new_tokens: int = 32) -> Grid:
@@ -80,9 +85,18 @@ def workload(model: str, out: Path, batch: int, grid: Grid, backend: str = "torc
     node = extra.pop("node_address", None) or node_for(str(out))  # a folder's files: a node of their own
     return InferenceWorkload(InferenceSettings(
         model=model, node_address=node, output_dir=out, batch_size=batch, n=grid.completions,
-        max_new_tokens=extra.pop("max_new_tokens", grid.max_new_tokens), device="cpu", backend=backend,
+        max_new_tokens=extra.pop("max_new_tokens", grid.max_new_tokens), device=grid.device, backend=backend,
         **extra,
     ))  # fmt: skip
+
+
+def made_on(paths: list[Path]) -> str:
+    """The device type the files say they were made on (`BatchInfo.device`): one for all of them, or the
+    measurement is refused (a part is one device's)."""
+    devices = {read_info(p).device for p in paths}
+    if len(devices) != 1:
+        raise CalibrationError(f"the measured files were made on {sorted(devices)}: a part is one device's")
+    return devices.pop()
 
 
 def files_of(made: InferenceWorkload, count: int) -> list[Path]:

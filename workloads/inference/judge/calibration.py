@@ -29,6 +29,18 @@ inference files under the record's part for the task's generating backend: the t
 the torch backend's, `backends` holds the others', issue 57). Issue 54:
 the plug-in once handed the judge the tiny model's limits whatever the record said, and honest files of
 every wider model were slashed; a judge now has no way to get limits but this one.
+
+**A part is a backend on one device** (issue 57.3): GPU kernels round differently from CPU ones, so a
+part measured on files made on the CPU says nothing of a GPU's honest noise. Each rollout file states
+the device it was made on (`BatchInfo.device`, "cpu" for files older than the field), and a file is
+judged under the part for (the task's backend, the file's device): `Limits.on(device)`. Keys of
+`backends`: the backend's name for its CPU part ("vllm": what every record held before devices were
+matched, so the shipped records mean what they meant), `backend@device` for others ("vllm@cuda",
+"torch@cuda"); the top-level limits are torch on the CPU. The device is the node's claim, so it decides
+PAY only: a slash must rest on evidence strong under every part the record holds for the backend
+(`Limits.others`), so that claiming a tighter device never costs an honest node its stake and claiming
+a looser one gets a cheat what an honest node of that device gets. A device the record has no part for
+is judged like a backend with none: recomputation failures are not paid, never slashed.
 """
 
 from __future__ import annotations
@@ -36,16 +48,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from intellect.wire.verdicts import JudgedBy
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.model.loading import base_checkpoint_sha256, resolve
+from workloads.rollouts import DEVICE_PATTERN
 
 SHIPPED = Path(__file__).resolve().parent / "calibrations"
 ENV = "INTELLECT_VALIDATOR_CALIBRATIONS"
@@ -54,16 +68,37 @@ VOLATILE = frozenset({"transformers_version", "_name_or_path"})
 
 
 TORCH = "torch"  # the backend a record's top-level limits were measured with
+CPU = "cpu"  # the device they were measured on (and what a file without a device says)
+_KEY = re.compile(r"[a-z][a-z0-9_]{0,31}(@[a-z][a-z0-9_]{0,15})?")  # fullmatch: no trailing newline
+
+
+def part_key(backend: str, device: str) -> str:
+    """The `backends` key of the part measured on files `backend` made on `device`: the backend's name
+    on the CPU ("vllm"), `backend@device` elsewhere ("vllm@cuda", "torch@cuda")."""
+    return backend if device == CPU else f"{backend}@{device}"
+
+
+def part_name(backend: str, device: str) -> str:
+    """How reasons and verdicts name a part: always `backend@device` ("torch@cpu": the top level)."""
+    return f"{backend}@{device}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    backend, _, device = key.partition("@")
+    return backend, device or CPU
 
 
 class BackendPart(BaseModel):
-    """The limits of files another generating backend made (`CalibrationRecord.backends`): the same
-    model recomputed by the same torch prefill, but vLLM's kernels round differently from the torch
-    decoder's, so its honest noise is its own (issue 57: 12 of 16 honest vLLM rows failed the torch
-    limits)."""
+    """The limits of files a generating backend made on one device (`CalibrationRecord.backends`):
+    the same model recomputed by the same torch prefill, but vLLM's kernels round differently from the
+    torch decoder's, and a GPU's from a CPU's, so its honest noise is its own (issue 57: 12 of 16 honest
+    vLLM rows failed the torch limits)."""
 
     made_by: str = Field(description="the command that measured it")
-    device: str = Field("cpu", description="where the measured files were generated (recorded, not matched)")
+    device: str = Field(
+        CPU, pattern=DEVICE_PATTERN, description="the device type the measured files were generated on "
+        "(matched: the part judges files that state it; its key in `backends` names it too)",
+    )
     thresholds: dict[str, float | int] = Field(
         default_factory=dict, description="ValidationThresholds fields that differ from the defaults"
     )
@@ -85,14 +120,47 @@ class CalibrationRecord(BaseModel):
     )
     backends: dict[str, BackendPart] = Field(
         default_factory=dict,
-        description="limits measured on files other generating backends made, by backend (\"vllm\"); the "
-        "top-level thresholds are the torch backend's (`intellect-validator calibrate --backend`)",
+        description="limits measured on files other generating backends or devices made, by `part_key`: "
+        "\"vllm\" (on the CPU), \"vllm@cuda\", \"torch@cuda\"; the top-level thresholds are the torch "
+        "backend's on the CPU (`intellect-validator calibrate --backend --device`)",
     )
     pipeline: dict[str, Any] = Field(
         default_factory=dict,
         description="the pipeline replay's forward limits (`limits`: workloads/pipeline/tolerance.py's "
         "ForwardLimits fields) and the honest and cheating figures they rest on (`measured`)",
     )
+
+    @model_validator(mode="after")
+    def _keys_name_their_parts(self) -> CalibrationRecord:
+        """Each key is `part_key` of its part's backend and device: one spelling per part ("vllm", never
+        "vllm@cpu"), torch on the CPU only at the top level. Anything else is not a record."""
+        for key, part in self.backends.items():
+            backend, device = split_key(key)
+            spelled = _KEY.fullmatch(key) is not None and key == part_key(backend, device)
+            if not spelled or (backend, device) == (TORCH, CPU):
+                raise ValueError(f"backends key {key!r} is not BACKEND or BACKEND@DEVICE (torch on cpu is "
+                                 "the record's top level)")  # fmt: skip
+            if part.device != device:
+                raise ValueError(f"backends[{key!r}] was measured on {part.device!r}; its key: {device!r}")
+        return self
+
+    def part(self, backend: str, device: str) -> dict[str, float | int] | None:
+        """The limits measured on files `backend` made on `device` (fields that differ from the defaults),
+        or None where the record calibrates no such part."""
+        if (backend, device) == (TORCH, CPU):
+            return self.thresholds if "inference" in self.workloads else None
+        found = self.backends.get(part_key(backend, device))
+        return found.thresholds if found is not None else None
+
+    def devices(self, backend: str) -> list[str]:
+        """The devices this record calibrates `backend` on, the CPU first."""
+        keyed = sorted(d for b, d in map(split_key, self.backends) if b == backend and d != CPU)
+        return [d for d in [CPU, *keyed] if self.part(backend, d) is not None]
+
+    def parts(self) -> list[str]:
+        """Every part the record calibrates, named `backend@device` ("torch@cpu, vllm@cpu")."""
+        backends = [TORCH, *sorted({split_key(k)[0] for k in self.backends} - {TORCH})]
+        return [part_name(b, d) for b in backends for d in self.devices(b)]
 
 
 def model_id(name_or_path: str | Path | None) -> str | None:
@@ -133,30 +201,46 @@ def _record_for(wanted: str | None) -> CalibrationRecord | None:
 
 @dataclass(frozen=True)
 class Limits:
-    """What judges one task's files: the thresholds, the record they rest on (None: uncalibrated, so a
-    measured rule's failure is at most "not paid"), and what the pool set explicitly."""
+    """What judges one task's files made on one device: the thresholds (they decide pay), the record
+    they rest on (None: uncalibrated, so a measured rule's failure is at most "not paid"), what the pool
+    set explicitly, and the limits of the backend's other calibrated devices (`others`: a slash must be
+    strong under each of them too)."""
 
     thresholds: ValidationThresholds
     record: CalibrationRecord | None
     overrides: dict[str, float | int]
     model_id: str | None = None
     backend: str = TORCH
+    device: str = CPU
+    others: tuple[tuple[str, ValidationThresholds], ...] = ()
 
     def calibrated(self, workload: str = "inference") -> bool:
         """Whether this workload's measured rules may slash: a record made on the task's model that
-        calibrates the workload, and for inference files the task's generating backend."""
+        calibrates the workload, and for inference files the task's generating backend on the file's
+        device."""
         if self.record is None:
             return False
-        if workload == "inference" and self.backend != TORCH:
-            return self.backend in self.record.backends
+        if workload == "inference":
+            return self.record.part(self.backend, self.device) is not None
         return workload in self.record.workloads
+
+    @property
+    def part(self) -> str:
+        """The part that judges: `backend@device`."""
+        return part_name(self.backend, self.device)
+
+    def on(self, device: str) -> Limits:
+        """The same task's limits for a file made on `device` (the file's own word: it decides pay)."""
+        if device == self.device:
+            return self
+        return limits_of(self.record, self.overrides, self.model_id, self.backend, device)
 
     def uncalibrated_reason(self, model: str) -> str:
         """What a recomputation failure's reason says when it cannot slash (not paid, and why)."""
-        if self.record is not None and self.backend != TORCH and self.backend not in self.record.backends:
-            parts = ", ".join([TORCH, *self.record.backends])
-            return (f"no calibration for model {model!r} generated with backend {self.backend!r} (the record "
-                    f"calibrates {parts}): not paid, not slashed")  # fmt: skip
+        parts = ", ".join(self.record.parts()) if self.record is not None else ""
+        if parts and not self.calibrated():  # a record for the model, with no part for this backend here
+            return (f"no calibration for model {model!r} generated with backend {self.backend!r} on device "
+                    f"{self.device!r} (the record calibrates {parts}): not paid, not slashed")  # fmt: skip
         return f"no calibration for model {model!r}: not paid, not slashed"
 
     @property
@@ -169,12 +253,12 @@ class Limits:
         return dict(self.record.pipeline.get("limits") or {}) or None
 
     def judged_by(self, workload: str = "inference") -> JudgedBy:
-        backend = self.backend if workload == "inference" else TORCH
+        backend, device = (self.backend, self.device) if workload == "inference" else (TORCH, CPU)
         if self.record is None or not self.calibrated(workload):
             return JudgedBy(source="uncalibrated", model_id=self.model_id or "", overrides=self.overrides,
-                            backend=backend)  # fmt: skip
+                            backend=backend, device=device)  # fmt: skip
         return JudgedBy(source="record", record=self.record.name, model_id=self.record.model_id,
-                        overrides=self.overrides, backend=backend)  # fmt: skip
+                        overrides=self.overrides, backend=backend, device=device)  # fmt: skip
 
 
 def pool_overrides() -> dict[str, float | int]:
@@ -185,24 +269,39 @@ def pool_overrides() -> dict[str, float | int]:
 
 def limits_of(
     record: CalibrationRecord | None, overrides: Mapping[str, float | int] | None = None,
-    model_id: str | None = None, backend: str = TORCH,
+    model_id: str | None = None, backend: str = TORCH, device: str = CPU,
 ) -> Limits:
-    """Defaults ← the record's limits for `backend` ← the overrides (a record being made: its own
-    derived limits). A backend the record has no part for gets the torch limits, never slashed on."""
+    """Defaults ← the record's limits for `backend` on `device` ← the overrides (a record being made: its
+    own derived limits). A part the record lacks gets the backend's CPU part, else the torch limits, and
+    is never slashed on. `others`: the limits of every other device the record calibrates the backend on
+    (each with the same overrides), those that differ from the part's."""
     given = dict(overrides or {})
-    measured = record.thresholds if record else {}
-    if record is not None and backend != TORCH and backend in record.backends:
-        measured = record.backends[backend].thresholds
-    thresholds = ValidationThresholds.defaults().model_copy(update={**measured, **given})
-    return Limits(thresholds, record, given, model_id or (record.model_id if record else None), backend)
+
+    def full(measured: Mapping[str, float | int]) -> ValidationThresholds:
+        return ValidationThresholds.defaults().model_copy(update={**measured, **given})
+
+    own = record.part(backend, device) if record is not None else None
+    measured: Mapping[str, float | int] = {}
+    if record is not None:
+        measured = next(p for p in (own, record.part(backend, CPU), record.thresholds) if p is not None)
+    thresholds = full(measured)
+    others: list[tuple[str, ValidationThresholds]] = []
+    if record is not None and own is not None:
+        for other in record.devices(backend):
+            limits = full(record.part(backend, other) or {})
+            if other != device and limits != thresholds:
+                others.append((part_name(backend, other), limits))
+    return Limits(thresholds, record, given, model_id or (record.model_id if record else None), backend,
+                  device, tuple(others))  # fmt: skip
 
 
 def resolve_limits(
-    model: str | Path | None, overrides: Mapping[str, float | int] | None = None, *, backend: str = TORCH
+    model: str | Path | None, overrides: Mapping[str, float | int] | None = None, *, backend: str = TORCH,
+    device: str = CPU,
 ) -> Limits:
-    """THE way a judge gets its limits for a task's `model` and generating `backend` (the module's
-    docstring). `overrides` None: the pool's explicit settings from the environment; a mapping: exactly
-    those (a bench, a test)."""
+    """THE way a judge gets its limits for a task's `model` and generating `backend`, for files made on
+    `device` (the module's docstring; a judge moves to a file's own device with `Limits.on`). `overrides`
+    None: the pool's explicit settings from the environment; a mapping: exactly those (a bench, a test)."""
     wanted = model_id(model)
     return limits_of(_record_for(wanted), pool_overrides() if overrides is None else overrides, wanted,
-                     backend)  # fmt: skip
+                     backend, device)  # fmt: skip
