@@ -29,6 +29,7 @@ from workloads.model import sampler
 from workloads.model import vllm_internals as vi
 from workloads.model.loading import ModelCheckpoints
 from workloads.model.vllm_backend import VLLMMissing, vllm_python
+from workloads.rollouts import read_info
 
 pytestmark = pytest.mark.slow  # another interpreter: vLLM's environment
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +127,8 @@ def test_honest_vllm_files_are_accepted_by_the_torch_validator(main_run: dict, t
     """At the base weights and at a trainer's checkpoint loaded into the running engine (judged
     against that checkpoint: a weight load that did not happen would fail every chunk)."""
     assert resolve_limits("tiny", {}, backend="vllm").calibrated()  # the shipped record's vLLM part
+    # the device the engine's model ran on, as the engine reports it (the CPU build: cpu)
+    assert {read_info(p).device for p in main_run["base"] + main_run["checkpoint"]} == {"cpu"}
     verdicts = _judge(main_run["base"], NODE)
     step1 = Path(main_run["checkpoint"][0]).parents[1] / "ckpt" / "step_1.safetensors"
     verdicts += _judge(main_run["checkpoint"], NODE, _Step1(step1))

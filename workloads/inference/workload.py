@@ -62,6 +62,7 @@ class InferenceWorkload:
         # Refused here, before anything loads, with the setting named: CUDA asked where there is none.
         self.device = resolve_device(settings.device)
         self.vllm: VLLMBackend | None = None
+        self.made_on = self.device.type  # the device type the files state (BatchInfo.device)
         if settings.backend == "vllm":
             # One engine per process, started here once and kept for every batch and checkpoint.
             self.vllm = VLLMBackend.shared(resolve(settings.model), dtype=settings.dtype,
@@ -70,6 +71,7 @@ class InferenceWorkload:
             if self.vllm.serving != "base" or settings.cheat == "perturbed-model":
                 self._serve(None)  # an engine an earlier workload of this process left other weights in
             self.backend: InferenceBackend = self.vllm
+            self.made_on = self.vllm.device  # where the engine's model runs, whatever was asked
         else:
             self.model = load_model(settings.model, dtype=DTYPES[settings.dtype], device=self.device)
             if settings.cheat == "perturbed-model":
@@ -217,7 +219,7 @@ class InferenceWorkload:
             node_address=self.s.node_address, step=step, batch_counter=self.batch_counter,
             group_size=self.s.n, max_new_tokens=self.s.max_new_tokens, model=self.s.model,
             checkpoint_step=self.checkpoint_step, checkpoint_sha256=self.checkpoint_sha256,
-            task_id=self.task_id, device=self.device.type,  # where it was made: judged by that part
+            task_id=self.task_id, device=self.made_on,  # where it was made: judged by that part
         )  # fmt: skip
         digest = write_rollouts(path, rollouts, info)
         tokens = claimed_units(sum(len(r.output_tokens) for r in rollouts), self.s.cheat)

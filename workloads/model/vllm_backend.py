@@ -81,7 +81,7 @@ class VLLMBackend:
             model=model, dtype=dtype, logits_processors=[vi.LOGITS_PROCESSOR],
             worker_extension_cls=vi.WORKER_EXTENSION, **{**vi.ENGINE_ARGS, **engine_args},
         )  # fmt: skip
-        hidden_size, hidden_dtype = self.llm.collective_rpc("intellect_install")[0]
+        hidden_size, hidden_dtype, self.device = self.llm.collective_rpc("intellect_install")[0]
         self._empty = torch.empty((0, int(hidden_size)), dtype=getattr(torch, hidden_dtype))
         tokenizer = self.llm.get_tokenizer()
         self.eos_token_id = int(eos_token_id if eos_token_id is not None else tokenizer.eos_token_id)

@@ -105,14 +105,16 @@ class TraceExtension:
     """Mixed into vLLM's worker class (`worker_extension_cls`); its methods are what the backend
     calls with `collective_rpc`. `self` is the worker."""
 
-    def intellect_install(self) -> tuple[int, str]:
+    def intellect_install(self) -> tuple[int, str, str]:
         """Hooks on the model: positions in (the model's own argument), final norm out. Returns the
-        hidden size and dtype of what the norm makes (a one-token completion's empty rows)."""
+        hidden size and dtype of what the norm makes (a one-token completion's empty rows), and the
+        device type the model runs on (what the files say: a CUDA build may run on the GPU whatever the
+        settings asked)."""
         runner = vi.runner_of(self)
         model = vi.model_of(runner)
         weight = vi.final_norm(model).weight
         assert isinstance(weight, torch.Tensor)
-        shape = (int(weight.shape[0]), str(weight.dtype).removeprefix("torch."))
+        shape = (int(weight.shape[0]), str(weight.dtype).removeprefix("torch."), weight.device.type)
         if getattr(model, "_intellect_hooks", None):
             return shape
         state: dict[str, torch.Tensor] = {}
