@@ -320,3 +320,21 @@ def test_calibrate_reads_the_device_from_the_files_and_refuses_a_device_it_canno
                                       str(tmp_path / "x.json")])  # fmt: skip
     assert result.exit_code == 2 and "is not one of auto, cpu, cuda or cuda:N" in result.output, result.output
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_base_that_is_not_a_record_is_refused_by_name(tmp_path: Path) -> None:
+    """`--base` naming a file that is not a record (a key the record format refuses: `vllm@cpu` is
+    spelt `vllm`) exits 2 naming the file, before anything is measured."""
+    from typer.testing import CliRunner
+
+    from validator.cli import app
+
+    record = json.loads((SHIPPED / "tiny.json").read_text())
+    record["backends"] = {"vllm@cpu": record["backends"]["vllm"]}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(record))
+    result = CliRunner().invoke(app, ["calibrate", "tiny", "--backend", "vllm", "--base", str(bad), "--out",
+                                      str(tmp_path / "x.json")])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"--base {bad} is not a calibration record" in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "x.json").exists()

@@ -151,7 +151,10 @@ def _stopwatch() -> Callable[[str], None]:
 def _base_record(model: str, base: Path | None) -> CalibrationRecord | None:
     """The record a measurement is added to: --base, else the one the validator finds for the model;
     refused where it was made on another model."""
-    found = CalibrationRecord.model_validate_json(base.read_text()) if base else find_calibration(model)
+    try:
+        found = CalibrationRecord.model_validate_json(base.read_text()) if base else find_calibration(model)
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise CalibrationError(f"--base {base} is not a calibration record: {exc}") from None
     if found is not None and found.model_id != model_id(model):
         raise CalibrationError(f"--base {base} was made on another model ({found.model_id[:16]}…)")
     return found
