@@ -27,6 +27,7 @@ from workloads.inference.judge.calibration import (
     find_calibration,
     limits_of,
     model_id,
+    resolve_limits,
 )
 from workloads.inference.judge.file_judge import InferenceJudge
 from workloads.inference.settings import InferenceSettings
@@ -338,3 +339,28 @@ def test_a_base_that_is_not_a_record_is_refused_by_name(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert f"--base {bad} is not a calibration record" in " ".join(result.output.split()), result.output
     assert not (tmp_path / "x.json").exists()
+
+
+def test_limits_measured_recomputing_elsewhere_never_slash_on_the_recomputation(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record's limits hold where its files were recomputed (`recomputed_on`; calibrate recomputes on
+    the CPU, and a record from before the field says cpu). A validator recomputing elsewhere (here: a
+    record measured on a GPU, judged on this CPU) never slashes on them: perturbed weights are not paid,
+    the reason naming both devices; exact rules still slash."""
+    assert CalibrationRecord.model_validate_json((SHIPPED / "tiny.json").read_text()).recomputed_on == "cpu"
+    assert resolve_limits("tiny", {}).calibrated()
+    on_gpu = resolve_limits("tiny", {}, judge_device="cuda")
+    assert not on_gpu.calibrated() and not on_gpu.on("cuda").calibrated()
+    said = on_gpu.uncalibrated_reason("tiny")
+    assert "measured recomputing on 'cpu'; this validator recomputes on 'cuda'" in said, said
+    records(tmp_path, monkeypatch, record_of(model).model_copy(update={"recomputed_on": "cuda"}))
+    [perturbed] = made(model, tmp_path / "perturbed", cheat="perturbed-model")
+    _, [verdict] = judged(model, perturbed)
+    assert verdict.verdict == "soft_invalidate", verdict.reasons
+    why = (f"the calibration for model {str(model)!r} was measured recomputing on 'cuda'; this validator "
+           "recomputes on 'cpu': not paid, not slashed")  # fmt: skip
+    assert verdict.reasons and all(why in r for r in verdict.reasons), verdict.reasons
+    [forged] = made(model, tmp_path / "forged", cheat="forged-reward")
+    _, [verdict] = judged(model, forged)
+    assert verdict.verdict == "invalidate" and any("reward" in r for r in verdict.reasons), verdict.reasons

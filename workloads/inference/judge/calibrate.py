@@ -221,6 +221,9 @@ def calibrate(
     if (backend, device) != (TORCH, CPU) and pipeline:
         raise CalibrationError("--pipeline measures the pipeline workload, which generates with torch on the "
                                "CPU here: calibrate it with --backend torch --device cpu")  # fmt: skip
+    if base is not None and base.recomputed_on != CPU:  # every part of a record holds for one judge device
+        raise CalibrationError(f"the base record's files were recomputed on {base.recomputed_on!r}; this "
+                               "measurement recomputes on the CPU: start a record of its own")  # fmt: skip
     started = time.time()
     run = measure(model, work, grid, backend, progress, own)
     if run.device != device:

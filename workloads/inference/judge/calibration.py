@@ -113,6 +113,12 @@ class CalibrationRecord(BaseModel):
         default_factory=dict, description="ValidationThresholds fields that differ from the defaults"
     )
     measured: dict[str, Any] = Field(default_factory=dict, description="honest and cheating figures, margins")
+    recomputed_on: str = Field(
+        CPU, pattern=r"^[a-z][a-z0-9_]{0,15}$",
+        description="the device type every part's files were recomputed on, as a validator's check 8 does "
+        "(`intellect-validator calibrate` recomputes on the CPU): the limits hold for validators judging "
+        "there; one judging elsewhere never slashes on them",
+    )
     workloads: list[str] = Field(
         default_factory=lambda: ["inference"],
         description="the judges whose measured rules this record calibrates (\"pipeline\" only where the "
@@ -213,15 +219,17 @@ class Limits:
     backend: str = TORCH
     device: str = CPU
     others: tuple[tuple[str, ValidationThresholds], ...] = ()
+    judge_device: str = CPU  # where this validator recomputes (check 8's prefill)
 
     def calibrated(self, workload: str = "inference") -> bool:
         """Whether this workload's measured rules may slash: a record made on the task's model that
         calibrates the workload, and for inference files the task's generating backend on the file's
-        device."""
+        device, recomputed where this validator recomputes."""
         if self.record is None:
             return False
         if workload == "inference":
-            return self.record.part(self.backend, self.device) is not None
+            return (self.record.part(self.backend, self.device) is not None
+                    and self.judge_device == self.record.recomputed_on)  # fmt: skip
         return workload in self.record.workloads
 
     @property
@@ -233,11 +241,15 @@ class Limits:
         """The same task's limits for a file made on `device` (the file's own word: it decides pay)."""
         if device == self.device:
             return self
-        return limits_of(self.record, self.overrides, self.model_id, self.backend, device)
+        return limits_of(self.record, self.overrides, self.model_id, self.backend, device, self.judge_device)
 
     def uncalibrated_reason(self, model: str) -> str:
         """What a recomputation failure's reason says when it cannot slash (not paid, and why)."""
         parts = ", ".join(self.record.parts()) if self.record is not None else ""
+        if self.record is not None and self.judge_device != self.record.recomputed_on:
+            return (f"the calibration for model {model!r} was measured recomputing on "
+                    f"{self.record.recomputed_on!r}; this validator recomputes on {self.judge_device!r}: "
+                    "not paid, not slashed")  # fmt: skip
         if parts and not self.calibrated():  # a record for the model, with no part for this backend here
             return (f"no calibration for model {model!r} generated with backend {self.backend!r} on device "
                     f"{self.device!r} (the record calibrates {parts}): not paid, not slashed")  # fmt: skip
@@ -269,7 +281,7 @@ def pool_overrides() -> dict[str, float | int]:
 
 def limits_of(
     record: CalibrationRecord | None, overrides: Mapping[str, float | int] | None = None,
-    model_id: str | None = None, backend: str = TORCH, device: str = CPU,
+    model_id: str | None = None, backend: str = TORCH, device: str = CPU, judge_device: str = CPU,
 ) -> Limits:
     """Defaults ← the record's limits for `backend` on `device` ← the overrides (a record being made: its
     own derived limits). A part the record lacks gets the backend's CPU part, else the torch limits, and
@@ -292,16 +304,17 @@ def limits_of(
             if other != device and limits != thresholds:
                 others.append((part_name(backend, other), limits))
     return Limits(thresholds, record, given, model_id or (record.model_id if record else None), backend,
-                  device, tuple(others))  # fmt: skip
+                  device, tuple(others), judge_device)  # fmt: skip
 
 
 def resolve_limits(
     model: str | Path | None, overrides: Mapping[str, float | int] | None = None, *, backend: str = TORCH,
-    device: str = CPU,
+    device: str = CPU, judge_device: str = CPU,
 ) -> Limits:
     """THE way a judge gets its limits for a task's `model` and generating `backend`, for files made on
-    `device` (the module's docstring; a judge moves to a file's own device with `Limits.on`). `overrides`
-    None: the pool's explicit settings from the environment; a mapping: exactly those (a bench, a test)."""
+    `device` (the module's docstring; a judge moves to a file's own device with `Limits.on`), recomputed
+    on `judge_device` (the validator's own). `overrides` None: the pool's explicit settings from the
+    environment; a mapping: exactly those (a bench, a test)."""
     wanted = model_id(model)
     return limits_of(_record_for(wanted), pool_overrides() if overrides is None else overrides, wanted,
-                     backend, device)  # fmt: skip
+                     backend, device, judge_device)  # fmt: skip

@@ -105,14 +105,17 @@ class InferenceJudge:
         # never slashed.
         # These are the task's limits for files made on the CPU; a file made elsewhere is judged by the
         # part for its own device (`_limits`).
-        self.limits = limits or resolve_limits(task.model, backend=task.backend)
+        # A record's limits hold where it recomputed (the CPU): judging elsewhere, they never slash.
+        self.limits = limits or resolve_limits(task.model, backend=task.backend,
+                                               judge_device=self.device.type)  # fmt: skip
         self._by_device: dict[str, Limits] = {self.limits.device: self.limits}
         # The record, where it calibrates the task's model AND its generating backend, on some device
         # (issue 57).
         record = self.limits.record
         self.calibration: CalibrationRecord | None = (
-            record if record is not None and record.devices(self.limits.backend) else None
-        )
+            record if record is not None and record.devices(self.limits.backend)
+            and self.limits.judge_device == record.recomputed_on else None
+        )  # fmt: skip
         self.thresholds = self.limits.thresholds
         if self.calibration is None:
             log.warning(
