@@ -51,15 +51,7 @@ def test_inference_rollouts_flow_from_task_to_chain(tmp_path: Path) -> None:
         created = cluster.orch("POST", "/tasks", json=inference_task())
         assert created.status_code == 201, created.text
 
-        reader = EventReader(cluster.chain, pool_id=cluster.pool_id, kinds=("WorkSubmitted",))
-        events = wait_until(
-            "WorkSubmitted for the rollout file",
-            lambda: reader.read(cluster.chain.deployment.block).events,
-            240,
-            every=1.0,
-        )
-        assert len(events) == 1 and events[0].node == node.address
-        key = events[0].work_key.removeprefix("0x")
+        events, key = one_submission(cluster, node.address, 240)
 
         stored = cluster.orch("GET", f"/storage/files/{key}")
         assert stored.status_code == 200, stored.text
@@ -76,6 +68,16 @@ def test_inference_rollouts_flow_from_task_to_chain(tmp_path: Path) -> None:
     assert events[0].units == tokens > 0
     verdict = validator_check(local, inference_task(), node.address, events[0].units, key)
     assert verdict["verdict"] == "accept" and verdict["rows"] == 4, verdict
+
+
+def one_submission(cluster, node: str, seconds: float) -> tuple[list, str]:  # noqa: ANN001
+    """The WorkSubmitted events once there are any (exactly one, by `node`), and its work key."""
+    reader = EventReader(cluster.chain, pool_id=cluster.pool_id, kinds=("WorkSubmitted",))
+    events = wait_until("WorkSubmitted for the rollout file",
+                        lambda: reader.read(cluster.chain.deployment.block).events,
+                        seconds, every=1.0)  # fmt: skip
+    assert len(events) == 1 and events[0].node == node, events
+    return events, events[0].work_key.removeprefix("0x")
 
 
 def validator_check(local: Path, task: dict, node: str, units: int, key: str) -> dict:

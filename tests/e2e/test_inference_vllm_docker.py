@@ -26,10 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_control_plane import wait_until  # noqa: E402
-from test_inference_task import validator_check  # noqa: E402
+from test_inference_task import one_submission, validator_check  # noqa: E402
 from test_task_execution import running_stack  # noqa: E402
 
-from ledger.events import EventReader  # noqa: E402
 from tests.support.testing import docker_problem  # noqa: E402
 from workloads.inference.plugin import IMAGE, VLLM_IMAGE  # noqa: E402
 from workloads.rollouts import PROOF_BYTES_PER_CHUNK, read_rollouts  # noqa: E402
@@ -101,15 +100,7 @@ def test_a_vllm_task_runs_in_its_image_and_its_file_is_accepted(vllm_image: None
         assert task["spec"]["image"] == VLLM_IMAGE, task
         assert task["spec"]["env_vars"]["INTELLECT_INFER_BACKEND"] == "vllm"
 
-        reader = EventReader(cluster.chain, pool_id=cluster.pool_id, kinds=("WorkSubmitted",))
-        events = wait_until(
-            "WorkSubmitted for the rollout file",
-            lambda: reader.read(cluster.chain.deployment.block).events,
-            600,
-            every=1.0,
-        )
-        assert len(events) == 1 and events[0].node == node.address
-        key = events[0].work_key.removeprefix("0x")
+        events, key = one_submission(cluster, node.address, 600)
         info = cluster.orch("GET", f"/storage/files/{key}").json()
         assert info["file_name"] == f"step-0/{node.address}/0.parquet"
         data = httpx.get(info["url"], timeout=30).content
