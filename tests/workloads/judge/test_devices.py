@@ -364,3 +364,27 @@ def test_limits_measured_recomputing_elsewhere_never_slash_on_the_recomputation(
     [forged] = made(model, tmp_path / "forged", cheat="forged-reward")
     _, [verdict] = judged(model, forged)
     assert verdict.verdict == "invalidate" and any("reward" in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_refused_record_for_the_tasks_model_is_said_and_other_files_are_not(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the format refuses (here a part keyed `vllm@cpu`, which is spelt `vllm`) leaves its model
+    uncalibrated, as before, but the lookup says so for the model it names; files that are not records,
+    or records of other models, are ignored quietly."""
+    import structlog
+
+    record = json.loads(record_of(model, vllm=BackendPart(made_by="t")).model_dump_json())
+    record["backends"] = {"vllm@cpu": record["backends"]["vllm"]}
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "bad.json").write_text(json.dumps(record))
+    (folder / "notes.json").write_text('{"about": "not a record"}')
+    (folder / "binary.json").write_bytes(b"\xff\xfe\x00")
+    monkeypatch.setenv(ENV, str(folder))
+    with structlog.testing.capture_logs() as logs:
+        assert find_calibration(model) is None
+        assert find_calibration("tiny") is not None  # the shipped record: nothing said about the others
+    refused = [e for e in logs if e["log_level"] == "warning"]
+    assert len(refused) == 1 and refused[0]["path"] == str(folder / "bad.json"), logs
+    assert "judged uncalibrated" in refused[0]["event"]

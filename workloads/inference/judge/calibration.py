@@ -54,12 +54,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, Field, model_validator
 
 from intellect.wire.verdicts import JudgedBy
 from workloads.inference.judge.thresholds import ValidationThresholds
 from workloads.model.loading import base_checkpoint_sha256, resolve
 from workloads.rollouts import DEVICE_PATTERN
+
+log = structlog.get_logger(__name__)
 
 SHIPPED = Path(__file__).resolve().parent / "calibrations"
 ENV = "INTELLECT_VALIDATOR_CALIBRATIONS"
@@ -196,13 +199,27 @@ def _record_for(wanted: str | None) -> CalibrationRecord | None:
         return None
     for folder in record_folders():
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            text = ""
             try:
-                record = CalibrationRecord.model_validate_json(path.read_text())
-            except ValueError:
-                continue  # not a record: ignored, as any other file in the folder
+                text = path.read_text()  # a file of other bytes: a UnicodeDecodeError, a ValueError too
+                record = CalibrationRecord.model_validate_json(text)
+            except ValueError as exc:  # not a record: ignored, as any other file in the folder, but one
+                if _names_model(text, wanted):  # made for this model is the operator's to fix: said
+                    log.warning("a calibration record for the task's model is refused: the model is judged "
+                                "uncalibrated (never slashed on recomputation)", path=str(path),
+                                error=str(exc)[:400])  # fmt: skip
+                continue
             if record.model_id == wanted:
                 return record
     return None
+
+
+def _names_model(text: str, wanted: str) -> bool:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("model_id") == wanted
 
 
 @dataclass(frozen=True)
