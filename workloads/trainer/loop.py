@@ -72,8 +72,8 @@ class Trainer:
         torch.manual_seed(settings.seed)
         self.device = resolve_device(settings.device)  # CUDA asked where there is none: refused here
         # fp32 master weights on every device (see intellect/device.py); bf16 autocast on a GPU.
-        self.policy = self.place(load_model(settings.model, dtype=torch.float32, device=self.device))
-        self.reference = load_model(settings.model, dtype=torch.float32, device=self.device)
+        self.policy = self.place(load_model(settings.model, dtype=torch.float32, device=self.loads_on()))
+        self.reference = load_model(settings.model, dtype=torch.float32, device=self.loads_on())
         self.reference.requires_grad_(False)
         self.reference = self.place(self.reference)
         self.tokenizer = load_tokenizer(settings.model)
@@ -117,6 +117,11 @@ class Trainer:
 
     def close(self) -> None:
         """Nothing to let go of in one process (a sharded trainer leaves its process group)."""
+
+    def loads_on(self) -> torch.device:
+        """Where the weights are read to: the training device (a sharded trainer: the host, `place`
+        moving each unit to the device as it shards it)."""
+        return self.device
 
     def place(self, model: PreTrainedModel) -> PreTrainedModel:
         """Where a loaded model lives: whole in this process (a sharded trainer shards it here)."""

@@ -61,6 +61,12 @@ class ShardedTrainer(Trainer):
         self.ranks = ranks
         super().__init__(settings.model_copy(update={"device": str(ranks.device)}), source)
 
+    def loads_on(self) -> torch.device:
+        """The host: FSDP2 moves each unit (a decoder layer, then the root's rest) to this rank's device
+        as `fully_shard` shards it, so a GPU holds one unit whole at a time and 1/N of the model after,
+        never the whole model (which may not fit one device: why a trainer shards at all)."""
+        return torch.device("cpu")
+
     def place(self, model: PreTrainedModel) -> PreTrainedModel:
         return shard(model, self.ranks.mesh)
 
