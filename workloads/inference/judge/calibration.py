@@ -117,7 +117,7 @@ class CalibrationRecord(BaseModel):
     )
     measured: dict[str, Any] = Field(default_factory=dict, description="honest and cheating figures, margins")
     recomputed_on: str = Field(
-        CPU, pattern=r"^[a-z][a-z0-9_]{0,15}$",
+        CPU, pattern=DEVICE_PATTERN,
         description="the device type every part's files were recomputed on, as a validator's check 8 does "
         "(`intellect-validator calibrate` recomputes on the CPU): the limits hold for validators judging "
         "there; one judging elsewhere never slashes on them",
